@@ -1,0 +1,442 @@
+//! The context a function runs with: its entity's state, calls to other
+//! entities, and deterministic time and randomness.
+//!
+//! A `Ctx` is a handle on the invocation's frame. The frame talks to a
+//! [`Host`]: the shard when running in the engine, the serial executor when
+//! running as an oracle. User code cannot tell them apart, which is what lets
+//! the serial executor check the engine.
+//!
+//! Calls are issued when `call` is called, not when the returned future is
+//! first polled: `let a = ctx.call(..); let b = ctx.call(..);` runs both in
+//! parallel. Every call is part of the transaction, awaited or not.
+//!
+//! Concurrent branches of one transaction (an async `send`, or calls awaited
+//! together) must touch disjoint entities: the engine does not order them
+//! against each other. Sync call chains may revisit entities (A → B → A).
+
+use crate::abort::Abort;
+use crate::app::FnKind;
+use crate::bytes::mix64;
+use crate::codec::{Decode, Encode, Payload};
+use crate::ids::{Address, FnId, Tid};
+use crate::key::Key;
+use crate::value::{Load, Store, Value};
+use rkyv::util::AlignedVec;
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, SystemTime};
+
+/// Limits on the shape of a transaction's call graph.
+#[derive(Clone, Copy, Debug)]
+pub struct CallLimits {
+    /// Nesting of calls below the root (the root is depth 0).
+    pub depth_max: u16,
+    /// Calls and sends one invocation may issue.
+    pub fan_out_max: u32,
+}
+
+impl Default for CallLimits {
+    fn default() -> CallLimits {
+        CallLimits {
+            depth_max: 64,
+            fan_out_max: 1024,
+        }
+    }
+}
+
+/// What runs an invocation: the shard, or the serial executor.
+pub(crate) trait Host {
+    fn app(&self) -> &crate::App;
+    fn limits(&self) -> CallLimits;
+    /// Gives `f` the entity's current value as this transaction sees it.
+    fn read(&self, frame: &Frame, f: &mut dyn FnMut(Option<&Value>)) -> Result<(), Abort>;
+    /// Buffers a write (`None` deletes) of the frame's entity.
+    fn write(&self, frame: &Frame, value: Option<Value>) -> Result<(), Abort>;
+    /// Issues child call number `child` of `frame`.
+    fn call(&self, frame: &Frame, child: u32, function: FnId, address: Address, args: Payload, sync: bool);
+    /// Scans the frame's partition in key order.
+    fn scan(&self, frame: &Frame, f: &mut dyn FnMut(&Key, &Value)) -> Result<(), Abort>;
+}
+
+/// The result of one child call, filled in by the host.
+#[derive(Default)]
+pub(crate) struct CallSlot {
+    pub result: Option<Result<Payload, Abort>>,
+    pub waker: Option<Waker>,
+}
+
+/// One invocation's frame, shared by its `Ctx` handles and its host.
+pub(crate) struct Frame {
+    pub tid: Tid,
+    pub now_us: u64,
+    pub function: FnId,
+    pub address: Address,
+    pub partition: u32,
+    pub depth: u16,
+    pub seed: u64,
+    rng: Cell<u64>,
+    pub host: Rc<dyn Host>,
+    /// Host-specific numbers (the shard keeps its entry slot and access index here).
+    pub slot: Cell<u32>,
+    pub access: Cell<u32>,
+    pub task: Cell<u32>,
+    pub calls: RefCell<Vec<CallSlot>>,
+    /// Set when the engine must abort the transaction whatever the function
+    /// returns (a limit was hit, an unknown function called, drift).
+    pub forced: RefCell<Option<Abort>>,
+}
+
+pub(crate) const NO_INDEX: u32 = u32::MAX;
+
+impl Frame {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        host: Rc<dyn Host>,
+        tid: Tid,
+        now_us: u64,
+        function: FnId,
+        address: Address,
+        partition: u32,
+        depth: u16,
+        seed: u64,
+    ) -> Frame {
+        Frame {
+            tid,
+            now_us,
+            function,
+            address,
+            partition,
+            depth,
+            seed,
+            rng: Cell::new(seed),
+            host,
+            slot: Cell::new(NO_INDEX),
+            access: Cell::new(NO_INDEX),
+            task: Cell::new(NO_INDEX),
+            calls: RefCell::new(Vec::new()),
+            forced: RefCell::new(None),
+        }
+    }
+
+    /// The seed of child call number `child`: a pure function of the root's
+    /// tid and the call path, so re-executions see the same randomness.
+    pub fn child_seed(&self, child: u32) -> u64 {
+        mix64(self.seed ^ mix64(u64::from(child) + 1))
+    }
+
+    pub fn force(&self, abort: Abort) {
+        let mut forced = self.forced.borrow_mut();
+        if forced.is_none() {
+            *forced = Some(abort);
+        }
+    }
+
+    pub fn kind(&self) -> FnKind {
+        self.host.app().function_info(self.function).kind()
+    }
+}
+
+/// The seed of a transaction's root invocation.
+pub(crate) fn root_seed(tid: Tid) -> u64 {
+    mix64(tid ^ 0x5354_5958_5345_4544)
+}
+
+thread_local! {
+    static SCRATCH: RefCell<AlignedVec> = RefCell::new(AlignedVec::with_capacity(256));
+}
+
+/// The handle a function gets on its invocation.
+#[derive(Clone)]
+pub struct Ctx {
+    pub(crate) frame: Rc<Frame>,
+}
+
+impl Ctx {
+    /// The entity's key (empty for partition functions).
+    pub fn key(&self) -> &Key {
+        static EMPTY: std::sync::OnceLock<Key> = std::sync::OnceLock::new();
+        match &self.frame.address {
+            Address::Entity(k) => k,
+            Address::Partition(_) => EMPTY.get_or_init(|| Key::from_bytes(&[])),
+        }
+    }
+
+    /// The partition this invocation runs in.
+    pub fn partition(&self) -> u32 {
+        self.frame.partition
+    }
+
+    /// The transaction's id; its order is the transaction's priority.
+    pub fn tid(&self) -> Tid {
+        self.frame.tid
+    }
+
+    /// The function being run.
+    pub fn function(&self) -> FnId {
+        self.frame.function
+    }
+
+    /// The transaction's timestamp in microseconds since the Unix epoch: the
+    /// time its batch was sequenced, logged with the input, so replays and
+    /// re-executions see the same value.
+    pub fn now_us(&self) -> u64 {
+        self.frame.now_us
+    }
+
+    /// [`Ctx::now_us`] as a `SystemTime`.
+    pub fn now(&self) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_micros(self.frame.now_us)
+    }
+
+    /// A pseudo-random number, deterministic in the transaction id and the
+    /// call path: a re-execution or a replay draws the same sequence.
+    pub fn random(&self) -> u64 {
+        let x = self.frame.rng.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
+        self.frame.rng.set(x);
+        mix64(x)
+    }
+
+    /// The number of partitions of operator `op` (to fan out over all of them).
+    pub fn partitions(&self, op: &str) -> Result<u32, Abort> {
+        let app = self.frame.host.app();
+        let id = app
+            .op_id(op)
+            .ok_or_else(|| Abort::unknown(format!("no operator {op}")))?;
+        Ok(app.operator_info(id).partitions())
+    }
+
+    fn entity_only(&self, what: &str) -> Result<(), Abort> {
+        if self.frame.kind() != FnKind::Entity {
+            let abort = Abort::unknown(format!(
+                "{what} needs an entity; {} runs on a partition",
+                self.frame.host.app().describe(self.frame.function)
+            ));
+            self.frame.force(abort.clone());
+            return Err(abort);
+        }
+        Ok(())
+    }
+
+    /// The entity's state as `T`, or `None` if it has none.
+    pub fn get<T: Load>(&self) -> Result<Option<T>, Abort> {
+        self.entity_only("get")?;
+        let mut out = Ok(None);
+        self.frame.host.read(&self.frame, &mut |v| {
+            out = v.map(Value::decode::<T>).transpose();
+        })?;
+        out
+    }
+
+    /// Gives `f` the entity's archived state in place (no copy, no
+    /// deserialization), or returns `None` if it has none.
+    pub fn read<T: Load, R>(&self, f: impl FnOnce(&T::Archived) -> R) -> Result<Option<R>, Abort> {
+        self.entity_only("read")?;
+        let mut f = Some(f);
+        let mut out = Ok(None);
+        self.frame.host.read(&self.frame, &mut |v| {
+            if let (Some(v), Some(f)) = (v, f.take()) {
+                out = v.read::<T, R>(f).map(Some);
+            }
+        })?;
+        out
+    }
+
+    /// Sets the entity's state. Buffered: visible to this transaction at
+    /// once, to others only if it commits.
+    pub fn put<T: Store>(&self, v: &T) -> Result<(), Abort> {
+        self.entity_only("put")?;
+        let value = SCRATCH.with(|s| Value::encode(v, &mut s.borrow_mut()))?;
+        self.frame.host.write(&self.frame, Some(value))
+    }
+
+    /// Removes the entity's state.
+    pub fn delete(&self) -> Result<(), Abort> {
+        self.entity_only("delete")?;
+        self.frame.host.write(&self.frame, None)
+    }
+
+    /// Calls every entity of this partition in key order with its archived
+    /// state. Only partition functions scan; a scan reads the whole
+    /// partition, so any write to it by an earlier transaction of the epoch
+    /// orders this one after it.
+    pub fn scan<T: Load>(&self, mut f: impl FnMut(&Key, &T::Archived)) -> Result<(), Abort> {
+        if self.frame.kind() != FnKind::Partition {
+            let abort = Abort::unknown(format!(
+                "scan needs a partition function; {} runs on an entity",
+                self.frame.host.app().describe(self.frame.function)
+            ));
+            self.frame.force(abort.clone());
+            return Err(abort);
+        }
+        let mut failure = None;
+        self.frame.host.scan(&self.frame, &mut |key, value| {
+            if failure.is_none()
+                && let Err(e) = value.read::<T, ()>(|a| f(key, a))
+            {
+                failure = Some(e);
+            }
+        })?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Calls `op.function` on entity `key` and returns its result.
+    pub fn call<R: Decode>(&self, op: &str, key: impl Into<Key>, function: &str, args: impl Encode) -> Call<R> {
+        match self.resolve(op, function, FnKind::Entity) {
+            Ok(f) => self.issue(f, Address::Entity(key.into()), Payload::encode(&args), true),
+            Err(e) => Call::failed(e),
+        }
+    }
+
+    /// Calls a function by id (resolved once with [`crate::App::resolve`]):
+    /// skips the name lookup on hot paths.
+    pub fn call_fn<R: Decode>(&self, function: FnId, key: impl Into<Key>, args: impl Encode) -> Call<R> {
+        match self.check_kind(function, FnKind::Entity) {
+            Ok(()) => self.issue(function, Address::Entity(key.into()), Payload::encode(&args), true),
+            Err(e) => Call::failed(e),
+        }
+    }
+
+    /// Calls partition function `op.function` on `partition`.
+    pub fn call_partition<R: Decode>(&self, op: &str, partition: u32, function: &str, args: impl Encode) -> Call<R> {
+        let f = match self.resolve(op, function, FnKind::Partition) {
+            Ok(f) => f,
+            Err(e) => return Call::failed(e),
+        };
+        let partitions = self.frame.host.app().operator_info(f.op).partitions();
+        if partition >= partitions {
+            let abort = Abort::unknown(format!("{op} has {partitions} partitions, not {}", partition + 1));
+            self.frame.force(abort.clone());
+            return Call::failed(abort);
+        }
+        self.issue(f, Address::Partition(partition), Payload::encode(&args), true)
+    }
+
+    /// Sends `op.function` to entity `key` without waiting for it. It is
+    /// still part of this transaction: it commits or aborts with it.
+    pub fn send(&self, op: &str, key: impl Into<Key>, function: &str, args: impl Encode) -> Result<(), Abort> {
+        let f = self.resolve(op, function, FnKind::Entity)?;
+        self.send_fn(f, key, args)
+    }
+
+    /// [`Ctx::send`] by function id.
+    pub fn send_fn(&self, function: FnId, key: impl Into<Key>, args: impl Encode) -> Result<(), Abort> {
+        self.check_kind(function, FnKind::Entity)?;
+        let call: Call<()> = self.issue(function, Address::Entity(key.into()), Payload::encode(&args), false);
+        match call.state {
+            CallState::Failed(Some(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
+    fn resolve(&self, op: &str, function: &str, kind: FnKind) -> Result<FnId, Abort> {
+        let app = self.frame.host.app();
+        let f = app.resolve(op, function).ok_or_else(|| {
+            let abort = Abort::unknown(format!("no function {op}.{function}"));
+            self.frame.force(abort.clone());
+            abort
+        })?;
+        self.check_kind(f, kind)?;
+        Ok(f)
+    }
+
+    fn check_kind(&self, f: FnId, kind: FnKind) -> Result<(), Abort> {
+        let app = self.frame.host.app();
+        if app.function_info(f).kind() != kind {
+            let abort = Abort::unknown(format!(
+                "{} is a {:?} function",
+                app.describe(f),
+                app.function_info(f).kind()
+            ));
+            self.frame.force(abort.clone());
+            return Err(abort);
+        }
+        Ok(())
+    }
+
+    fn issue<R: Decode>(&self, function: FnId, address: Address, args: Payload, sync: bool) -> Call<R> {
+        let limits = self.frame.host.limits();
+        if self.frame.depth >= limits.depth_max {
+            let abort = Abort::limit(format!(
+                "call depth would exceed {} (calling {})",
+                limits.depth_max,
+                self.frame.host.app().describe(function)
+            ));
+            self.frame.force(abort.clone());
+            return Call::failed(abort);
+        }
+        let child = {
+            let mut calls = self.frame.calls.borrow_mut();
+            if calls.len() >= limits.fan_out_max as usize {
+                drop(calls);
+                let abort = Abort::limit(format!("an invocation issued more than {} calls", limits.fan_out_max));
+                self.frame.force(abort.clone());
+                return Call::failed(abort);
+            }
+            calls.push(CallSlot::default());
+            (calls.len() - 1) as u32
+        };
+        self.frame.host.call(&self.frame, child, function, address, args, sync);
+        Call {
+            state: CallState::Issued {
+                frame: self.frame.clone(),
+                child,
+            },
+            _result: PhantomData,
+        }
+    }
+}
+
+/// The pending result of [`Ctx::call`].
+#[must_use = "a call runs whether or not it is awaited; await it to get its result"]
+pub struct Call<R> {
+    state: CallState,
+    _result: PhantomData<fn() -> R>,
+}
+
+enum CallState {
+    Issued { frame: Rc<Frame>, child: u32 },
+    Failed(Option<Abort>),
+}
+
+impl<R> Call<R> {
+    fn failed(abort: Abort) -> Call<R> {
+        Call {
+            state: CallState::Failed(Some(abort)),
+            _result: PhantomData,
+        }
+    }
+}
+
+impl<R: Decode> Future for Call<R> {
+    type Output = Result<R, Abort>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        match &mut this.state {
+            CallState::Failed(e) => Poll::Ready(Err(e.take().expect("Call polled after completion"))),
+            CallState::Issued { frame, child } => {
+                let mut calls = frame.calls.borrow_mut();
+                let slot = &mut calls[*child as usize];
+                match slot.result.take() {
+                    Some(Ok(payload)) => Poll::Ready(
+                        payload
+                            .decode::<R>()
+                            .map_err(|e| Abort::bad_arguments(format!("result of call {child}: {e}"))),
+                    ),
+                    Some(Err(abort)) => Poll::Ready(Err(abort)),
+                    None => {
+                        slot.waker = Some(cx.waker().clone());
+                        Poll::Pending
+                    }
+                }
+            }
+        }
+    }
+}

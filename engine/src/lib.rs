@@ -1,0 +1,46 @@
+//! The deterministic core of Styx: transactional stateful functions run as
+//! epochs of deterministic transactions (Aria-style optimistic execution with
+//! a Calvin-style fallback), one shard per core.
+//!
+//! The core does no I/O, reads no clock and starts no thread: a [`Shard`] is
+//! a state machine driven by the production runtime or by the [`sim`]ulator,
+//! so any run can be replayed from its inputs.
+//!
+//! - [`App`], [`Ctx`]: the programming model (operators, functions, calls).
+//! - [`Shard`]: the epoch protocol on one shard.
+//! - [`Serial`]: the same functions run serially, as oracle and ceiling.
+//! - [`sim::Sim`]: every shard in one thread, messages in a seeded order.
+
+#![forbid(unsafe_code)]
+
+mod abort;
+mod app;
+mod bytes;
+mod codec;
+mod config;
+mod ctx;
+mod epoch;
+mod history;
+mod ids;
+mod key;
+mod message;
+pub mod rng;
+mod serial;
+mod shard;
+pub mod sim;
+mod store;
+mod value;
+
+pub use abort::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind};
+pub use app::{App, BodyFuture, FnKind, Function, Operator, PARTITIONS_MAX};
+pub use bytes::{mix64, stable_hash};
+pub use codec::{Decode, DecodeError, Encode, PAYLOAD_LEN_MAX, Payload, Writer};
+pub use config::{Batch, Config, Durability, Outcome, Reply, Request, Token};
+pub use ctx::{Call, CallLimits, Ctx};
+pub use history::{EpochRecord, serial_order};
+pub use ids::{Address, Epoch, FnId, OpId, SHARDS_MAX, ShardId, ShardSet, Tid, partition_owner};
+pub use key::{KEY_LEN_MAX, Key, KeyPart};
+pub use message::{Invoke, Message, Parent, Phase, Reply as CallReply, flags};
+pub use serial::Serial;
+pub use shard::{Outputs, Shard, Stage, Stats};
+pub use value::{Load, Store, VALUE_INLINE_MAX, Value};

@@ -1,0 +1,134 @@
+//! What shards say to each other.
+//!
+//! Messages travel in batches (a `Vec<Message>` per destination per step) over
+//! FIFO links: the protocol relies on per-link order (a `Finish` follows the
+//! invocations of its transaction; `Done2` follows every `Finish` its sender
+//! sent). Messages of a later stage than the receiver's are deferred by the
+//! receiver, never dropped.
+
+use crate::abort::Abort;
+use crate::codec::Payload;
+use crate::ids::{Address, Epoch, FnId, ShardId, ShardSet, Tid};
+
+/// The two execution phases of an epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Phase {
+    /// Optimistic execution against the epoch's start state.
+    Optimistic = 1,
+    /// Calvin-style re-execution of the transactions that must not commit.
+    Fallback = 2,
+}
+
+/// Who waits for an invocation's reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parent {
+    /// The transaction's root: the reply goes to its coordinator.
+    Root { coordinator: ShardId, index: u32 },
+    /// A call: the reply goes to child slot `child` of invocation `task`.
+    Call { shard: ShardId, task: u32, child: u32 },
+}
+
+impl Parent {
+    pub fn shard(self) -> ShardId {
+        match self {
+            Parent::Root { coordinator, .. } => coordinator,
+            Parent::Call { shard, .. } => shard,
+        }
+    }
+}
+
+/// Run `function` at `address` as part of transaction `tid`.
+#[derive(Clone, Debug)]
+pub struct Invoke {
+    pub epoch: Epoch,
+    pub phase: Phase,
+    pub tid: Tid,
+    pub now_us: u64,
+    pub function: FnId,
+    pub address: Address,
+    pub args: Payload,
+    pub seed: u64,
+    pub depth: u16,
+    pub parent: Parent,
+}
+
+/// An invocation and all it called have finished.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    pub parent: Parent,
+    /// What the invocation's body returned.
+    pub result: Result<Payload, Abort>,
+    /// The transaction-level abort of the subtree, if any: the invocation's
+    /// own, else its lowest-numbered child's (a deterministic choice).
+    pub tree_abort: Option<Abort>,
+    /// The shards the subtree ran on.
+    pub participants: ShardSet,
+}
+
+/// A message between shards.
+#[derive(Clone, Debug)]
+pub enum Message {
+    Invoke(Invoke),
+    Reply(Reply),
+    /// The sender's roots of `epoch` all finished phase 1.
+    Done1 {
+        epoch: Epoch,
+        /// The sender's sequencer counter after sealing the epoch.
+        lc: u64,
+        /// Transactions coordinated by the sender that aborted by their own
+        /// logic: their accesses do not count as reservations.
+        aborted: Vec<Tid>,
+    },
+    /// Conflict flags the sender found for the keys it owns.
+    Flags {
+        epoch: Epoch,
+        flags: Vec<(Tid, u8)>,
+    },
+    /// A phase-2 transaction finished: apply (`commit`) or discard its
+    /// buffered writes and release its locks.
+    Finish {
+        epoch: Epoch,
+        tid: Tid,
+        commit: bool,
+    },
+    /// The sender's phase-2 roots of `epoch` all finished.
+    Done2 {
+        epoch: Epoch,
+        pending: bool,
+    },
+    /// The sender's input log is durable through `epoch`.
+    Durable {
+        epoch: Epoch,
+    },
+}
+
+impl Message {
+    /// The epoch and phase this message belongs to, for deferral; `None`
+    /// for messages that can be handled at any time.
+    pub(crate) fn stage(&self) -> Option<(Epoch, Phase)> {
+        match self {
+            Message::Invoke(inv) => Some((inv.epoch, inv.phase)),
+            Message::Done1 { epoch, .. } | Message::Flags { epoch, .. } | Message::Done2 { epoch, .. } => {
+                Some((*epoch, Phase::Optimistic))
+            }
+            Message::Finish { epoch, .. } => Some((*epoch, Phase::Fallback)),
+            Message::Reply(_) | Message::Durable { .. } => None,
+        }
+    }
+}
+
+/// Conflict flags (protocol §4).
+pub mod flags {
+    /// Wrote a key a smaller tid also wrote.
+    pub const WAW: u8 = 1;
+    /// Read a key a smaller tid wrote.
+    pub const RAW: u8 = 2;
+    /// Wrote a key a smaller tid read.
+    pub const WAR: u8 = 4;
+
+    /// Aria with deterministic reordering.
+    #[inline]
+    pub fn commits(f: u8) -> bool {
+        f & WAW == 0 && (f & RAW == 0 || f & WAR == 0)
+    }
+}

@@ -1,0 +1,1347 @@
+//! One shard: a deterministic state machine that runs the epoch protocol.
+//!
+//! The shard takes inputs (client requests, batches of peer messages, ticks,
+//! "log durable") and produces outputs (peer messages, log batches,
+//! replies). It has no thread, clock, disk or socket: a driver moves its
+//! messages (the production runtime over a channel mesh, the simulator in
+//! one thread in a seeded order), which is what makes every run replayable.
+//!
+//! An epoch, seen from one shard (protocol.md §2–§5):
+//!
+//! 1. **Seal**: take pending requests, assign tids `lc * n + sid`; start the
+//!    roots of its transactions (plus those rescheduled from the last epoch).
+//! 2. **Phase 1**: run invocations against the epoch-start state, buffering
+//!    writes and recording accesses. Each invocation replies to its parent
+//!    once its body returned and all its children replied, so a root's reply
+//!    means its whole call graph finished (exact, one message per call).
+//!    When all its roots are done a shard broadcasts `Done1` with its
+//!    logic-aborted tids.
+//! 3. **Check**: with every `Done1` in, each shard computes reservations and
+//!    flags for the entities it owns and broadcasts them (`Flags`); with all
+//!    flags in, every shard applies the same rule to the ORed flags: commit
+//!    phase-1 winners, build tid-ordered lock queues for the rest.
+//! 4. **Phase 2**: coordinators re-run their fallback roots; an invocation
+//!    runs once its transaction heads its entity's queue. When a root is
+//!    done its coordinator sends `Finish` (apply or discard, release) to every
+//!    participant. A re-execution that leaves its recorded set is discarded
+//!    and rescheduled to the next epoch with the same tid.
+//! 5. **End**: with every `Done2` in, the epoch is over; its replies leave
+//!    once its input is durable on every shard.
+
+use crate::abort::Abort;
+use crate::app::{App, FnKind};
+use crate::config::{Batch, Config, Durability, Outcome, Reply as ClientReply, Request, Token};
+use crate::ctx::{CallLimits, Ctx, Frame, Host, NO_INDEX, root_seed};
+use crate::epoch::{Tables, Write};
+use crate::history::EpochRecord;
+use crate::ids::{Address, Epoch, FnId, SHARDS_MAX, ShardId, ShardSet, Tid, partition_owner};
+use crate::key::Key;
+use crate::message::{Invoke, Message, Parent, Phase, Reply, flags};
+use crate::store::{Map, Store, new_map};
+use crate::value::Value;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::rc::Rc;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+/// Where the shard is in the current epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Between epochs.
+    Idle,
+    /// Phase 1 running; this shard's roots are not all done.
+    Exec1,
+    /// Sent `Done1`; waiting for every shard's.
+    Wait1,
+    /// Sent `Flags`; waiting for every shard's.
+    Check,
+    /// Phase 2 running; this shard's fallback roots are not all done.
+    Exec2,
+    /// Sent `Done2`; waiting for every shard's.
+    Wait2,
+}
+
+/// Counters a driver can report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub epochs: u64,
+    /// Transactions coordinated here that committed.
+    pub committed: u64,
+    /// ... that aborted by their own logic.
+    pub aborted: u64,
+    /// ... that needed the phase-2 re-execution.
+    pub reexecuted: u64,
+    /// ... that were rescheduled to the next epoch.
+    pub rescheduled: u64,
+    /// Invocations run here (both phases).
+    pub invocations: u64,
+}
+
+/// Everything a shard wants the driver to do.
+#[derive(Default)]
+pub struct Outputs {
+    /// Message batches per destination shard (the shard's own slot stays empty).
+    pub messages: Vec<Vec<Message>>,
+    pub replies: Vec<ClientReply>,
+    pub log: Vec<Batch>,
+    pub history: Vec<EpochRecord>,
+}
+
+impl Outputs {
+    pub fn is_empty(&self) -> bool {
+        self.messages.iter().all(Vec::is_empty) && self.replies.is_empty() && self.log.is_empty()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The host: what running functions see of the shard.
+
+struct ExecState {
+    store: Store,
+    tables: Tables,
+    phase: Phase,
+    epoch: Epoch,
+    local: VecDeque<Message>,
+    outbox: Vec<Vec<Message>>,
+}
+
+struct Exec {
+    app: Arc<App>,
+    limits: CallLimits,
+    id: ShardId,
+    n_shards: u16,
+    st: RefCell<ExecState>,
+}
+
+impl Exec {
+    fn phase_index(phase: Phase) -> usize {
+        match phase {
+            Phase::Optimistic => 0,
+            Phase::Fallback => 1,
+        }
+    }
+
+    /// The partition and owner of an address.
+    fn locate(&self, function: FnId, address: &Address) -> (u32, ShardId) {
+        let partitions = self.app.operator_info(function.op).partitions();
+        let partition = match address {
+            Address::Entity(key) => key.partition(partitions),
+            Address::Partition(p) => *p,
+        };
+        (partition, partition_owner(partition, self.n_shards))
+    }
+
+    fn route(&self, st: &mut ExecState, to: ShardId, msg: Message) {
+        if to == self.id {
+            st.local.push_back(msg);
+        } else {
+            st.outbox[to as usize].push(msg);
+        }
+    }
+}
+
+impl Host for Exec {
+    fn app(&self) -> &App {
+        &self.app
+    }
+
+    fn limits(&self) -> CallLimits {
+        self.limits
+    }
+
+    fn read(&self, frame: &Frame, f: &mut dyn FnMut(Option<&Value>)) -> Result<(), Abort> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        let phase = Exec::phase_index(st.phase);
+        let a = &mut st.tables.accesses[phase][frame.access.get() as usize];
+        match &a.write {
+            Write::Put(v) => f(Some(v)),
+            Write::Delete => f(None),
+            Write::None => {
+                a.read = true;
+                let slot = st.tables.touched[a.touched as usize].slot;
+                f(st.store.entries[slot as usize].value.as_ref());
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&self, frame: &Frame, value: Option<Value>) -> Result<(), Abort> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        let phase = Exec::phase_index(st.phase);
+        let index = frame.access.get() as usize;
+        if st.phase == Phase::Fallback {
+            // A write into a partition that a fallback transaction scans must
+            // be ordered against that scan: only writers recorded in phase 1
+            // are in the partition's queue.
+            let part_slot = st.tables.accesses[phase][index].part_slot;
+            if let Some(p) = st.tables.touched_ordinal(&st.store, part_slot) {
+                let q = st.tables.touched[p as usize].queue;
+                if q != NO_INDEX && !st.tables.in_queue(q, frame.tid) {
+                    frame.force(Abort::drift());
+                    return Err(Abort::drift());
+                }
+            }
+        }
+        st.tables.accesses[phase][index].write = match value {
+            Some(v) => Write::Put(v),
+            None => Write::Delete,
+        };
+        Ok(())
+    }
+
+    fn call(&self, frame: &Frame, child: u32, function: FnId, address: Address, args: Payload, _sync: bool) {
+        let (_, owner) = self.locate(function, &address);
+        let mut st = self.st.borrow_mut();
+        let msg = Message::Invoke(Invoke {
+            epoch: st.epoch,
+            phase: st.phase,
+            tid: frame.tid,
+            now_us: frame.now_us,
+            function,
+            address,
+            args,
+            seed: frame.child_seed(child),
+            depth: frame.depth + 1,
+            parent: Parent::Call {
+                shard: self.id,
+                task: frame.task.get(),
+                child,
+            },
+        });
+        self.route(&mut st, owner, msg);
+    }
+
+    fn scan(&self, frame: &Frame, f: &mut dyn FnMut(&Key, &Value)) -> Result<(), Abort> {
+        let rows: Vec<(Key, Value)> = {
+            let mut guard = self.st.borrow_mut();
+            let st = &mut *guard;
+            let phase = Exec::phase_index(st.phase);
+            let op = frame.function.op;
+            st.tables.accesses[phase][frame.access.get() as usize].read = true;
+            let mut rows: Vec<(Key, Option<Value>)> = st
+                .store
+                .scan(op, frame.partition)
+                .into_iter()
+                .map(|(k, slot)| (k, st.store.entries[slot as usize].value.clone()))
+                .collect();
+            // Read your own writes: overlay this transaction's buffered
+            // writes to entities of the partition.
+            if let Some(txn) = st.tables.txn(frame.tid) {
+                let mut at = match phase {
+                    0 => st.tables.txns[txn as usize].head1,
+                    _ => st.tables.txns[txn as usize].head2,
+                };
+                while at != NO_INDEX {
+                    let a = &st.tables.accesses[phase][at as usize];
+                    let t = &st.tables.touched[a.touched as usize];
+                    if let (Some(key), true) = (&t.key, t.op == op && t.partition == frame.partition) {
+                        let new = match &a.write {
+                            Write::None => None,
+                            Write::Put(v) => Some(Some(v.clone())),
+                            Write::Delete => Some(None),
+                        };
+                        if let Some(new) = new {
+                            match rows.binary_search_by(|r| r.0.cmp(key)) {
+                                Ok(i) => rows[i].1 = new,
+                                Err(i) => rows.insert(i, (key.clone(), new)),
+                            }
+                        }
+                    }
+                    at = a.next;
+                }
+            }
+            rows.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect()
+        };
+        for (k, v) in &rows {
+            f(k, v);
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Invocations.
+
+struct Task {
+    frame: Rc<Frame>,
+    future: Option<crate::app::BodyFuture>,
+    parent: Parent,
+    body: Option<Result<Payload, Abort>>,
+    replies: u32,
+    /// The lowest-numbered child's tree abort.
+    child_abort: Option<(u32, Abort)>,
+    participants: ShardSet,
+}
+
+use crate::codec::Payload;
+
+/// A transaction coordinated (sequenced) by this shard.
+struct Coordinated {
+    tid: Tid,
+    token: Token,
+    request: Request,
+    now_us: u64,
+    /// Shards its phase-1 execution touched.
+    participants: ShardSet,
+    status: Status,
+}
+
+enum Status {
+    Running,
+    /// Phase 1 finished: its root's result and the transaction's abort.
+    Ran {
+        result: Result<Payload, Abort>,
+        abort: Option<Abort>,
+    },
+    Fallback,
+    Finished(Outcome),
+    Rescheduled,
+}
+
+/// The epoch machine's bookkeeping.
+struct Machine {
+    epoch: Epoch,
+    stage: Stage,
+    lc: u64,
+    lc_max: u64,
+    now_us: u64,
+    last_start_us: u64,
+    pending: VecDeque<(Token, Request)>,
+    replay: Option<VecDeque<Batch>>,
+    rescheduled: Vec<Coordinated>,
+    coords: Vec<Coordinated>,
+    running: usize,
+    done1: usize,
+    flags_in: usize,
+    done2: usize,
+    aborted: Vec<Tid>,
+    merged: Map<Tid, u8>,
+    any_pending: bool,
+    deferred: VecDeque<(ShardId, Message)>,
+    held: VecDeque<(Epoch, Vec<ClientReply>)>,
+    durable_local: Epoch,
+    durable_peers: Vec<Epoch>,
+    parked: Vec<Option<Invoke>>,
+    stats: Stats,
+    record: Option<EpochRecord>,
+}
+
+/// One shard of the engine.
+pub struct Shard {
+    exec: Rc<Exec>,
+    config: Config,
+    tasks: Vec<Option<Task>>,
+    free_tasks: Vec<u32>,
+    m: Machine,
+    outputs: Outputs,
+}
+
+impl Shard {
+    /// A shard with empty state, before epoch 1.
+    pub fn new(app: Arc<App>, config: Config, id: ShardId, n_shards: u16) -> Shard {
+        assert!(n_shards >= 1 && n_shards as usize <= SHARDS_MAX, "{n_shards} shards");
+        assert!(id < n_shards);
+        assert!(config.epoch_txns_max >= 1);
+        let store = Store::new(&app, id, n_shards);
+        let exec = Rc::new(Exec {
+            limits: config.limits,
+            app,
+            id,
+            n_shards,
+            st: RefCell::new(ExecState {
+                store,
+                tables: Tables::new(),
+                phase: Phase::Optimistic,
+                epoch: 0,
+                local: VecDeque::new(),
+                outbox: (0..n_shards).map(|_| Vec::new()).collect(),
+            }),
+        });
+        Shard {
+            exec,
+            config,
+            tasks: Vec::new(),
+            free_tasks: Vec::new(),
+            m: Machine {
+                epoch: 0,
+                stage: Stage::Idle,
+                lc: 0,
+                lc_max: 0,
+                now_us: 0,
+                last_start_us: 0,
+                pending: VecDeque::new(),
+                replay: None,
+                rescheduled: Vec::new(),
+                coords: Vec::new(),
+                running: 0,
+                done1: 0,
+                flags_in: 0,
+                done2: 0,
+                aborted: Vec::new(),
+                merged: new_map(),
+                any_pending: false,
+                deferred: VecDeque::new(),
+                held: VecDeque::new(),
+                durable_local: 0,
+                durable_peers: vec![0; n_shards as usize],
+                parked: Vec::new(),
+                stats: Stats::default(),
+                record: None,
+            },
+            outputs: Outputs {
+                messages: (0..n_shards).map(|_| Vec::new()).collect(),
+                ..Outputs::default()
+            },
+        }
+    }
+
+    pub fn id(&self) -> ShardId {
+        self.exec.id
+    }
+
+    pub fn n_shards(&self) -> u16 {
+        self.exec.n_shards
+    }
+
+    pub fn app(&self) -> &Arc<App> {
+        &self.exec.app
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.m.epoch
+    }
+
+    pub fn stage(&self) -> Stage {
+        self.m.stage
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.m.stats
+    }
+
+    /// A one-line account of the shard's machine, for diagnosing a stuck run.
+    pub fn describe(&self) -> String {
+        let live = self.tasks.iter().filter(|t| t.is_some()).count();
+        format!(
+            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, {} rescheduled, {} parked, done1 {} flags {} done2 {}",
+            self.exec.id,
+            self.m.epoch,
+            self.m.stage,
+            self.m.running,
+            live,
+            self.m.deferred.len(),
+            self.m.pending.len(),
+            self.m.rescheduled.len(),
+            self.m.parked.iter().filter(|p| p.is_some()).count(),
+            self.m.done1,
+            self.m.flags_in,
+            self.m.done2,
+        )
+    }
+
+    /// Requests waiting to be sequenced.
+    pub fn pending(&self) -> usize {
+        self.m.pending.len()
+    }
+
+    /// Whether nothing is running, waiting or held here.
+    pub fn is_quiet(&self) -> bool {
+        self.m.stage == Stage::Idle
+            && self.m.pending.is_empty()
+            && self.m.rescheduled.is_empty()
+            && self.m.held.is_empty()
+            && self.m.replay.as_ref().is_none_or(VecDeque::is_empty)
+    }
+
+    /// Checks a request before it is accepted: the function exists, runs on
+    /// that kind of address, and the partition is in range.
+    pub fn validate(app: &App, request: &Request) -> Result<(), Abort> {
+        let f = request.function;
+        if f.op.0 as usize >= app.operator_count() {
+            return Err(Abort::unknown(format!("no operator {}", f.op.0)));
+        }
+        let op = app.operator_info(f.op);
+        if f.index as usize >= op.functions().count() {
+            return Err(Abort::unknown(format!("no function {} on {}", f.index, op.name())));
+        }
+        match (&request.address, app.function_info(f).kind()) {
+            (Address::Entity(_), FnKind::Entity) => Ok(()),
+            (Address::Partition(p), FnKind::Partition) if *p < op.partitions() => Ok(()),
+            (Address::Partition(p), FnKind::Partition) => Err(Abort::unknown(format!(
+                "{} has {} partitions, not {}",
+                op.name(),
+                op.partitions(),
+                p + 1
+            ))),
+            (_, kind) => Err(Abort::unknown(format!("{} is a {kind:?} function", app.describe(f)))),
+        }
+    }
+
+    /// Accepts a client request for sequencing. Refused (with a `Rejected`
+    /// abort, nothing run) when too many are waiting.
+    pub fn submit(&mut self, token: Token, request: Request) -> Result<(), Abort> {
+        Shard::validate(&self.exec.app, &request)?;
+        assert!(self.m.replay.is_none(), "submit while replaying");
+        if self.m.pending.len() >= self.config.pending_txns_max {
+            return Err(Abort::with_kind(
+                crate::AbortKind::Rejected,
+                format!("shard {} has {} requests waiting", self.id(), self.m.pending.len()),
+            ));
+        }
+        self.m.pending.push_back((token, request));
+        self.maybe_start();
+        self.run_local();
+        Ok(())
+    }
+
+    /// Queues logged batches to run instead of live requests (recovery,
+    /// replay tests). Batches must be for consecutive epochs after the
+    /// current one; an epoch without a batch for this shard runs empty here.
+    pub fn replay(&mut self, batches: impl IntoIterator<Item = Batch>) {
+        let queue = self.m.replay.get_or_insert_with(VecDeque::new);
+        for b in batches {
+            assert_eq!(
+                b.shard, self.exec.id,
+                "batch of shard {} replayed on {}",
+                b.shard, self.exec.id
+            );
+            assert!(queue.back().is_none_or(|last| last.epoch < b.epoch));
+            assert!(b.epoch > self.m.epoch);
+            queue.push_back(b);
+        }
+        self.maybe_start();
+        self.run_local();
+    }
+
+    /// Advances the shard's clock (µs since the Unix epoch).
+    pub fn tick(&mut self, now_us: u64) {
+        self.m.now_us = self.m.now_us.max(now_us);
+        self.maybe_start();
+        self.run_local();
+    }
+
+    /// The driver made this shard's log durable through `epoch`.
+    pub fn log_durable(&mut self, epoch: Epoch) {
+        assert_eq!(self.config.durability, Durability::Log);
+        if epoch <= self.m.durable_local {
+            return;
+        }
+        self.m.durable_local = epoch;
+        for peer in 0..self.exec.n_shards {
+            if peer != self.exec.id {
+                self.outputs.messages[peer as usize].push(Message::Durable { epoch });
+            }
+        }
+        self.release_replies();
+    }
+
+    /// Handles a batch of messages from shard `from`.
+    pub fn receive(&mut self, from: ShardId, batch: Vec<Message>) {
+        for msg in batch {
+            self.handle(from, msg);
+        }
+        self.run_local();
+    }
+
+    /// Moves everything the shard produced into `out` (which should be
+    /// empty: its vectors are swapped, keeping allocations in circulation).
+    pub fn drain(&mut self, out: &mut Outputs) {
+        {
+            let mut st = self.exec.st.borrow_mut();
+            for (to, msgs) in st.outbox.iter_mut().enumerate() {
+                if !msgs.is_empty() {
+                    self.outputs.messages[to].append(msgs);
+                }
+            }
+        }
+        if out.messages.len() != self.outputs.messages.len() {
+            out.messages = (0..self.outputs.messages.len()).map(|_| Vec::new()).collect();
+        }
+        for (a, b) in out.messages.iter_mut().zip(self.outputs.messages.iter_mut()) {
+            std::mem::swap(a, b);
+        }
+        std::mem::swap(&mut out.replies, &mut self.outputs.replies);
+        std::mem::swap(&mut out.log, &mut self.outputs.log);
+        std::mem::swap(&mut out.history, &mut self.outputs.history);
+    }
+
+    /// Every live entity's `(operator, key, value)` on this shard.
+    pub fn for_each_entity(&self, mut f: impl FnMut(crate::OpId, &Key, &Value)) {
+        let st = self.exec.st.borrow();
+        for (op, _, key, value) in st.store.iter() {
+            f(op, key, value);
+        }
+    }
+
+    /// The number of live entities on this shard.
+    pub fn entity_count(&self) -> usize {
+        self.exec.st.borrow().store.live()
+    }
+
+    /// Sets an entity's state outside any transaction (bulk loading before
+    /// the first epoch, recovery). The key must belong to this shard.
+    pub fn load(&mut self, op: crate::OpId, key: &Key, value: Option<Value>) {
+        assert_eq!(self.m.stage, Stage::Idle, "load while an epoch runs");
+        let partitions = self.exec.app.operator_info(op).partitions();
+        let partition = key.partition(partitions);
+        assert_eq!(
+            partition_owner(partition, self.exec.n_shards),
+            self.exec.id,
+            "key {key} loaded on the wrong shard"
+        );
+        self.exec.st.borrow_mut().store.load(op, partition, key, value);
+    }
+
+    /// The shard that owns entity `key` of `op`.
+    pub fn owner(app: &App, n_shards: u16, op: crate::OpId, key: &Key) -> ShardId {
+        partition_owner(key.partition(app.operator_info(op).partitions()), n_shards)
+    }
+
+    // -----------------------------------------------------------------------
+    // The epoch machine.
+
+    fn can_start(&self) -> bool {
+        if self.m.stage != Stage::Idle {
+            return false;
+        }
+        match &self.m.replay {
+            Some(q) => !q.is_empty() || !self.m.rescheduled.is_empty(),
+            None => {
+                (!self.m.pending.is_empty() || !self.m.rescheduled.is_empty())
+                    && (self.m.epoch == 0
+                        || self.m.now_us >= self.m.last_start_us.saturating_add(self.config.epoch_gather_us)
+                        || self.m.pending.len() >= self.config.epoch_txns_max)
+            }
+        }
+    }
+
+    fn maybe_start(&mut self) {
+        if self.can_start() {
+            self.start_epoch();
+        }
+    }
+
+    fn start_epoch(&mut self) {
+        assert_eq!(self.m.stage, Stage::Idle);
+        assert!(
+            self.tasks.iter().all(Option::is_none),
+            "tasks left over from the last epoch"
+        );
+        let epoch = self.m.epoch + 1;
+        self.m.epoch = epoch;
+        self.m.stage = Stage::Exec1;
+        self.m.last_start_us = self.m.now_us;
+        {
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            st.tables.reset(&mut st.store);
+            st.phase = Phase::Optimistic;
+            st.epoch = epoch;
+        }
+        let n = u64::from(self.exec.n_shards);
+        let sid = u64::from(self.exec.id) + 1;
+        let mut coords = std::mem::take(&mut self.m.rescheduled);
+        let (now_us, sealed): (u64, Vec<(Tid, Token, Request)>) = match &mut self.m.replay {
+            Some(queue) => match queue.front() {
+                Some(b) if b.epoch == epoch => {
+                    let b = queue.pop_front().expect("front");
+                    self.m.lc = b.lc;
+                    (b.now_us, b.txns.into_iter().map(|(tid, r)| (tid, tid, r)).collect())
+                }
+                _ => (self.m.now_us, Vec::new()),
+            },
+            None => {
+                let take = self.m.pending.len().min(self.config.epoch_txns_max);
+                let mut sealed = Vec::with_capacity(take);
+                for (token, request) in self.m.pending.drain(..take) {
+                    self.m.lc += 1;
+                    sealed.push((self.m.lc * n + sid, token, request));
+                }
+                if self.config.durability == Durability::Log {
+                    self.outputs.log.push(Batch {
+                        epoch,
+                        shard: self.exec.id,
+                        lc: self.m.lc,
+                        now_us: self.m.now_us,
+                        txns: sealed.iter().map(|(tid, _, r)| (*tid, r.clone())).collect(),
+                    });
+                }
+                (self.m.now_us, sealed)
+            }
+        };
+        for (tid, token, request) in sealed {
+            coords.push(Coordinated {
+                tid,
+                token,
+                request,
+                now_us,
+                participants: ShardSet::EMPTY,
+                status: Status::Running,
+            });
+        }
+        if self.config.durability == Durability::None || self.m.replay.is_some() {
+            self.m.durable_local = epoch;
+        }
+        if self.config.record_history {
+            self.m.record = Some(EpochRecord {
+                epoch,
+                shard: self.exec.id,
+                ..EpochRecord::default()
+            });
+        }
+        self.m.running = coords.len();
+        for (index, c) in coords.iter_mut().enumerate() {
+            c.participants = ShardSet::EMPTY;
+            c.status = Status::Running;
+            self.dispatch_root(c, index as u32, epoch, Phase::Optimistic);
+        }
+        self.m.coords = coords;
+        if self.m.running == 0 {
+            self.send_done1();
+        }
+        self.redeliver();
+    }
+
+    fn dispatch_root(&self, c: &Coordinated, index: u32, epoch: Epoch, phase: Phase) {
+        let (_, owner) = self.exec.locate(c.request.function, &c.request.address);
+        let msg = Message::Invoke(Invoke {
+            epoch,
+            phase,
+            tid: c.tid,
+            now_us: c.now_us,
+            function: c.request.function,
+            address: c.request.address.clone(),
+            args: c.request.args.clone(),
+            seed: root_seed(c.tid),
+            depth: 0,
+            parent: Parent::Root {
+                coordinator: self.exec.id,
+                index,
+            },
+        });
+        let mut st = self.exec.st.borrow_mut();
+        self.exec.route(&mut st, owner, msg);
+    }
+
+    fn broadcast(&mut self, msg: Message) {
+        let mut st = self.exec.st.borrow_mut();
+        for to in 0..self.exec.n_shards {
+            self.exec.route(&mut st, to, msg.clone());
+        }
+    }
+
+    fn send_done1(&mut self) {
+        assert_eq!(self.m.stage, Stage::Exec1);
+        self.m.stage = Stage::Wait1;
+        let aborted: Vec<Tid> = self
+            .m
+            .coords
+            .iter()
+            .filter_map(|c| match &c.status {
+                Status::Ran { abort: Some(_), .. } => Some(c.tid),
+                _ => None,
+            })
+            .collect();
+        self.broadcast(Message::Done1 {
+            epoch: self.m.epoch,
+            lc: self.m.lc,
+            aborted,
+        });
+    }
+
+    fn on_done1(&mut self, lc: u64, aborted: Vec<Tid>) {
+        self.m.done1 += 1;
+        self.m.lc_max = self.m.lc_max.max(lc);
+        self.m.aborted.extend(aborted);
+        self.check_done1();
+    }
+
+    fn check_done1(&mut self) {
+        if self.m.stage != Stage::Wait1 || self.m.done1 < self.exec.n_shards as usize {
+            return;
+        }
+        let flags = {
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            for tid in &self.m.aborted {
+                if let Some(t) = st.tables.txn(*tid) {
+                    st.tables.txns[t as usize].aborted = true;
+                }
+            }
+            st.tables.conflict_flags(&st.store)
+        };
+        self.m.stage = Stage::Check;
+        self.broadcast(Message::Flags {
+            epoch: self.m.epoch,
+            flags,
+        });
+    }
+
+    fn on_flags(&mut self, flags: Vec<(Tid, u8)>) {
+        for (tid, f) in flags {
+            *self.m.merged.entry(tid).or_insert(0) |= f;
+        }
+        self.m.flags_in += 1;
+        if self.m.flags_in == self.exec.n_shards as usize {
+            assert_eq!(self.m.stage, Stage::Check);
+            self.decide();
+        }
+    }
+
+    /// All flags are in: commit phase-1 winners, queue the rest.
+    fn decide(&mut self) {
+        let merged = std::mem::replace(&mut self.m.merged, new_map());
+        let verdict = |tid: Tid| flags::commits(merged.get(&tid).copied().unwrap_or(0));
+        {
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            for t in 0..st.tables.txns.len() {
+                let txn = &mut st.tables.txns[t];
+                if txn.aborted {
+                    continue;
+                }
+                if verdict(txn.tid) {
+                    txn.committed = true;
+                }
+            }
+            if let Some(record) = &mut self.m.record {
+                record.edges = crate::history::phase1_edges(&st.tables, &st.store);
+            }
+            for t in 0..st.tables.txns.len() {
+                if st.tables.txns[t].committed {
+                    st.tables.apply(&mut st.store, 0, t as u32);
+                }
+            }
+            st.tables.build_queues(&st.store, |t| !t.aborted && !t.committed);
+            st.phase = Phase::Fallback;
+        }
+        self.m.stage = Stage::Exec2;
+        self.m.running = 0;
+        let epoch = self.m.epoch;
+        for index in 0..self.m.coords.len() {
+            let c = &mut self.m.coords[index];
+            let Status::Ran { result, abort } = std::mem::replace(&mut c.status, Status::Fallback) else {
+                panic!("transaction {} not finished after phase 1", c.tid);
+            };
+            if let Some(abort) = abort {
+                c.status = Status::Finished(Outcome::Aborted(abort));
+                self.m.stats.aborted += 1;
+                if let Some(r) = &mut self.m.record {
+                    r.aborted1.push(c.tid);
+                }
+            } else if verdict(c.tid) {
+                let value = result.expect("a transaction without abort has a result");
+                c.status = Status::Finished(Outcome::Committed(value));
+                self.m.stats.committed += 1;
+                if let Some(r) = &mut self.m.record {
+                    r.committed1.push(c.tid);
+                }
+            } else {
+                self.m.stats.reexecuted += 1;
+                self.m.running += 1;
+                let c = &self.m.coords[index];
+                self.dispatch_root(c, index as u32, epoch, Phase::Fallback);
+            }
+        }
+        if self.m.running == 0 {
+            self.send_done2();
+        }
+        self.redeliver();
+    }
+
+    fn send_done2(&mut self) {
+        assert_eq!(self.m.stage, Stage::Exec2);
+        self.m.stage = Stage::Wait2;
+        let pending = match &self.m.replay {
+            Some(q) => !q.is_empty(),
+            None => !self.m.pending.is_empty(),
+        } || self.m.coords.iter().any(|c| matches!(c.status, Status::Rescheduled));
+        self.broadcast(Message::Done2 {
+            epoch: self.m.epoch,
+            pending,
+        });
+    }
+
+    fn on_done2(&mut self, pending: bool) {
+        self.m.done2 += 1;
+        self.m.any_pending |= pending;
+        if self.m.done2 == self.exec.n_shards as usize {
+            assert_eq!(self.m.stage, Stage::Wait2);
+            self.end_epoch();
+        }
+    }
+
+    fn end_epoch(&mut self) {
+        assert!(
+            self.tasks.iter().all(Option::is_none),
+            "tasks alive at the end of an epoch"
+        );
+        let epoch = self.m.epoch;
+        let mut replies = Vec::with_capacity(self.m.coords.len());
+        for c in self.m.coords.drain(..) {
+            match c.status {
+                Status::Finished(outcome) => replies.push(ClientReply {
+                    token: c.token,
+                    tid: c.tid,
+                    outcome,
+                }),
+                Status::Rescheduled => self.m.rescheduled.push(c),
+                _ => panic!("transaction {} unfinished at the end of epoch {epoch}", c.tid),
+            }
+        }
+        self.m.rescheduled.sort_by_key(|c| c.tid);
+        if let Some(mut record) = self.m.record.take() {
+            record.rescheduled = self.m.rescheduled.iter().map(|c| c.tid).collect();
+            self.outputs.history.push(record);
+        }
+        {
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            for t in &st.tables.touched {
+                if let Some(key) = &t.key
+                    && st.store.entries[t.slot as usize].value.is_none()
+                {
+                    st.store.reclaim(t.op, t.partition, key);
+                }
+            }
+        }
+        self.m.parked.clear();
+        self.m.held.push_back((epoch, replies));
+        self.m.lc = self.m.lc.max(self.m.lc_max);
+        self.m.done1 = 0;
+        self.m.flags_in = 0;
+        self.m.done2 = 0;
+        self.m.aborted.clear();
+        self.m.stage = Stage::Idle;
+        self.m.stats.epochs += 1;
+        self.release_replies();
+        let any_pending = std::mem::take(&mut self.m.any_pending);
+        if any_pending {
+            // Every shard saw the same `Done2`s, so all start together.
+            self.start_epoch();
+        } else {
+            self.maybe_start();
+            if self.m.stage == Stage::Idle {
+                // A peer that finished first may already have sent messages
+                // of the next epoch: they start it here.
+                self.redeliver();
+            }
+        }
+    }
+
+    /// The epoch through which every shard's input is durable.
+    fn durable_everywhere(&self) -> Epoch {
+        if self.config.durability == Durability::None || self.m.replay.is_some() {
+            return Epoch::MAX;
+        }
+        let peers = self
+            .m
+            .durable_peers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != self.exec.id as usize)
+            .map(|(_, e)| *e)
+            .min()
+            .unwrap_or(Epoch::MAX);
+        peers.min(self.m.durable_local)
+    }
+
+    fn release_replies(&mut self) {
+        let durable = self.durable_everywhere();
+        while let Some((epoch, _)) = self.m.held.front() {
+            if *epoch > durable {
+                break;
+            }
+            let (_, replies) = self.m.held.pop_front().expect("front");
+            self.outputs.replies.extend(replies);
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // Message handling.
+
+    fn run_local(&mut self) {
+        loop {
+            let next = self.exec.st.borrow_mut().local.pop_front();
+            match next {
+                Some(msg) => self.handle(self.exec.id, msg),
+                None => break,
+            }
+        }
+    }
+
+    /// Messages of a later stage than ours wait in `deferred`; an idle
+    /// shard that hears of the next epoch starts it.
+    fn handle(&mut self, from: ShardId, msg: Message) {
+        loop {
+            let Some((epoch, phase)) = msg.stage() else {
+                break;
+            };
+            if self.m.stage == Stage::Idle {
+                assert!(
+                    epoch > self.m.epoch,
+                    "message of finished epoch {epoch} at {}",
+                    self.m.epoch
+                );
+                if epoch == self.m.epoch + 1 {
+                    self.start_epoch();
+                    continue;
+                }
+                self.m.deferred.push_back((from, msg));
+                return;
+            }
+            assert!(
+                epoch >= self.m.epoch,
+                "message of finished epoch {epoch} at {}",
+                self.m.epoch
+            );
+            if epoch > self.m.epoch || (phase == Phase::Fallback && self.m.stage < Stage::Exec2) {
+                self.m.deferred.push_back((from, msg));
+                return;
+            }
+            break;
+        }
+        match msg {
+            Message::Invoke(inv) => self.on_invoke(inv),
+            Message::Reply(reply) => self.on_reply(reply),
+            Message::Done1 { lc, aborted, .. } => self.on_done1(lc, aborted),
+            Message::Flags { flags, .. } => self.on_flags(flags),
+            Message::Finish { tid, commit, .. } => self.on_finish(tid, commit),
+            Message::Done2 { pending, .. } => self.on_done2(pending),
+            Message::Durable { epoch } => {
+                let d = &mut self.m.durable_peers[from as usize];
+                *d = (*d).max(epoch);
+                self.release_replies();
+            }
+        }
+    }
+
+    fn redeliver(&mut self) {
+        let deferred = std::mem::take(&mut self.m.deferred);
+        for (from, msg) in deferred {
+            self.handle(from, msg);
+        }
+    }
+
+    fn on_invoke(&mut self, inv: Invoke) {
+        self.m.stats.invocations += 1;
+        match inv.phase {
+            Phase::Optimistic => {
+                let (slot, access) = {
+                    let mut guard = self.exec.st.borrow_mut();
+                    let st = &mut *guard;
+                    let (partition, owner) = self.exec.locate(inv.function, &inv.address);
+                    assert_eq!(owner, self.exec.id, "invocation routed to the wrong shard");
+                    let op = inv.function.op;
+                    let pseudo = st.store.partition(op, partition).pseudo;
+                    let (slot, key) = match &inv.address {
+                        Address::Entity(key) => (st.store.slot(op, partition, key), Some(key)),
+                        Address::Partition(_) => (pseudo, None),
+                    };
+                    let touched = st.tables.touch(&mut st.store, slot, op, partition, key);
+                    let txn = st.tables.txn_or_insert(inv.tid);
+                    let access = st.tables.access(0, txn, touched, pseudo);
+                    (slot, access)
+                };
+                self.start_task(inv, slot, access);
+            }
+            Phase::Fallback => self.admit_fallback(inv),
+        }
+    }
+
+    /// Runs a phase-2 invocation if its transaction holds the entity (and
+    /// the partition, when it is queued there), parks it otherwise, and
+    /// fails it as drift when the entity is outside its recorded set.
+    fn admit_fallback(&mut self, inv: Invoke) {
+        enum Admit {
+            Run { slot: u32, access: u32 },
+            Park(u32),
+            Drift,
+        }
+        let admit = {
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            let (partition, _) = self.exec.locate(inv.function, &inv.address);
+            let op = inv.function.op;
+            let pseudo = st.store.partition(op, partition).pseudo;
+            let slot = match &inv.address {
+                Address::Entity(key) => st.store.find(op, partition, key),
+                Address::Partition(_) => Some(pseudo),
+            };
+            let txn = st.tables.txn(inv.tid);
+            let ordinal = slot.and_then(|s| st.tables.touched_ordinal(&st.store, s));
+            match (slot, txn, ordinal) {
+                (Some(slot), Some(txn), Some(ordinal)) => {
+                    let q = st.tables.touched[ordinal as usize].queue;
+                    if q == NO_INDEX || !st.tables.in_queue(q, inv.tid) {
+                        Admit::Drift
+                    } else {
+                        let pq = match (&inv.address, st.tables.touched_ordinal(&st.store, pseudo)) {
+                            (Address::Entity(_), Some(p)) => {
+                                let pq = st.tables.touched[p as usize].queue;
+                                (pq != NO_INDEX && st.tables.in_queue(pq, inv.tid)).then_some(pq)
+                            }
+                            _ => None,
+                        };
+                        if !st.tables.holds(q, inv.tid) {
+                            Admit::Park(q)
+                        } else if let Some(pq) = pq.filter(|pq| !st.tables.holds(*pq, inv.tid)) {
+                            Admit::Park(pq)
+                        } else {
+                            let access = st.tables.access(1, txn, ordinal, pseudo);
+                            Admit::Run { slot, access }
+                        }
+                    }
+                }
+                _ => Admit::Drift,
+            }
+        };
+        match admit {
+            Admit::Run { slot, access } => self.start_task(inv, slot, access),
+            Admit::Park(q) => {
+                let index = self.m.parked.len() as u32;
+                self.m.parked.push(Some(inv));
+                self.exec.st.borrow_mut().tables.queues[q as usize].waiting.push(index);
+            }
+            Admit::Drift => {
+                let reply = Reply {
+                    parent: inv.parent,
+                    result: Err(Abort::drift()),
+                    tree_abort: Some(Abort::drift()),
+                    participants: ShardSet::one(self.exec.id),
+                };
+                self.send_reply(reply);
+            }
+        }
+    }
+
+    fn start_task(&mut self, inv: Invoke, slot: u32, access: u32) {
+        let (partition, _) = self.exec.locate(inv.function, &inv.address);
+        let frame = Rc::new(Frame::new(
+            self.exec.clone(),
+            inv.tid,
+            inv.now_us,
+            inv.function,
+            inv.address,
+            partition,
+            inv.depth,
+            inv.seed,
+        ));
+        frame.slot.set(slot);
+        frame.access.set(access);
+        let index = match self.free_tasks.pop() {
+            Some(i) => i,
+            None => {
+                self.tasks.push(None);
+                (self.tasks.len() - 1) as u32
+            }
+        };
+        frame.task.set(index);
+        let function = self.exec.app.function_info(inv.function);
+        let ctx = Ctx { frame: frame.clone() };
+        let args = inv.args;
+        let started = catch_unwind(AssertUnwindSafe(|| function.start(ctx, args)));
+        let (future, body) = match started {
+            Ok(f) => (Some(f), None),
+            Err(panic) => (None, Some(Err(Abort::from_panic(&*panic)))),
+        };
+        self.tasks[index as usize] = Some(Task {
+            frame,
+            future,
+            parent: inv.parent,
+            body,
+            replies: 0,
+            child_abort: None,
+            participants: ShardSet::one(self.exec.id),
+        });
+        self.poll_task(index);
+    }
+
+    fn poll_task(&mut self, index: u32) {
+        let task = self.tasks[index as usize].as_mut().expect("live task");
+        if let Some(future) = &mut task.future {
+            let mut cx = Context::from_waker(Waker::noop());
+            match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+                Ok(Poll::Pending) => {
+                    // Only replies wake a function; with none outstanding it
+                    // waits for something that will never come.
+                    if task.replies == task.frame.calls.borrow().len() as u32 {
+                        let future = task.future.take();
+                        let _ = catch_unwind(AssertUnwindSafe(move || drop(future)));
+                        let name = self.exec.app.describe(task.frame.function);
+                        task.body = Some(Err(Abort::stalled(&name)));
+                    }
+                }
+                Ok(Poll::Ready(result)) => {
+                    task.future = None;
+                    task.body = Some(result);
+                }
+                Err(panic) => {
+                    let future = task.future.take();
+                    // A future that panicked may panic again when dropped.
+                    let _ = catch_unwind(AssertUnwindSafe(move || drop(future)));
+                    task.body = Some(Err(Abort::from_panic(&*panic)));
+                }
+            }
+        }
+        self.maybe_complete(index);
+    }
+
+    fn maybe_complete(&mut self, index: u32) {
+        let task = self.tasks[index as usize].as_ref().expect("live task");
+        let issued = task.frame.calls.borrow().len() as u32;
+        if task.body.is_none() || task.replies < issued {
+            return;
+        }
+        let task = self.tasks[index as usize].take().expect("live task");
+        self.free_tasks.push(index);
+        let result = task.body.expect("body finished");
+        let own = task.frame.forced.borrow_mut().take().or_else(|| result.clone().err());
+        let tree_abort = own.or(task.child_abort.map(|(_, a)| a));
+        self.send_reply(Reply {
+            parent: task.parent,
+            result,
+            tree_abort,
+            participants: task.participants,
+        });
+    }
+
+    fn send_reply(&mut self, reply: Reply) {
+        let to = reply.parent.shard();
+        let mut st = self.exec.st.borrow_mut();
+        self.exec.route(&mut st, to, Message::Reply(reply));
+    }
+
+    fn on_reply(&mut self, reply: Reply) {
+        match reply.parent {
+            Parent::Call { task, child, .. } => {
+                let t = self.tasks[task as usize].as_mut().expect("reply for a live task");
+                t.replies += 1;
+                t.participants = t.participants.union(reply.participants);
+                if let Some(abort) = reply.tree_abort
+                    && t.child_abort.as_ref().is_none_or(|(c, _)| child < *c)
+                {
+                    t.child_abort = Some((child, abort));
+                }
+                let waker = {
+                    let mut calls = t.frame.calls.borrow_mut();
+                    let slot = &mut calls[child as usize];
+                    slot.result = Some(reply.result);
+                    slot.waker.take()
+                };
+                if let Some(w) = waker {
+                    w.wake();
+                }
+                if t.body.is_none() {
+                    self.poll_task(task);
+                } else {
+                    self.maybe_complete(task);
+                }
+            }
+            Parent::Root { index, .. } => self.on_root_done(index, reply),
+        }
+    }
+
+    fn on_root_done(&mut self, index: u32, reply: Reply) {
+        let epoch = self.m.epoch;
+        let c = &mut self.m.coords[index as usize];
+        match c.status {
+            Status::Running => {
+                c.participants = reply.participants;
+                c.status = Status::Ran {
+                    result: reply.result,
+                    abort: reply.tree_abort,
+                };
+                assert!(
+                    !matches!(&c.status, Status::Ran { abort: Some(a), .. } if a.is_drift()),
+                    "drift in phase 1"
+                );
+                self.m.running -= 1;
+                if self.m.running == 0 {
+                    self.send_done1();
+                }
+            }
+            Status::Fallback => {
+                let participants = c.participants.union(reply.participants);
+                let tid = c.tid;
+                let commit = match reply.tree_abort {
+                    Some(a) if a.is_drift() => {
+                        c.status = Status::Rescheduled;
+                        self.m.stats.rescheduled += 1;
+                        false
+                    }
+                    Some(a) => {
+                        c.status = Status::Finished(Outcome::Aborted(a));
+                        self.m.stats.aborted += 1;
+                        if let Some(r) = &mut self.m.record {
+                            r.fallback.push(tid);
+                        }
+                        false
+                    }
+                    None => {
+                        let value = reply.result.expect("no abort, so a result");
+                        c.status = Status::Finished(Outcome::Committed(value));
+                        self.m.stats.committed += 1;
+                        if let Some(r) = &mut self.m.record {
+                            r.fallback.push(tid);
+                        }
+                        true
+                    }
+                };
+                {
+                    let mut st = self.exec.st.borrow_mut();
+                    for to in participants.iter() {
+                        self.exec.route(&mut st, to, Message::Finish { epoch, tid, commit });
+                    }
+                }
+                self.m.running -= 1;
+                if self.m.running == 0 {
+                    self.send_done2();
+                }
+            }
+            _ => panic!("root of {} replied twice", c.tid),
+        }
+    }
+
+    fn on_finish(&mut self, tid: Tid, commit: bool) {
+        let wake: Vec<u32> = {
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            let Some(txn) = st.tables.txn(tid) else {
+                return;
+            };
+            if commit {
+                st.tables.apply(&mut st.store, 1, txn);
+            }
+            st.tables.txns[txn as usize].finished = true;
+            let mut wake = Vec::new();
+            for q in st.tables.queues_of(&st.store, txn) {
+                // Advance the head past finished holders.
+                let _ = st.tables.holds(q, Tid::MAX);
+                let queue = &mut st.tables.queues[q as usize];
+                if let Some(&holder) = queue.tids.get(queue.head) {
+                    let parked = &self.m.parked;
+                    let mut keep = Vec::new();
+                    for p in queue.waiting.drain(..) {
+                        let inv = parked[p as usize].as_ref().expect("parked invocation");
+                        if inv.tid == holder {
+                            wake.push(p);
+                        } else {
+                            keep.push(p);
+                        }
+                    }
+                    queue.waiting = keep;
+                }
+            }
+            wake
+        };
+        for p in wake {
+            let inv = self.m.parked[p as usize].take().expect("parked invocation");
+            self.admit_fallback(inv);
+        }
+    }
+}

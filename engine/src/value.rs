@@ -1,0 +1,200 @@
+//! Entity state values: rkyv bytes, read in place.
+//!
+//! A value is the rkyv archive of whatever type the operator's functions
+//! store. Small archives (an `i64` balance is 8 bytes) live inline in the
+//! state entry, so a write allocates nothing; larger ones live in a 16-byte
+//! aligned heap buffer. rkyv needs aligned bytes, and inline bytes inside an
+//! enum are not, so readers of an inline value get an aligned copy on the
+//! stack (at most [`VALUE_INLINE_MAX`] bytes: cheaper than a pointer chase).
+//!
+//! Reads are validated (`rkyv::access` with bytecheck): a function that reads
+//! a value as another type than the one written gets a clear abort, never
+//! undefined behaviour. For the small fixed-size types of the hot path the
+//! check costs about a nanosecond.
+
+use crate::abort::Abort;
+use rkyv::api::high::{HighDeserializer, HighSerializer, HighValidator};
+use rkyv::bytecheck::CheckBytes;
+use rkyv::rancor;
+use rkyv::ser::allocator::ArenaHandle;
+use rkyv::util::AlignedVec;
+use std::fmt;
+
+/// Archives up to this many bytes are stored inline.
+pub const VALUE_INLINE_MAX: usize = 30;
+
+/// One entity's state, as rkyv bytes.
+#[derive(Clone)]
+pub struct Value(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    Inline { len: u8, buf: [u8; VALUE_INLINE_MAX] },
+    Heap(Box<AlignedVec<16>>),
+}
+
+const _: () = assert!(std::mem::size_of::<Value>() == 32);
+const _: () = assert!(std::mem::size_of::<Option<Value>>() == 32);
+
+#[repr(C, align(16))]
+struct AlignedInline([u8; VALUE_INLINE_MAX + 2]);
+
+/// A type that can be stored as an entity's state.
+///
+/// Implemented for every type that derives rkyv's `Archive` and
+/// `Serialize`; there is nothing to implement by hand.
+pub trait Store: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> {}
+impl<T> Store for T where T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> {}
+
+/// A type that can be loaded from an entity's state: its archive can be
+/// validated and deserialized. Implemented for every type that derives
+/// rkyv's `Archive` and `Deserialize`, with `bytecheck`.
+pub trait Load:
+    rkyv::Archive<
+        Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+                      + rkyv::Deserialize<Self, HighDeserializer<rancor::Error>>,
+    > + Sized
+{
+}
+impl<T> Load for T where
+    T: rkyv::Archive<
+            Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
+                          + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
+        >
+{
+}
+
+impl Value {
+    /// Archives `v`, reusing `scratch` as the serializer's buffer.
+    pub fn encode<T: Store>(v: &T, scratch: &mut AlignedVec) -> Result<Value, Abort> {
+        scratch.clear();
+        let buf = std::mem::take(scratch);
+        let buf = rkyv::api::high::to_bytes_in::<_, rancor::Error>(v, buf)
+            .map_err(|e| Abort::state(format!("cannot archive {}: {e}", std::any::type_name::<T>())))?;
+        let value = Value::from_bytes(&buf);
+        *scratch = buf;
+        Ok(value)
+    }
+
+    /// A value from archive bytes (already validated by the caller or
+    /// produced by [`Value::encode`]).
+    pub fn from_bytes(bytes: &[u8]) -> Value {
+        if bytes.len() <= VALUE_INLINE_MAX {
+            let mut buf = [0; VALUE_INLINE_MAX];
+            buf[..bytes.len()].copy_from_slice(bytes);
+            Value(Repr::Inline {
+                len: bytes.len() as u8,
+                buf,
+            })
+        } else {
+            let mut heap = AlignedVec::<16>::with_capacity(bytes.len());
+            heap.extend_from_slice(bytes);
+            Value(Repr::Heap(Box::new(heap)))
+        }
+    }
+
+    /// The archive's length in bytes.
+    pub fn len(&self) -> usize {
+        match &self.0 {
+            Repr::Inline { len, .. } => *len as usize,
+            Repr::Heap(v) => v.len(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Calls `f` with the archive bytes, 16-byte aligned.
+    #[inline]
+    pub fn with_aligned<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        match &self.0 {
+            Repr::Inline { len, buf } => {
+                let mut aligned = AlignedInline([0; VALUE_INLINE_MAX + 2]);
+                aligned.0[..VALUE_INLINE_MAX].copy_from_slice(buf);
+                f(&aligned.0[..*len as usize])
+            }
+            Repr::Heap(v) => f(v.as_slice()),
+        }
+    }
+
+    /// A copy of the archive bytes (for snapshots and inspection).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.with_aligned(|b| b.to_vec())
+    }
+
+    /// Validates the archive as `T` and gives `f` the archived value.
+    pub fn read<T: Load, R>(&self, f: impl FnOnce(&T::Archived) -> R) -> Result<R, Abort> {
+        self.with_aligned(|bytes| match rkyv::access::<T::Archived, rancor::Error>(bytes) {
+            Ok(archived) => Ok(f(archived)),
+            Err(e) => Err(Abort::state(format!(
+                "stored value is not a valid {}: {e}",
+                std::any::type_name::<T>()
+            ))),
+        })
+    }
+
+    /// Validates and deserializes the archive as `T`.
+    pub fn decode<T: Load>(&self) -> Result<T, Abort> {
+        self.with_aligned(|bytes| {
+            rkyv::from_bytes::<T, rancor::Error>(bytes).map_err(|e| {
+                Abort::state(format!(
+                    "stored value is not a valid {}: {e}",
+                    std::any::type_name::<T>()
+                ))
+            })
+        })
+    }
+}
+
+impl PartialEq for Value {
+    fn eq(&self, other: &Value) -> bool {
+        self.with_aligned(|a| other.with_aligned(|b| a == b))
+    }
+}
+
+impl Eq for Value {}
+
+impl fmt::Debug for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.with_aligned(|b| {
+            f.write_str("Value(")?;
+            for byte in b {
+                write!(f, "{byte:02x}")?;
+            }
+            f.write_str(")")
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_values_roundtrip_inline() {
+        let mut scratch = AlignedVec::new();
+        let v = Value::encode(&-42i64, &mut scratch).unwrap();
+        assert!(matches!(v.0, Repr::Inline { .. }));
+        assert_eq!(v.decode::<i64>().unwrap(), -42);
+        assert_eq!(v.read::<i64, _>(|a| a.to_native()).unwrap(), -42);
+    }
+
+    #[test]
+    fn large_values_roundtrip_on_heap() {
+        let mut scratch = AlignedVec::new();
+        let s = "x".repeat(100);
+        let v = Value::encode(&s, &mut scratch).unwrap();
+        assert!(matches!(v.0, Repr::Heap(_)));
+        assert_eq!(v.decode::<String>().unwrap(), s);
+        assert_eq!(v.read::<String, _>(|a| a.len()).unwrap(), 100);
+    }
+
+    #[test]
+    fn reading_as_the_wrong_type_is_an_abort_not_ub() {
+        let mut scratch = AlignedVec::new();
+        let v = Value::encode(&7u8, &mut scratch).unwrap();
+        let err = v.decode::<i64>().unwrap_err();
+        assert!(err.message().contains("not a valid i64"), "{err}");
+    }
+}

@@ -1,0 +1,470 @@
+//! Shared by the engine's integration tests: two applications (a bank and
+//! an interpreter of random programs) and the serial-oracle check.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use styx_engine::rng::Rng;
+use styx_engine::sim::Sim;
+use styx_engine::{
+    Abort, Address, App, Batch, CallLimits, EpochRecord, Key, OpId, Outcome, Payload, Reply, Request, Serial, Tid,
+    Value, serial_order,
+};
+
+// ---------------------------------------------------------------------------
+// The bank: YCSB-T transfers.
+
+pub const START_BALANCE: i64 = 1_000_000;
+
+pub fn bank(partitions: u32) -> Arc<App> {
+    let mut app = App::new("bank");
+    let account = app.operator("account", partitions);
+    app.function(account, "deposit", |ctx, amount: i64| async move {
+        let balance = ctx.get::<i64>()?.unwrap_or(0);
+        ctx.put(&(balance + amount))?;
+        Ok(())
+    });
+    app.function(account, "transfer", |ctx, (creditor, amount): (u64, i64)| async move {
+        let balance = ctx.get::<i64>()?.unwrap_or(0);
+        ctx.call::<()>("account", creditor, "deposit", amount).await?;
+        let balance = balance - amount;
+        if balance < 0 {
+            return Err(Abort::new("insufficient credit"));
+        }
+        ctx.put(&balance)?;
+        Ok(())
+    });
+    app.function(account, "balance", |ctx, (): ()| async move {
+        Ok(ctx.get::<i64>()?.unwrap_or(0))
+    });
+    Arc::new(app)
+}
+
+pub fn transfer(app: &App, debtor: u64, creditor: u64, amount: i64) -> Request {
+    Request {
+        function: app.resolve("account", "transfer").unwrap(),
+        address: Address::Entity(Key::from(debtor)),
+        args: Payload::encode(&(creditor, amount)),
+    }
+}
+
+pub fn balance_of(v: &Value) -> i64 {
+    v.decode::<i64>().unwrap()
+}
+
+// ---------------------------------------------------------------------------
+// Random programs: an interpreter whose arguments are the program.
+
+/// One instruction of a random program, run by `node.run` on some entity.
+#[derive(Clone, Debug)]
+pub enum Instr {
+    /// acc = acc * 31 + value (0 if none).
+    Read,
+    /// put(acc + c).
+    Write(i64),
+    Delete,
+    /// acc = acc * 31 + call(key, program).
+    Call(u64, Vec<Instr>),
+    /// Call only if acc % m == 0: the entities a transaction touches depend
+    /// on what it read, so a re-execution can leave its recorded set.
+    CallIf(u64, u64, Vec<Instr>),
+    /// send(key, program), not awaited.
+    Send(u64, Vec<Instr>),
+    /// Two sync calls awaited together.
+    Join(u64, Vec<Instr>, u64, Vec<Instr>),
+    /// abort if acc % m == 0.
+    AbortIf(u64),
+    /// panic if acc % m == 0.
+    PanicIf(u64),
+    /// acc = acc * 31 + sum over a scan of partition p.
+    Scan(u32),
+    /// acc = acc * 31 + ctx.random() % 1000.
+    Random,
+}
+
+pub fn encode_program(prog: &[Instr], out: &mut Vec<u8>) {
+    fn sub(p: &[Instr], out: &mut Vec<u8>) {
+        let mut b = Vec::new();
+        encode_program(p, &mut b);
+        out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        out.extend_from_slice(&b);
+    }
+    for i in prog {
+        match i {
+            Instr::Read => out.push(b'R'),
+            Instr::Write(c) => {
+                out.push(b'W');
+                out.extend_from_slice(&c.to_le_bytes());
+            }
+            Instr::Delete => out.push(b'D'),
+            Instr::Call(k, p) => {
+                out.push(b'C');
+                out.extend_from_slice(&k.to_le_bytes());
+                sub(p, out);
+            }
+            Instr::CallIf(m, k, p) => {
+                out.push(b'I');
+                out.extend_from_slice(&m.to_le_bytes());
+                out.extend_from_slice(&k.to_le_bytes());
+                sub(p, out);
+            }
+            Instr::Send(k, p) => {
+                out.push(b'S');
+                out.extend_from_slice(&k.to_le_bytes());
+                sub(p, out);
+            }
+            Instr::Join(k1, p1, k2, p2) => {
+                out.push(b'J');
+                out.extend_from_slice(&k1.to_le_bytes());
+                sub(p1, out);
+                out.extend_from_slice(&k2.to_le_bytes());
+                sub(p2, out);
+            }
+            Instr::AbortIf(m) => {
+                out.push(b'A');
+                out.extend_from_slice(&m.to_le_bytes());
+            }
+            Instr::PanicIf(m) => {
+                out.push(b'P');
+                out.extend_from_slice(&m.to_le_bytes());
+            }
+            Instr::Scan(p) => {
+                out.push(b'Q');
+                out.extend_from_slice(&p.to_le_bytes());
+            }
+            Instr::Random => out.push(b'X'),
+        }
+    }
+}
+
+fn read_u64(b: &[u8], at: &mut usize) -> u64 {
+    let v = u64::from_le_bytes(b[*at..*at + 8].try_into().unwrap());
+    *at += 8;
+    v
+}
+
+fn read_sub(b: &[u8], at: &mut usize) -> Vec<u8> {
+    let n = u32::from_le_bytes(b[*at..*at + 4].try_into().unwrap()) as usize;
+    *at += 4;
+    let v = b[*at..*at + n].to_vec();
+    *at += n;
+    v
+}
+
+pub const NODE_PARTITIONS: u32 = 8;
+
+/// Panics that test programs raise on purpose are caught by the engine;
+/// keep them out of the output so real failures stand out.
+pub fn quiet_expected_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let msg = info
+                .payload()
+                .downcast_ref::<String>()
+                .map(String::as_str)
+                .or_else(|| info.payload().downcast_ref::<&str>().copied())
+                .unwrap_or("");
+            if !msg.starts_with("expected: ") {
+                default(info);
+            }
+        }));
+    });
+}
+
+pub fn programs() -> Arc<App> {
+    quiet_expected_panics();
+    let mut app = App::new("programs");
+    let node = app.operator("node", NODE_PARTITIONS);
+    app.function(node, "run", |ctx, prog: Vec<u8>| async move {
+        let mut acc = ctx.key().as_u64().unwrap() as i64;
+        let mut at = 0;
+        while at < prog.len() {
+            let op = prog[at];
+            at += 1;
+            match op {
+                b'R' => acc = acc.wrapping_mul(31).wrapping_add(ctx.get::<i64>()?.unwrap_or(0)),
+                b'W' => {
+                    let c = read_u64(&prog, &mut at) as i64;
+                    ctx.put(&acc.wrapping_add(c))?;
+                }
+                b'D' => ctx.delete()?,
+                b'C' => {
+                    let k = read_u64(&prog, &mut at);
+                    let p = read_sub(&prog, &mut at);
+                    let v = ctx.call::<i64>("node", k, "run", p).await?;
+                    acc = acc.wrapping_mul(31).wrapping_add(v);
+                }
+                b'I' => {
+                    let m = read_u64(&prog, &mut at);
+                    let k = read_u64(&prog, &mut at);
+                    let p = read_sub(&prog, &mut at);
+                    if acc.unsigned_abs() % m == 0 {
+                        let v = ctx.call::<i64>("node", k, "run", p).await?;
+                        acc = acc.wrapping_mul(31).wrapping_add(v);
+                    }
+                }
+                b'S' => {
+                    let k = read_u64(&prog, &mut at);
+                    let p = read_sub(&prog, &mut at);
+                    ctx.send("node", k, "run", p)?;
+                }
+                b'J' => {
+                    let k1 = read_u64(&prog, &mut at);
+                    let p1 = read_sub(&prog, &mut at);
+                    let k2 = read_u64(&prog, &mut at);
+                    let p2 = read_sub(&prog, &mut at);
+                    let a = ctx.call::<i64>("node", k1, "run", p1);
+                    let b = ctx.call::<i64>("node", k2, "run", p2);
+                    let (a, b) = futures_lite::future::zip(a, b).await;
+                    acc = acc.wrapping_mul(31).wrapping_add(a?).wrapping_add(b?.wrapping_mul(7));
+                }
+                b'A' => {
+                    let m = read_u64(&prog, &mut at);
+                    if acc.unsigned_abs() % m == 0 {
+                        return Err(Abort::new(format!("acc {acc} divisible by {m}")));
+                    }
+                }
+                b'P' => {
+                    let m = read_u64(&prog, &mut at);
+                    if acc.unsigned_abs() % m == 0 {
+                        panic!("expected: acc {acc} divisible by {m}");
+                    }
+                }
+                b'Q' => {
+                    let p = u32::from_le_bytes(prog[at..at + 4].try_into().unwrap());
+                    at += 4;
+                    let v = ctx.call_partition::<i64>("node", p, "sum", ()).await?;
+                    acc = acc.wrapping_mul(31).wrapping_add(v);
+                }
+                b'X' => acc = acc.wrapping_mul(31).wrapping_add((ctx.random() % 1000) as i64),
+                other => panic!("bad instruction {other}"),
+            }
+        }
+        Ok(acc)
+    });
+    app.partition_function(node, "sum", |ctx, (): ()| async move {
+        let mut sum: i64 = 0;
+        let mut n: i64 = 0;
+        ctx.scan::<i64>(|k, v| {
+            sum = sum
+                .wrapping_mul(17)
+                .wrapping_add(v.to_native())
+                .wrapping_add(k.as_u64().unwrap() as i64);
+            n += 1;
+        })?;
+        Ok(sum.wrapping_add(n))
+    });
+    Arc::new(app)
+}
+
+/// Generates race-free random programs: branches that run concurrently
+/// (sends, joined calls) get entities no other branch of the transaction
+/// touches; a sync chain may revisit the entities of its own branch.
+pub struct ProgramGen {
+    pub keys: u64,
+    pub depth_max: u32,
+    pub abort_rate: f64,
+    pub panic_rate: f64,
+    pub scan_rate: f64,
+}
+
+impl ProgramGen {
+    /// A transaction: the root key and its program.
+    pub fn transaction(&self, rng: &mut Rng) -> (u64, Vec<Instr>) {
+        let mut used = Vec::new();
+        let root = self.fresh_or_root(rng, &mut used);
+        let mut branch = vec![root];
+        let concurrent = !rng.chance(self.scan_rate);
+        let prog = self.program(rng, 0, &mut used, &mut branch, concurrent);
+        (root, prog)
+    }
+
+    fn fresh(&self, rng: &mut Rng, used: &mut Vec<u64>) -> Option<u64> {
+        if used.len() as u64 >= self.keys {
+            return None;
+        }
+        loop {
+            let k = rng.below(self.keys);
+            if !used.contains(&k) {
+                used.push(k);
+                return Some(k);
+            }
+        }
+    }
+
+    fn fresh_or_root(&self, rng: &mut Rng, used: &mut Vec<u64>) -> u64 {
+        self.fresh(rng, used).expect("enough keys")
+    }
+
+    fn program(
+        &self,
+        rng: &mut Rng,
+        depth: u32,
+        used: &mut Vec<u64>,
+        branch: &mut Vec<u64>,
+        concurrent: bool,
+    ) -> Vec<Instr> {
+        let mut prog = Vec::new();
+        let len = 1 + rng.below(5);
+        for _ in 0..len {
+            let roll = rng.below(100);
+            let nested = depth < self.depth_max && (used.len() as u64) + 4 < self.keys;
+            let instr = match roll {
+                0..=29 => Instr::Read,
+                30..=49 => Instr::Write(rng.below(100) as i64),
+                50..=52 => Instr::Delete,
+                53..=69 if nested => {
+                    // A sync call: revisit an entity of this branch, or a new one.
+                    let k = if rng.chance(0.3) {
+                        branch[rng.below(branch.len() as u64) as usize]
+                    } else {
+                        let k = self.fresh_or_root(rng, used);
+                        branch.push(k);
+                        k
+                    };
+                    let p = self.program(rng, depth + 1, used, branch, concurrent);
+                    if rng.chance(0.3) {
+                        Instr::CallIf(2, k, p)
+                    } else {
+                        Instr::Call(k, p)
+                    }
+                }
+                70..=77 if nested && concurrent => {
+                    let k = self.fresh_or_root(rng, used);
+                    let mut own = vec![k];
+                    Instr::Send(k, self.program(rng, depth + 1, used, &mut own, concurrent))
+                }
+                78..=83 if nested && concurrent => {
+                    let k1 = self.fresh_or_root(rng, used);
+                    let k2 = self.fresh_or_root(rng, used);
+                    let p1 = self.program(rng, depth + 1, used, &mut vec![k1], concurrent);
+                    let p2 = self.program(rng, depth + 1, used, &mut vec![k2], concurrent);
+                    Instr::Join(k1, p1, k2, p2)
+                }
+                84..=89 if !concurrent => Instr::Scan(rng.below(u64::from(NODE_PARTITIONS)) as u32),
+                90..=94 => Instr::Random,
+                _ if rng.chance(self.abort_rate) => Instr::AbortIf(2 + rng.below(5)),
+                _ if rng.chance(self.panic_rate) => Instr::PanicIf(2 + rng.below(5)),
+                _ => Instr::Read,
+            };
+            prog.push(instr);
+        }
+        prog
+    }
+}
+
+pub fn program_request(app: &App, root: u64, prog: &[Instr]) -> Request {
+    let mut bytes = Vec::new();
+    encode_program(prog, &mut bytes);
+    Request {
+        function: app.resolve("node", "run").unwrap(),
+        address: Address::Entity(Key::from(root)),
+        args: Payload::encode(&bytes),
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The serial oracle.
+
+/// What a checked run did.
+#[derive(Debug, Default)]
+pub struct Checked {
+    pub committed: usize,
+    pub aborted: usize,
+    pub epochs: usize,
+}
+
+/// Checks a simulated run against serial execution: replays every epoch's
+/// transactions in the engine's serial order on a fresh serial executor
+/// loaded with `initial`, and requires the same reply for every transaction
+/// and the same final state.
+pub fn check_serial(
+    app: &Arc<App>,
+    limits: CallLimits,
+    initial: &[(OpId, Key, Value)],
+    logs: &[Batch],
+    history: &[EpochRecord],
+    replies: &[Reply],
+    final_state: &BTreeMap<(OpId, Key), Value>,
+) -> Checked {
+    let mut serial = Serial::new(app.clone(), limits);
+    for (op, k, v) in initial {
+        serial.load(*op, k.clone(), Some(v.clone()));
+    }
+    let mut requests: HashMap<Tid, (u64, Request)> = HashMap::new();
+    for b in logs {
+        for (tid, r) in &b.txns {
+            assert!(
+                requests.insert(*tid, (b.now_us, r.clone())).is_none(),
+                "tid {tid} logged twice"
+            );
+        }
+    }
+    let mut by_tid: HashMap<Tid, &Outcome> = HashMap::new();
+    for r in replies {
+        assert!(
+            by_tid.insert(r.tid, &r.outcome).is_none(),
+            "tid {} replied twice",
+            r.tid
+        );
+        if let Outcome::Aborted(a) = &r.outcome {
+            assert_ne!(
+                a.kind(),
+                styx_engine::AbortKind::Drift,
+                "a concurrency abort reached a client"
+            );
+        }
+    }
+    let mut epochs: BTreeMap<u64, Vec<&EpochRecord>> = BTreeMap::new();
+    for r in history {
+        epochs.entry(r.epoch).or_default().push(r);
+    }
+    let mut checked = Checked::default();
+    let mut seen = std::collections::HashSet::new();
+    for (epoch, records) in &epochs {
+        checked.epochs += 1;
+        for tid in serial_order(records.iter().copied()) {
+            assert!(seen.insert(tid), "tid {tid} ordered twice");
+            let (now, request) = &requests[&tid];
+            let expected = serial.execute(tid, *now, request);
+            let got = by_tid.get(&tid).unwrap_or_else(|| panic!("no reply for tid {tid}"));
+            assert_eq!(
+                **got, expected,
+                "reply of tid {tid} in epoch {epoch} differs from serial execution"
+            );
+            match expected {
+                Outcome::Committed(_) => checked.committed += 1,
+                Outcome::Aborted(_) => checked.aborted += 1,
+            }
+        }
+    }
+    assert_eq!(seen.len(), requests.len(), "some logged transactions never finished");
+    assert_eq!(by_tid.len(), requests.len(), "replies for unlogged transactions");
+    let expected = serial.snapshot();
+    if expected != *final_state {
+        let mut diffs = Vec::new();
+        for (k, v) in &expected {
+            if final_state.get(k) != Some(v) {
+                diffs.push(format!("{k:?}: serial {v:?}, engine {:?}", final_state.get(k)));
+            }
+        }
+        for (k, v) in final_state {
+            if !expected.contains_key(k) {
+                diffs.push(format!("{k:?}: serial none, engine {v:?}"));
+            }
+        }
+        panic!("final state differs from serial execution:\n{}", diffs.join("\n"));
+    }
+    checked
+}
+
+/// Runs a simulation to the end and checks it against the serial oracle.
+pub fn run_and_check(sim: &mut Sim, app: &Arc<App>, limits: CallLimits, initial: &[(OpId, Key, Value)]) -> Checked {
+    sim.run();
+    let replies = sim.take_replies();
+    let history = sim.take_history();
+    check_serial(app, limits, initial, &sim.logs(), &history, &replies, &sim.state())
+}
