@@ -39,7 +39,7 @@ fn run_seed(seed: u64, txns: u64) -> (Checked, styx_engine::Stats) {
     // Bursts of submissions between bursts of steps: epochs of varied size.
     let mut token = 0;
     while token < txns {
-        for _ in 0..1 + rng.below(30) {
+        for _ in 0..(1 + rng.below(30)).min(txns - token) {
             let (root, prog) = generator.transaction(&mut rng);
             let shard = rng.below(u64::from(shards)) as u16;
             sim.submit(shard, token, program_request(&app, root, &prog)).unwrap();
