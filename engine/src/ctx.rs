@@ -78,6 +78,8 @@ pub(crate) struct Frame {
     pub partition: u32,
     pub depth: u16,
     pub seed: u64,
+    /// Whether the function runs on an entity (else on a partition).
+    pub entity: bool,
     rng: Cell<u64>,
     pub host: Rc<dyn Host>,
     /// Host-specific numbers (the shard keeps its entry slot and access index here).
@@ -104,6 +106,7 @@ impl Frame {
         depth: u16,
         seed: u64,
     ) -> Frame {
+        let entity = matches!(address, Address::Entity(_));
         Frame {
             tid,
             now_us,
@@ -112,6 +115,7 @@ impl Frame {
             partition,
             depth,
             seed,
+            entity,
             rng: Cell::new(seed),
             host,
             slot: Cell::new(NO_INDEX),
@@ -136,7 +140,7 @@ impl Frame {
     }
 
     pub fn kind(&self) -> FnKind {
-        self.host.app().function_info(self.function).kind()
+        if self.entity { FnKind::Entity } else { FnKind::Partition }
     }
 }
 
@@ -209,8 +213,9 @@ impl Ctx {
         Ok(app.operator_info(id).partitions())
     }
 
+    #[inline]
     fn entity_only(&self, what: &str) -> Result<(), Abort> {
-        if self.frame.kind() != FnKind::Entity {
+        if !self.frame.entity {
             let abort = Abort::unknown(format!(
                 "{what} needs an entity; {} runs on a partition",
                 self.frame.host.app().describe(self.frame.function)

@@ -34,11 +34,25 @@ impl Key {
         Some(u64::from_be_bytes(bytes))
     }
 
+    /// The key's stable hash: it places the key in a partition (its low
+    /// bits, modulo the partition count) and in the partition's hash table
+    /// (its high bits), so it is computed once per invocation.
+    #[inline]
+    pub fn hash64(&self) -> u64 {
+        stable_hash(self.as_bytes())
+    }
+
     /// The partition that owns this key among `partitions`.
     #[inline]
     pub fn partition(&self, partitions: u32) -> u32 {
-        (stable_hash(self.as_bytes()) % u64::from(partitions)) as u32
+        partition_of(self.hash64(), partitions)
     }
+}
+
+/// The partition of a key with stable hash `hash` among `partitions`.
+#[inline]
+pub fn partition_of(hash: u64, partitions: u32) -> u32 {
+    (hash % u64::from(partitions)) as u32
 }
 
 impl fmt::Debug for Key {

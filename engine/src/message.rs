@@ -46,6 +46,10 @@ pub struct Invoke {
     pub now_us: u64,
     pub function: FnId,
     pub address: Address,
+    /// The address's partition, and its key's stable hash (0 for a
+    /// partition address): computed once by the sender.
+    pub partition: u32,
+    pub hash: u64,
     pub args: Payload,
     pub seed: u64,
     pub depth: u16,

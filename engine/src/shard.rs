@@ -36,6 +36,7 @@ use crate::epoch::{Tables, Write};
 use crate::history::EpochRecord;
 use crate::ids::{Address, Epoch, FnId, SHARDS_MAX, ShardId, ShardSet, Tid, partition_owner};
 use crate::key::Key;
+use crate::key::partition_of;
 use crate::message::{Invoke, Message, Parent, Phase, Reply, flags};
 use crate::store::{Map, Store, new_map};
 use crate::value::Value;
@@ -123,14 +124,20 @@ impl Exec {
         }
     }
 
-    /// The partition and owner of an address.
-    fn locate(&self, function: FnId, address: &Address) -> (u32, ShardId) {
-        let partitions = self.app.operator_info(function.op).partitions();
-        let partition = match address {
-            Address::Entity(key) => key.partition(partitions),
-            Address::Partition(p) => *p,
+    /// The partition, owner and key hash of an address.
+    #[inline]
+    fn locate(&self, function: FnId, address: &Address) -> (u32, ShardId, u64) {
+        let (partition, hash) = match address {
+            Address::Entity(key) => {
+                let hash = key.hash64();
+                (
+                    partition_of(hash, self.app.operator_info(function.op).partitions()),
+                    hash,
+                )
+            }
+            Address::Partition(p) => (*p, 0),
         };
-        (partition, partition_owner(partition, self.n_shards))
+        (partition, partition_owner(partition, self.n_shards), hash)
     }
 
     fn route(&self, st: &mut ExecState, to: ShardId, msg: Message) {
@@ -194,7 +201,7 @@ impl Host for Exec {
     }
 
     fn call(&self, frame: &Frame, child: u32, function: FnId, address: Address, args: Payload, _sync: bool) {
-        let (_, owner) = self.locate(function, &address);
+        let (partition, owner, hash) = self.locate(function, &address);
         let mut st = self.st.borrow_mut();
         let msg = Message::Invoke(Invoke {
             epoch: st.epoch,
@@ -203,6 +210,8 @@ impl Host for Exec {
             now_us: frame.now_us,
             function,
             address,
+            partition,
+            hash,
             args,
             seed: frame.child_seed(child),
             depth: frame.depth + 1,
@@ -707,7 +716,7 @@ impl Shard {
     }
 
     fn dispatch_root(&self, c: &Coordinated, index: u32, epoch: Epoch, phase: Phase) {
-        let (_, owner) = self.exec.locate(c.request.function, &c.request.address);
+        let (partition, owner, hash) = self.exec.locate(c.request.function, &c.request.address);
         let msg = Message::Invoke(Invoke {
             epoch,
             phase,
@@ -715,6 +724,8 @@ impl Shard {
             now_us: c.now_us,
             function: c.request.function,
             address: c.request.address.clone(),
+            partition,
+            hash,
             args: c.request.args.clone(),
             seed: root_seed(c.tid),
             depth: 0,
@@ -1034,12 +1045,11 @@ impl Shard {
                 let (slot, access) = {
                     let mut guard = self.exec.st.borrow_mut();
                     let st = &mut *guard;
-                    let (partition, owner) = self.exec.locate(inv.function, &inv.address);
-                    assert_eq!(owner, self.exec.id, "invocation routed to the wrong shard");
+                    let partition = inv.partition;
                     let op = inv.function.op;
                     let pseudo = st.store.partition(op, partition).pseudo;
                     let (slot, key) = match &inv.address {
-                        Address::Entity(key) => (st.store.slot(op, partition, key), Some(key)),
+                        Address::Entity(key) => (st.store.slot(op, partition, key, inv.hash), Some(key)),
                         Address::Partition(_) => (pseudo, None),
                     };
                     let touched = st.tables.touch(&mut st.store, slot, op, partition, key);
@@ -1065,11 +1075,11 @@ impl Shard {
         let admit = {
             let mut guard = self.exec.st.borrow_mut();
             let st = &mut *guard;
-            let (partition, _) = self.exec.locate(inv.function, &inv.address);
+            let partition = inv.partition;
             let op = inv.function.op;
             let pseudo = st.store.partition(op, partition).pseudo;
             let slot = match &inv.address {
-                Address::Entity(key) => st.store.find(op, partition, key),
+                Address::Entity(key) => st.store.find(op, partition, key, inv.hash),
                 Address::Partition(_) => Some(pseudo),
             };
             let txn = st.tables.txn(inv.tid);
@@ -1120,7 +1130,7 @@ impl Shard {
     }
 
     fn start_task(&mut self, inv: Invoke, slot: u32, access: u32) {
-        let (partition, _) = self.exec.locate(inv.function, &inv.address);
+        let partition = inv.partition;
         let frame = Rc::new(Frame::new(
             self.exec.clone(),
             inv.tid,

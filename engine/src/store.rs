@@ -13,6 +13,7 @@ use crate::app::App;
 use crate::ids::{OpId, ShardId, partition_owner};
 use crate::key::Key;
 use crate::value::Value;
+use hashbrown::HashTable;
 use std::collections::HashMap;
 
 /// Hash maps of the core use fixed keys: iteration order never depends on a
@@ -21,6 +22,12 @@ pub(crate) type Map<K, V> = HashMap<K, V, ahash::RandomState>;
 
 pub(crate) fn new_map<K, V>() -> Map<K, V> {
     HashMap::with_hasher(fixed_state())
+}
+
+/// The hash a partition's table uses for a key of stable hash `hash`.
+#[inline]
+fn table_hash(hash: u64) -> u64 {
+    hash.rotate_right(32)
 }
 
 pub(crate) fn fixed_state() -> ahash::RandomState {
@@ -41,8 +48,11 @@ pub(crate) struct Entry {
     pub ordinal: u32,
 }
 
+/// A partition's index: `(key, slot)` found by the key's stable hash. The
+/// table uses the hash's high half: the low bits chose the partition, so they
+/// are nearly constant within it.
 pub(crate) struct Partition {
-    pub map: Map<Key, u32>,
+    pub map: HashTable<(Key, u32)>,
     /// The pseudo-entry standing for the whole partition.
     pub pseudo: u32,
 }
@@ -74,7 +84,10 @@ impl Store {
             for p in 0..op.partitions() {
                 if partition_owner(p, n_shards) == shard {
                     let pseudo = store.allocate();
-                    partitions.push(Some(Partition { map: new_map(), pseudo }));
+                    partitions.push(Some(Partition {
+                        map: HashTable::new(),
+                        pseudo,
+                    }));
                 } else {
                     partitions.push(None);
                 }
@@ -112,19 +125,28 @@ impl Store {
             .expect("partition is owned by this shard")
     }
 
-    /// The slot of `key`, creating an empty entry if it has none.
+    /// The slot of `key` (whose stable hash is `hash`), creating an empty
+    /// entry if it has none.
     #[inline]
-    pub fn slot(&mut self, op: OpId, partition: u32, key: &Key) -> u32 {
-        if let Some(&slot) = self.partition(op, partition).map.get(key) {
+    pub fn slot(&mut self, op: OpId, partition: u32, key: &Key, hash: u64) -> u32 {
+        debug_assert_eq!(hash, key.hash64());
+        let h = table_hash(hash);
+        if let Some(&(_, slot)) = self.partition(op, partition).map.find(h, |(k, _)| k == key) {
             return slot;
         }
         let slot = self.allocate();
-        self.partition_mut(op, partition).map.insert(key.clone(), slot);
+        self.partition_mut(op, partition)
+            .map
+            .insert_unique(h, (key.clone(), slot), |(k, _)| table_hash(k.hash64()));
         slot
     }
 
-    pub fn find(&self, op: OpId, partition: u32, key: &Key) -> Option<u32> {
-        self.partition(op, partition).map.get(key).copied()
+    #[inline]
+    pub fn find(&self, op: OpId, partition: u32, key: &Key, hash: u64) -> Option<u32> {
+        self.partition(op, partition)
+            .map
+            .find(table_hash(hash), |(k, _)| k == key)
+            .map(|(_, slot)| *slot)
     }
 
     /// Sets an entry's value, keeping the count of live entities.
@@ -141,12 +163,17 @@ impl Store {
 
     /// Removes `key` if its entry holds no value.
     pub fn reclaim(&mut self, op: OpId, partition: u32, key: &Key) {
-        let Some(slot) = self.find(op, partition, key) else {
-            return;
-        };
-        if self.entries[slot as usize].value.is_none() {
-            self.partition_mut(op, partition).map.remove(key);
-            self.free.push(slot);
+        let h = table_hash(key.hash64());
+        let entries = &self.entries;
+        let part = self.operators[op.0 as usize].partitions[partition as usize]
+            .as_mut()
+            .expect("partition is owned by this shard");
+        if let Ok(found) = part.map.find_entry(h, |(k, _)| k == key) {
+            let slot = found.get().1;
+            if entries[slot as usize].value.is_none() {
+                found.remove();
+                self.free.push(slot);
+            }
         }
     }
 
@@ -156,7 +183,7 @@ impl Store {
             .partition(op, partition)
             .map
             .iter()
-            .filter(|(_, slot)| self.entries[**slot as usize].value.is_some())
+            .filter(|(_, slot)| self.entries[*slot as usize].value.is_some())
             .map(|(k, s)| (k.clone(), *s))
             .collect();
         out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -186,7 +213,7 @@ impl Store {
 
     /// Writes a value directly, outside any transaction (loading, recovery).
     pub fn load(&mut self, op: OpId, partition: u32, key: &Key, value: Option<Value>) {
-        let slot = self.slot(op, partition, key);
+        let slot = self.slot(op, partition, key, key.hash64());
         self.set(slot, value);
         self.reclaim(op, partition, key);
     }

@@ -1,0 +1,78 @@
+//! The engine's CPU cost per YCSB-T transaction, without a runtime: every
+//! shard in this thread, messages moved directly, closed loop.
+//!
+//! `cargo run --release -p styx-bench --example engine_cpu -- SHARDS EPOCH_TXNS KEYS`
+
+use std::time::Instant;
+use styx_bench::ycsbt::{self, Functions, Workload};
+use styx_engine::{Config, Key, Outputs, Shard};
+
+fn main() {
+    let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().unwrap()).collect();
+    let shards = *args.first().unwrap_or(&2) as u16;
+    let epoch = *args.get(1).unwrap_or(&250) as usize;
+    let keys = *args.get(2).unwrap_or(&10_000);
+    let app = ycsbt::app(64);
+    let f = Functions::of(&app);
+    let account = app.op_id("account").unwrap();
+    let config = Config {
+        epoch_txns_max: epoch,
+        ..Config::default()
+    };
+    let mut s: Vec<Shard> = (0..shards)
+        .map(|i| Shard::new(app.clone(), config.clone(), i, shards))
+        .collect();
+    let mut owned: Vec<Vec<u64>> = vec![Vec::new(); shards as usize];
+    for k in 0..keys {
+        let o = Shard::owner(&app, shards, account, &Key::from(k));
+        s[o as usize].load(account, &Key::from(k), Some(ycsbt::start_value()));
+        owned[o as usize].push(k);
+    }
+    let mut w: Vec<Workload> = owned
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| Workload::new(keys, d, None, i as u64))
+        .collect();
+    let mut out = Outputs::default();
+    let mut inflight = vec![0usize; shards as usize];
+    let mut committed = 0u64;
+    let total = *args.get(3).unwrap_or(&2_000_000);
+    let mut submitted = 0u64;
+    let begin = Instant::now();
+    while committed < total {
+        for i in 0..shards as usize {
+            while inflight[i] < epoch && submitted < total {
+                let (d, c) = w[i].next();
+                s[i].submit(submitted, ycsbt::transfer(&f, d, c, 1)).unwrap();
+                inflight[i] += 1;
+                submitted += 1;
+            }
+        }
+        for i in 0..shards as usize {
+            s[i].drain(&mut out);
+            committed += out.replies.len() as u64;
+            inflight[i] -= out.replies.len();
+            out.replies.clear();
+            let msgs: Vec<(usize, Vec<_>)> = out
+                .messages
+                .iter_mut()
+                .enumerate()
+                .filter(|(_, m)| !m.is_empty())
+                .map(|(t, m)| (t, std::mem::take(m)))
+                .collect();
+            for (to, batch) in msgs {
+                s[to].receive(i as u16, batch);
+            }
+        }
+    }
+    let secs = begin.elapsed().as_secs_f64();
+    let st: Vec<_> = s.iter().map(|x| x.stats()).collect();
+    let re: u64 = st.iter().map(|x| x.reexecuted).sum();
+    println!(
+        "{shards} shards, epoch {epoch}/shard, {keys} keys: {:.0} txn/s on one thread = {:.3} µs/txn; re-executed {:.1}%; epochs {}",
+        committed as f64 / secs,
+        secs * 1e6 / committed as f64,
+        re as f64 * 100.0 / committed as f64,
+        st[0].epochs
+    );
+}

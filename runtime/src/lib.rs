@@ -1,0 +1,327 @@
+//! The production driver: the runtime glue that the engine core stays free of.
+//!
+//! One glommio executor per shard, pinned to its own CPU, runs a loop that
+//! moves the shard's messages over a channel mesh (lock-free SPSC queues),
+//! feeds it requests from a [`Frontend`] (an in-process load generator, TCP
+//! connections) and hands replies back. Everything the shard emits in one
+//! loop iteration for a peer leaves as one batch: cross-core hops cost tens
+//! of microseconds when the peer is parked, so messages travel in bulk.
+//!
+//! The loop never blocks on a full channel (two shards blocked sending to
+//! each other would deadlock): a batch that does not fit waits in an
+//! overflow queue, and the frontend is not pumped until it drains.
+
+#![forbid(unsafe_code)]
+
+mod clock;
+mod link;
+
+pub use clock::Clock;
+use link::Links;
+
+use glommio::channels::channel_mesh::{MeshBuilder, Receivers, Senders};
+use glommio::channels::shared_channel::ConnectedReceiver;
+use glommio::{GlommioError, LocalExecutorBuilder, Placement};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Poll, Waker};
+use std::time::Duration;
+use styx_engine::{App, Config, Message, Outputs, Reply, Shard, ShardId, Stage};
+
+/// Batches queued between two shards before senders hold back.
+pub const MESH_CAPACITY: usize = 4096;
+
+/// Doorbells queued for a parked shard (one is enough to wake it).
+const DOORBELLS_MAX: usize = 1024;
+
+/// How long a shard keeps spinning after its last epoch before it parks.
+const SPIN_AFTER_EPOCH_US: u64 = 200;
+
+/// Errors of the runtime.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot start the executor of shard {shard}: {source}")]
+    Executor {
+        shard: usize,
+        #[source]
+        source: glommio::GlommioError<()>,
+    },
+    #[error("shard {shard} stopped abnormally: {message}")]
+    Shard { shard: usize, message: String },
+    #[error("{0} shards requested; between 1 and {max} are supported", max = styx_engine::SHARDS_MAX)]
+    Shards(usize),
+}
+
+/// How to run the shards.
+#[derive(Clone, Debug)]
+pub struct Options {
+    pub shards: u16,
+    pub engine: Config,
+    /// Pin shard `i` to CPU `i` (when there are enough CPUs).
+    pub pin: bool,
+    /// How long an idle executor spins before it parks: parking saves CPU
+    /// but a parked peer takes ~80 µs to wake instead of ~10 µs.
+    pub spin_before_park: Duration,
+    /// Memory glommio registers for I/O per executor.
+    pub io_memory: usize,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            shards: std::thread::available_parallelism().map_or(1, |n| n.get()) as u16,
+            engine: Config::default(),
+            pin: true,
+            spin_before_park: Duration::from_micros(50),
+            io_memory: 1 << 20,
+        }
+    }
+}
+
+/// What feeds a shard requests and takes its replies, on the shard's thread.
+pub trait Frontend: 'static {
+    type Output: Send + 'static;
+
+    /// Submits whatever work is ready; returns whether it did anything.
+    fn pump(&mut self, shard: &mut Shard, now_us: u64) -> bool;
+
+    /// Takes the replies the shard released.
+    fn deliver(&mut self, replies: &mut Vec<Reply>, now_us: u64);
+
+    /// When the frontend next has work without being woken by a reply (an
+    /// open-loop generator's next send time), in µs.
+    fn next_wakeup_us(&self) -> Option<u64> {
+        None
+    }
+
+    /// Whether this frontend will submit nothing more and awaits nothing.
+    fn is_done(&self) -> bool;
+
+    /// Called once all shards are done, with this shard's final state.
+    fn finish(self, shard: &Shard) -> Self::Output;
+}
+
+/// Runs `shards` executors until every frontend is done; returns their
+/// outputs in shard order. `make` builds each shard's frontend on its own
+/// thread and may load initial state into the shard.
+pub fn run<F, M>(app: Arc<App>, opts: Options, make: M) -> Result<Vec<F::Output>, Error>
+where
+    F: Frontend,
+    M: Fn(&mut Shard) -> F + Send + Sync + 'static,
+{
+    let n = opts.shards as usize;
+    if n == 0 || n > styx_engine::SHARDS_MAX {
+        return Err(Error::Shards(n));
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let mesh: MeshBuilder<(), _> = MeshBuilder::full(n, DOORBELLS_MAX);
+    let links = Arc::new(Links::new(n, MESH_CAPACITY));
+    let make = Arc::new(make);
+    let done = Arc::new(AtomicUsize::new(0));
+    let clock = Clock::new();
+    let mut handles = Vec::with_capacity(n);
+    for i in 0..n {
+        let placement = if opts.pin && n <= cpus {
+            Placement::Fixed(i)
+        } else {
+            Placement::Unbound
+        };
+        let (mesh, make, done, app, opts) = (mesh.clone(), make.clone(), done.clone(), app.clone(), opts.clone());
+        let links = links.clone();
+        let handle = LocalExecutorBuilder::new(placement)
+            .name(&format!("shard-{i}"))
+            .spin_before_park(opts.spin_before_park)
+            .io_memory(opts.io_memory)
+            .spawn(move || async move {
+                let (senders, receivers) = mesh.join().await.expect("channel mesh");
+                // Shard ids follow the mesh's peer ids (its join order).
+                let id = senders.peer_id() as ShardId;
+                let mut shard = Shard::new(app, opts.engine.clone(), id, n as u16);
+                let frontend = make(&mut shard);
+                let output = drive(shard, frontend, links, senders, receivers, done, n, clock).await;
+                (id, output)
+            })
+            .map_err(|source| Error::Executor { shard: i, source })?;
+        handles.push(handle);
+    }
+    let mut outputs: Vec<Option<F::Output>> = (0..n).map(|_| None).collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        let (id, output) = h.join().map_err(|e| Error::Shard {
+            shard: i,
+            message: e.to_string(),
+        })?;
+        outputs[id as usize] = Some(output);
+    }
+    Ok(outputs.into_iter().map(|o| o.expect("every shard reported")).collect())
+}
+
+/// A batch between two shards, stamped with its send time.
+struct Envelope {
+    sent_us: u64,
+    batch: Vec<Message>,
+}
+
+/// Time batches spent between shards (reported with `STYX_PROFILE`).
+#[derive(Default)]
+struct Transit {
+    batches: u64,
+    messages: u64,
+    total_us: u64,
+}
+
+impl Transit {
+    fn note(&mut self, e: &Envelope, now_us: u64) {
+        self.batches += 1;
+        self.messages += e.batch.len() as u64;
+        if e.sent_us != 0 {
+            self.total_us += now_us.saturating_sub(e.sent_us);
+        }
+    }
+}
+
+/// Wakes the shard loop when a doorbell rings (a peer sent to a parked shard).
+async fn doorbell(rx: ConnectedReceiver<()>, waiter: Rc<RefCell<Option<Waker>>>) {
+    while rx.recv().await.is_some() {
+        if let Some(w) = waiter.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+/// Rings `to`'s doorbell. A full doorbell queue already holds a ring.
+fn ring(doorbells: &Senders<()>, to: usize) {
+    match doorbells.try_send_to(to, ()) {
+        Ok(()) | Err(GlommioError::WouldBlock(_)) => {}
+        // The peer's executor is gone: the engine cannot go on without it.
+        Err(e) => panic!("cannot wake shard {to}: {e}"),
+    }
+}
+
+async fn drive<F: Frontend>(
+    mut shard: Shard,
+    mut frontend: F,
+    links: Arc<Links<Envelope>>,
+    doorbells: Senders<()>,
+    mut receivers: Receivers<()>,
+    done: Arc<AtomicUsize>,
+    n: usize,
+    clock: Clock,
+) -> F::Output {
+    let me = shard.id() as usize;
+    let waiter = Rc::new(RefCell::new(None));
+    for (_, rx) in receivers.streams() {
+        glommio::spawn_local(doorbell(rx, waiter.clone())).detach();
+    }
+    let profile = std::env::var_os("STYX_PROFILE").is_some();
+    let mut transit = Transit::default();
+    let mut iterations = 0u64;
+    let started = clock.now_us();
+    let mut out = Outputs::default();
+    let mut overflow: VecDeque<(usize, Vec<Message>)> = VecDeque::new();
+    let mut counted = false;
+    let mut spin_until = 0;
+    loop {
+        iterations += 1;
+        let mut now = clock.now_us();
+        let mut progress = false;
+        for peer in 0..n {
+            while let Some(envelope) = links.recv(peer, me) {
+                if profile {
+                    transit.note(&envelope, now);
+                }
+                shard.receive(peer as ShardId, envelope.batch);
+                progress = true;
+            }
+        }
+        if progress {
+            now = clock.now_us();
+        }
+        shard.tick(now);
+        if overflow.is_empty() {
+            progress |= frontend.pump(&mut shard, now);
+        }
+        shard.drain(&mut out);
+        for (to, msgs) in out.messages.iter_mut().enumerate() {
+            if !msgs.is_empty() {
+                overflow.push_back((to, std::mem::take(msgs)));
+            }
+        }
+        while let Some((to, batch)) = overflow.pop_front() {
+            let sent_us = if profile { now } else { 0 };
+            match links.send(me, to, Envelope { sent_us, batch }) {
+                Ok(parked) => {
+                    progress = true;
+                    if parked {
+                        ring(&doorbells, to);
+                    }
+                }
+                Err(e) => {
+                    overflow.push_front((to, e.batch));
+                    break;
+                }
+            }
+        }
+        if !out.replies.is_empty() {
+            frontend.deliver(&mut out.replies, now);
+            out.replies.clear();
+            progress = true;
+        }
+        out.log.clear();
+        out.history.clear();
+        if !counted && frontend.is_done() && shard.is_quiet() && overflow.is_empty() {
+            counted = true;
+            done.fetch_add(1, Ordering::AcqRel);
+        }
+        if counted && done.load(Ordering::Acquire) == n && shard.stage() == Stage::Idle && overflow.is_empty() {
+            break;
+        }
+        if progress {
+            glommio::yield_if_needed().await;
+            continue;
+        }
+        // While an epoch runs, a peer's message is due any microsecond:
+        // spin (checking the inbox is a few loads) rather than park, which
+        // costs a timer, a membarrier and ~80 µs to wake.
+        if shard.stage() != Stage::Idle {
+            spin_until = now + SPIN_AFTER_EPOCH_US;
+        }
+        if !overflow.is_empty() || spin_until > now {
+            futures_lite::future::yield_now().await;
+            continue;
+        }
+        // Idle: park until a peer sends, or the frontend's next deadline
+        // (at most 1 ms, to re-check the clock and the done count).
+        let wait_us = frontend
+            .next_wakeup_us()
+            .map_or(1_000, |t| t.saturating_sub(now).min(1_000));
+        if wait_us > 0 && links.park(me) {
+            let arrival = futures_lite::future::poll_fn(|cx| {
+                if links.any_for(me) {
+                    return Poll::Ready(());
+                }
+                *waiter.borrow_mut() = Some(cx.waker().clone());
+                Poll::Pending
+            });
+            let timeout = glommio::timer::sleep(Duration::from_micros(wait_us));
+            futures_lite::future::or(arrival, timeout).await;
+            links.unpark(me);
+            *waiter.borrow_mut() = None;
+        }
+    }
+    if profile {
+        let secs = (clock.now_us() - started) as f64 / 1e6;
+        eprintln!(
+            "shard {}: {} epochs, {:.0} loop iterations/s, {} batches in of {:.1} messages, {:.1} µs in transit",
+            shard.id(),
+            shard.stats().epochs,
+            iterations as f64 / secs,
+            transit.batches,
+            transit.messages as f64 / transit.batches.max(1) as f64,
+            transit.total_us as f64 / transit.batches.max(1) as f64,
+        );
+    }
+    frontend.finish(&shard)
+}
