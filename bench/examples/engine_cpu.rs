@@ -4,6 +4,9 @@
 //! `cargo run --release -p styx-bench --example engine_cpu -- SHARDS EPOCH_TXNS KEYS`
 
 use std::time::Instant;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use styx_bench::ycsbt::{self, Functions, Workload};
 use styx_engine::{Config, Key, Outputs, Shard};
 
@@ -49,6 +52,9 @@ fn main() {
             }
         }
         for i in 0..shards as usize {
+            while s[i].has_work() {
+                s[i].step();
+            }
             s[i].drain(&mut out);
             committed += out.replies.len() as u64;
             inflight[i] -= out.replies.len();

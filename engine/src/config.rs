@@ -29,6 +29,10 @@ pub struct Config {
     pub epoch_gather_us: u64,
     /// Requests waiting to be sequenced on one shard; more are refused.
     pub pending_txns_max: usize,
+    /// Local messages (invocations, replies) one step handles before the
+    /// driver gets control back to ship the batches produced so far: peers
+    /// start on their share of the epoch while this shard goes on.
+    pub step_messages_max: usize,
     /// Bounds on a transaction's call graph.
     pub limits: CallLimits,
     pub durability: Durability,
@@ -42,6 +46,7 @@ impl Default for Config {
             epoch_txns_max: 10_000,
             epoch_gather_us: 0,
             pending_txns_max: 1_000_000,
+            step_messages_max: 64,
             limits: CallLimits::default(),
             durability: Durability::None,
             record_history: false,

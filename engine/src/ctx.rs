@@ -20,8 +20,7 @@ use crate::bytes::mix64;
 use crate::codec::{Decode, Encode, Payload};
 use crate::ids::{Address, FnId, Tid};
 use crate::key::Key;
-use crate::value::{Load, Store, Value};
-use rkyv::util::AlignedVec;
+use crate::value::{Load, Scratch, Store, Value};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::marker::PhantomData;
@@ -126,6 +125,35 @@ impl Frame {
         }
     }
 
+    /// Re-initialises a pooled frame for another invocation (keeping the
+    /// call vector's capacity).
+    #[allow(clippy::too_many_arguments)]
+    pub fn reset(
+        &mut self,
+        tid: Tid,
+        now_us: u64,
+        function: FnId,
+        address: Address,
+        partition: u32,
+        depth: u16,
+        seed: u64,
+    ) {
+        self.tid = tid;
+        self.now_us = now_us;
+        self.function = function;
+        self.entity = matches!(address, Address::Entity(_));
+        self.address = address;
+        self.partition = partition;
+        self.depth = depth;
+        self.seed = seed;
+        self.rng.set(seed);
+        self.slot.set(NO_INDEX);
+        self.access.set(NO_INDEX);
+        self.task.set(NO_INDEX);
+        self.calls.get_mut().clear();
+        *self.forced.get_mut() = None;
+    }
+
     /// The seed of child call number `child`: a pure function of the root's
     /// tid and the call path, so re-executions see the same randomness.
     pub fn child_seed(&self, child: u32) -> u64 {
@@ -150,7 +178,7 @@ pub(crate) fn root_seed(tid: Tid) -> u64 {
 }
 
 thread_local! {
-    static SCRATCH: RefCell<AlignedVec> = RefCell::new(AlignedVec::with_capacity(256));
+    static SCRATCH: RefCell<Option<Scratch>> = const { RefCell::new(None) };
 }
 
 /// The handle a function gets on its invocation.
@@ -254,7 +282,7 @@ impl Ctx {
     /// once, to others only if it commits.
     pub fn put<T: Store>(&self, v: &T) -> Result<(), Abort> {
         self.entity_only("put")?;
-        let value = SCRATCH.with(|s| Value::encode(v, &mut s.borrow_mut()))?;
+        let value = SCRATCH.with(|s| Value::encode(v, s.borrow_mut().get_or_insert_with(Scratch::default)))?;
         self.frame.host.write(&self.frame, Some(value))
     }
 

@@ -43,4 +43,4 @@ pub use key::{KEY_LEN_MAX, Key, KeyPart};
 pub use message::{Invoke, Message, Parent, Phase, Reply as CallReply, flags};
 pub use serial::Serial;
 pub use shard::{Outputs, Shard, Stage, Stats};
-pub use value::{Load, Store, VALUE_INLINE_MAX, Value};
+pub use value::{Load, Scratch, Store, VALUE_INLINE_MAX, Value};

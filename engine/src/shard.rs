@@ -347,7 +347,16 @@ pub struct Shard {
     free_tasks: Vec<u32>,
     m: Machine,
     outputs: Outputs,
+    /// Emptied message batches, to carry outgoing ones.
+    spare: Vec<Vec<Message>>,
+    /// Frames of finished invocations, to run new ones.
+    frames: Vec<Rc<Frame>>,
 }
+
+/// Emptied batches a shard keeps for reuse.
+const SPARE_BATCHES_MAX: usize = 64;
+/// Finished frames a shard keeps for reuse.
+const SPARE_FRAMES_MAX: usize = 4096;
 
 impl Shard {
     /// A shard with empty state, before epoch 1.
@@ -355,6 +364,7 @@ impl Shard {
         assert!(n_shards >= 1 && n_shards as usize <= SHARDS_MAX, "{n_shards} shards");
         assert!(id < n_shards);
         assert!(config.epoch_txns_max >= 1);
+        assert!(config.step_messages_max >= 1);
         let store = Store::new(&app, id, n_shards);
         let exec = Rc::new(Exec {
             limits: config.limits,
@@ -401,10 +411,9 @@ impl Shard {
                 stats: Stats::default(),
                 record: None,
             },
-            outputs: Outputs {
-                messages: (0..n_shards).map(|_| Vec::new()).collect(),
-                ..Outputs::default()
-            },
+            outputs: Outputs::default(),
+            spare: Vec::new(),
+            frames: Vec::new(),
         }
     }
 
@@ -460,6 +469,7 @@ impl Shard {
     /// Whether nothing is running, waiting or held here.
     pub fn is_quiet(&self) -> bool {
         self.m.stage == Stage::Idle
+            && !self.has_work()
             && self.m.pending.is_empty()
             && self.m.rescheduled.is_empty()
             && self.m.held.is_empty()
@@ -540,38 +550,51 @@ impl Shard {
             return;
         }
         self.m.durable_local = epoch;
-        for peer in 0..self.exec.n_shards {
-            if peer != self.exec.id {
-                self.outputs.messages[peer as usize].push(Message::Durable { epoch });
+        {
+            let mut st = self.exec.st.borrow_mut();
+            for peer in 0..self.exec.n_shards {
+                if peer != self.exec.id {
+                    self.exec.route(&mut st, peer, Message::Durable { epoch });
+                }
             }
         }
         self.release_replies();
     }
 
-    /// Handles a batch of messages from shard `from`.
-    pub fn receive(&mut self, from: ShardId, batch: Vec<Message>) {
-        for msg in batch {
+    /// Handles a batch of messages from shard `from`. The emptied vector is
+    /// kept to carry a later outgoing batch: batches cross between shards in
+    /// both directions, so their allocations circulate instead of regrowing.
+    pub fn receive(&mut self, from: ShardId, mut batch: Vec<Message>) {
+        for msg in batch.drain(..) {
             self.handle(from, msg);
+        }
+        if self.spare.len() < SPARE_BATCHES_MAX && batch.capacity() > 0 {
+            self.spare.push(batch);
         }
         self.run_local();
     }
 
-    /// Moves everything the shard produced into `out` (which should be
-    /// empty: its vectors are swapped, keeping allocations in circulation).
+    /// Moves everything the shard produced into `out`. The driver must have
+    /// taken the previous batches out of `out.messages`.
     pub fn drain(&mut self, out: &mut Outputs) {
+        let n = self.exec.n_shards as usize;
+        if out.messages.len() != n {
+            out.messages = (0..n).map(|_| Vec::new()).collect();
+        }
         {
             let mut st = self.exec.st.borrow_mut();
             for (to, msgs) in st.outbox.iter_mut().enumerate() {
-                if !msgs.is_empty() {
-                    self.outputs.messages[to].append(msgs);
+                if msgs.is_empty() {
+                    continue;
+                }
+                let fresh = self.spare.pop().unwrap_or_default();
+                let full = std::mem::replace(msgs, fresh);
+                let old = std::mem::replace(&mut out.messages[to], full);
+                assert!(old.is_empty(), "the driver left a batch for shard {to} undelivered");
+                if old.capacity() > 0 && self.spare.len() < SPARE_BATCHES_MAX {
+                    self.spare.push(old);
                 }
             }
-        }
-        if out.messages.len() != self.outputs.messages.len() {
-            out.messages = (0..self.outputs.messages.len()).map(|_| Vec::new()).collect();
-        }
-        for (a, b) in out.messages.iter_mut().zip(self.outputs.messages.iter_mut()) {
-            std::mem::swap(a, b);
         }
         std::mem::swap(&mut out.replies, &mut self.outputs.replies);
         std::mem::swap(&mut out.log, &mut self.outputs.log);
@@ -653,7 +676,10 @@ impl Shard {
         }
         let n = u64::from(self.exec.n_shards);
         let sid = u64::from(self.exec.id) + 1;
-        let mut coords = std::mem::take(&mut self.m.rescheduled);
+        // Reuse last epoch's (drained) vector: it has the capacity.
+        let mut coords = std::mem::take(&mut self.m.coords);
+        assert!(coords.is_empty());
+        coords.append(&mut self.m.rescheduled);
         let (now_us, sealed): (u64, Vec<(Tid, Token, Request)>) = match &mut self.m.replay {
             Some(queue) => match queue.front() {
                 Some(b) if b.epoch == epoch => {
@@ -975,14 +1001,25 @@ impl Shard {
     // -----------------------------------------------------------------------
     // Message handling.
 
+    /// Handles local messages, at most `step_messages_max` of them.
     fn run_local(&mut self) {
-        loop {
+        for _ in 0..self.config.step_messages_max {
             let next = self.exec.st.borrow_mut().local.pop_front();
             match next {
                 Some(msg) => self.handle(self.exec.id, msg),
                 None => break,
             }
         }
+    }
+
+    /// Whether local work is waiting for [`Shard::step`].
+    pub fn has_work(&self) -> bool {
+        !self.exec.st.borrow().local.is_empty()
+    }
+
+    /// Handles the next share of local work (see `Config::step_messages_max`).
+    pub fn step(&mut self) {
+        self.run_local();
     }
 
     /// Messages of a later stage than ours wait in `deferred`; an idle
@@ -1131,16 +1168,34 @@ impl Shard {
 
     fn start_task(&mut self, inv: Invoke, slot: u32, access: u32) {
         let partition = inv.partition;
-        let frame = Rc::new(Frame::new(
-            self.exec.clone(),
-            inv.tid,
-            inv.now_us,
-            inv.function,
-            inv.address,
-            partition,
-            inv.depth,
-            inv.seed,
-        ));
+        let frame = match self.frames.pop() {
+            Some(mut frame) => {
+                let f = Rc::get_mut(&mut frame).expect("pooled frames are unshared");
+                f.reset(
+                    inv.tid,
+                    inv.now_us,
+                    inv.function,
+                    inv.address,
+                    partition,
+                    inv.depth,
+                    inv.seed,
+                );
+                frame
+            }
+            None => {
+                let host: Rc<dyn Host> = self.exec.clone();
+                Rc::new(Frame::new(
+                    host,
+                    inv.tid,
+                    inv.now_us,
+                    inv.function,
+                    inv.address,
+                    partition,
+                    inv.depth,
+                    inv.seed,
+                ))
+            }
+        };
         frame.slot.set(slot);
         frame.access.set(access);
         let index = match self.free_tasks.pop() {
@@ -1218,6 +1273,12 @@ impl Shard {
             tree_abort,
             participants: task.participants,
         });
+        // The body future is gone, so unless the function kept a `Ctx`
+        // somewhere, this is the frame's last handle: reuse it.
+        let frame = task.frame;
+        if Rc::strong_count(&frame) == 1 && self.frames.len() < SPARE_FRAMES_MAX {
+            self.frames.push(frame);
+        }
     }
 
     fn send_reply(&mut self, reply: Reply) {

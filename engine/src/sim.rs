@@ -126,7 +126,8 @@ impl Sim {
         self.now_us += self.rng.below(20);
         let n = self.shards.len();
         let busy: Vec<usize> = (0..self.links.len()).filter(|i| !self.links[*i].is_empty()).collect();
-        let choices = busy.len() + self.unsynced.len();
+        let working: Vec<usize> = (0..n).filter(|i| self.shards[*i].has_work()).collect();
+        let choices = busy.len() + self.unsynced.len() + working.len();
         if choices == 0 {
             // Nothing in flight: let time pass so gathering shards start.
             if self.shards.iter().all(Shard::is_quiet) {
@@ -154,6 +155,10 @@ impl Sim {
             };
             self.shards[to].receive(from as ShardId, batch);
             self.collect(to as ShardId);
+        } else if pick >= busy.len() + self.unsynced.len() {
+            let shard = working[pick - busy.len() - self.unsynced.len()];
+            self.shards[shard].step();
+            self.collect(shard as ShardId);
         } else {
             // Log writes become durable in order per shard.
             let i = pick - busy.len();

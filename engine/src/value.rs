@@ -39,25 +39,40 @@ const _: () = assert!(std::mem::size_of::<Option<Value>>() == 32);
 #[repr(C, align(16))]
 struct AlignedInline([u8; VALUE_INLINE_MAX + 2]);
 
+/// What archiving needs, kept between calls: the output buffer and rkyv's
+/// scratch arena (rkyv's own per-thread arena shrinks after every use and
+/// reallocates on the next, which cost more than the archiving itself).
+#[derive(Default)]
+pub struct Scratch {
+    buf: AlignedVec,
+    arena: rkyv::ser::allocator::Arena,
+}
+
 /// A type that can be stored as an entity's state.
 ///
 /// Implemented for every type that derives rkyv's `Archive` and
 /// `Serialize`; there is nothing to implement by hand.
-pub trait Store: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> {}
-impl<T> Store for T where T: for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> {}
+pub trait Store: 'static + for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>> {}
+impl<T> Store for T where
+    T: 'static + for<'a> rkyv::Serialize<HighSerializer<AlignedVec, ArenaHandle<'a>, rancor::Error>>
+{
+}
 
 /// A type that can be loaded from an entity's state: its archive can be
 /// validated and deserialized. Implemented for every type that derives
 /// rkyv's `Archive` and `Deserialize`, with `bytecheck`.
 pub trait Load:
-    rkyv::Archive<
+    'static
+    + rkyv::Archive<
         Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
                       + rkyv::Deserialize<Self, HighDeserializer<rancor::Error>>,
-    > + Sized
+    >
+    + Sized
 {
 }
 impl<T> Load for T where
-    T: rkyv::Archive<
+    T: 'static
+        + rkyv::Archive<
             Archived: for<'a> CheckBytes<HighValidator<'a, rancor::Error>>
                           + rkyv::Deserialize<T, HighDeserializer<rancor::Error>>,
         >
@@ -65,14 +80,17 @@ impl<T> Load for T where
 }
 
 impl Value {
-    /// Archives `v`, reusing `scratch` as the serializer's buffer.
-    pub fn encode<T: Store>(v: &T, scratch: &mut AlignedVec) -> Result<Value, Abort> {
-        scratch.clear();
-        let buf = std::mem::take(scratch);
-        let buf = rkyv::api::high::to_bytes_in::<_, rancor::Error>(v, buf)
+    /// Archives `v`, reusing `scratch`'s buffer and arena.
+    pub fn encode<T: Store>(v: &T, scratch: &mut Scratch) -> Result<Value, Abort> {
+        if let Some(bytes) = primitive::encode(v) {
+            return Ok(bytes);
+        }
+        scratch.buf.clear();
+        let buf = std::mem::take(&mut scratch.buf);
+        let buf = rkyv::api::high::to_bytes_in_with_alloc::<_, _, rancor::Error>(v, buf, scratch.arena.acquire())
             .map_err(|e| Abort::state(format!("cannot archive {}: {e}", std::any::type_name::<T>())))?;
         let value = Value::from_bytes(&buf);
-        *scratch = buf;
+        scratch.buf = buf;
         Ok(value)
     }
 
@@ -136,6 +154,9 @@ impl Value {
 
     /// Validates and deserializes the archive as `T`.
     pub fn decode<T: Load>(&self) -> Result<T, Abort> {
+        if let Some(v) = primitive::decode::<T>(self) {
+            return v;
+        }
         self.with_aligned(|bytes| {
             rkyv::from_bytes::<T, rancor::Error>(bytes).map_err(|e| {
                 Abort::state(format!(
@@ -143,6 +164,65 @@ impl Value {
                     std::any::type_name::<T>()
                 ))
             })
+        })
+    }
+}
+
+/// Fixed-width integers and floats archive as their little-endian bytes
+/// (rkyv's default format), so they skip rkyv's serializer and validator:
+/// a balance update is the hot path of most workloads. A test pins the
+/// equivalence with rkyv's own output.
+mod primitive {
+    use super::{Repr, VALUE_INLINE_MAX, Value};
+    use crate::abort::Abort;
+    use std::any::Any;
+
+    macro_rules! primitives {
+        ($($t:ty),*) => {
+            pub(super) fn encode<T: 'static>(v: &T) -> Option<Value> {
+                let any = v as &dyn Any;
+                $(
+                    if let Some(x) = any.downcast_ref::<$t>() {
+                        return Some(inline(&x.to_le_bytes()));
+                    }
+                )*
+                None
+            }
+
+            pub(super) fn decode<T: 'static>(value: &Value) -> Option<Result<T, Abort>> {
+                let Repr::Inline { len, buf } = &value.0 else {
+                    return None;
+                };
+                $(
+                    if std::any::TypeId::of::<T>() == std::any::TypeId::of::<$t>() {
+                        const N: usize = std::mem::size_of::<$t>();
+                        if *len as usize != N {
+                            return Some(Err(Abort::state(format!(
+                                "stored value is not a valid {}: {} bytes, expected {N}",
+                                std::any::type_name::<T>(),
+                                len
+                            ))));
+                        }
+                        let x = <$t>::from_le_bytes(buf[..N].try_into().expect("sized"));
+                        let mut out: Option<T> = None;
+                        if let Some(slot) = (&mut out as &mut dyn Any).downcast_mut::<Option<$t>>() {
+                            *slot = Some(x);
+                        }
+                        return out.map(Ok);
+                    }
+                )*
+                None
+            }
+        };
+    }
+    primitives!(i64, u64, i32, u32, i16, u16, f64, f32);
+
+    fn inline(bytes: &[u8]) -> Value {
+        let mut buf = [0; VALUE_INLINE_MAX];
+        buf[..bytes.len()].copy_from_slice(bytes);
+        Value(Repr::Inline {
+            len: bytes.len() as u8,
+            buf,
         })
     }
 }
@@ -173,7 +253,7 @@ mod tests {
 
     #[test]
     fn small_values_roundtrip_inline() {
-        let mut scratch = AlignedVec::new();
+        let mut scratch = Scratch::default();
         let v = Value::encode(&-42i64, &mut scratch).unwrap();
         assert!(matches!(v.0, Repr::Inline { .. }));
         assert_eq!(v.decode::<i64>().unwrap(), -42);
@@ -181,8 +261,33 @@ mod tests {
     }
 
     #[test]
+    fn primitive_fast_path_matches_rkyv() {
+        fn check<T>(v: T)
+        where
+            T: Store + Load + PartialEq + std::fmt::Debug + Copy + 'static,
+        {
+            let fast = primitive::encode(&v).expect("primitive");
+            let slow = rkyv::to_bytes::<rancor::Error>(&v).unwrap();
+            assert_eq!(fast.to_vec(), slow.to_vec(), "{}", std::any::type_name::<T>());
+            assert_eq!(fast.decode::<T>().unwrap(), v);
+            assert_eq!(Value::from_bytes(&slow).decode::<T>().unwrap(), v);
+        }
+        check(-5i64);
+        check(u64::MAX);
+        check(-7i32);
+        check(9u32);
+        check(-3i16);
+        check(3u16);
+        check(1.5f64);
+        check(-2.5f32);
+        // Wrong width is still a clear abort.
+        let v = Value::encode(&7u8, &mut Scratch::default()).unwrap();
+        assert!(v.decode::<i64>().unwrap_err().message().contains("not a valid i64"));
+    }
+
+    #[test]
     fn large_values_roundtrip_on_heap() {
-        let mut scratch = AlignedVec::new();
+        let mut scratch = Scratch::default();
         let s = "x".repeat(100);
         let v = Value::encode(&s, &mut scratch).unwrap();
         assert!(matches!(v.0, Repr::Heap(_)));
@@ -192,7 +297,7 @@ mod tests {
 
     #[test]
     fn reading_as_the_wrong_type_is_an_abort_not_ub() {
-        let mut scratch = AlignedVec::new();
+        let mut scratch = Scratch::default();
         let v = Value::encode(&7u8, &mut scratch).unwrap();
         let err = v.decode::<i64>().unwrap_err();
         assert!(err.message().contains("not a valid i64"), "{err}");

@@ -223,9 +223,11 @@ async fn drive<F: Frontend>(
     let mut overflow: VecDeque<(usize, Vec<Message>)> = VecDeque::new();
     let mut counted = false;
     let mut spin_until = 0;
+    let mut busy_us = 0u64;
     loop {
         iterations += 1;
         let mut now = clock.now_us();
+        let iteration_start = now;
         let mut progress = false;
         for peer in 0..n {
             while let Some(envelope) = links.recv(peer, me) {
@@ -242,6 +244,10 @@ async fn drive<F: Frontend>(
         shard.tick(now);
         if overflow.is_empty() {
             progress |= frontend.pump(&mut shard, now);
+        }
+        if shard.has_work() {
+            shard.step();
+            progress = true;
         }
         shard.drain(&mut out);
         for (to, msgs) in out.messages.iter_mut().enumerate() {
@@ -279,6 +285,9 @@ async fn drive<F: Frontend>(
             break;
         }
         if progress {
+            if profile {
+                busy_us += clock.now_us() - iteration_start;
+            }
             glommio::yield_if_needed().await;
             continue;
         }
@@ -314,8 +323,9 @@ async fn drive<F: Frontend>(
     if profile {
         let secs = (clock.now_us() - started) as f64 / 1e6;
         eprintln!(
-            "shard {}: {} epochs, {:.0} loop iterations/s, {} batches in of {:.1} messages, {:.1} µs in transit",
+            "shard {}: busy {:.0}%, {} epochs, {:.0} loop iterations/s, {} batches in of {:.1} messages, {:.1} µs in transit",
             shard.id(),
+            busy_us as f64 * 100.0 / (secs * 1e6),
             shard.stats().epochs,
             iterations as f64 / secs,
             transit.batches,

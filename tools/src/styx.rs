@@ -7,6 +7,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 use styx_bench::inproc::{self, Load, Params};
 
+/// mimalloc: the engine allocates a future and a frame per invocation, and
+/// frees them on the same thread; glibc's malloc measured ~17% of the CPU.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "styx", version, about = "Transactional stateful functions: tools")]
 struct Cli {
