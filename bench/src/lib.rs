@@ -6,7 +6,9 @@
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod deathstar;
 pub mod inproc;
 pub mod report;
 pub mod sys;
+pub mod tpcc;
 pub mod ycsbt;

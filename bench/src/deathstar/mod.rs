@@ -1,0 +1,1 @@
+//! Deathstar movie review and travel reservation. (Being built.)

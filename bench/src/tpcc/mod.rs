@@ -1,0 +1,1 @@
+//! TPC-C NewOrder and Payment as entity functions. (Being built.)
