@@ -5,8 +5,27 @@
 
 use std::time::Instant;
 
+struct Counting;
+static ALLOCS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+unsafe impl std::alloc::GlobalAlloc for Counting {
+    unsafe fn alloc(&self, l: std::alloc::Layout) -> *mut u8 {
+        ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { mimalloc::MiMalloc.alloc(l) }
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: std::alloc::Layout) {
+        // SAFETY: forwarded unchanged.
+        unsafe { mimalloc::MiMalloc.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: std::alloc::Layout, n: usize) -> *mut u8 {
+        ALLOCS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // SAFETY: forwarded unchanged.
+        unsafe { mimalloc::MiMalloc.realloc(p, l, n) }
+    }
+}
+
 #[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOC: Counting = Counting;
 use styx_bench::ycsbt::{self, Functions, Workload};
 use styx_engine::{Config, Key, Outputs, Shard};
 
@@ -41,6 +60,7 @@ fn main() {
     let mut committed = 0u64;
     let total = *args.get(3).unwrap_or(&2_000_000);
     let mut submitted = 0u64;
+    let allocs0 = ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
     let begin = Instant::now();
     while committed < total {
         for i in 0..shards as usize {
@@ -72,13 +92,15 @@ fn main() {
         }
     }
     let secs = begin.elapsed().as_secs_f64();
+    let allocs = ALLOCS.load(std::sync::atomic::Ordering::Relaxed) - allocs0;
     let st: Vec<_> = s.iter().map(|x| x.stats()).collect();
     let re: u64 = st.iter().map(|x| x.reexecuted).sum();
     println!(
-        "{shards} shards, epoch {epoch}/shard, {keys} keys: {:.0} txn/s on one thread = {:.3} µs/txn; re-executed {:.1}%; epochs {}",
+        "{shards} shards, epoch {epoch}/shard, {keys} keys: {:.0} txn/s on one thread = {:.3} µs/txn; re-executed {:.1}%; epochs {}; {:.2} allocations/txn",
         committed as f64 / secs,
         secs * 1e6 / committed as f64,
         re as f64 * 100.0 / committed as f64,
-        st[0].epochs
+        st[0].epochs,
+        allocs as f64 / committed as f64
     );
 }

@@ -37,6 +37,8 @@ pub struct Params {
     pub load: Load,
     pub epoch_txns_max: usize,
     pub epoch_gather_us: u64,
+    /// Local messages a shard handles per step (see `Config::step_messages_max`).
+    pub step_messages_max: usize,
     pub partitions: u32,
     pub seed: u64,
     /// Measure the serial ceiling in the same run.
@@ -54,6 +56,7 @@ impl Default for Params {
             load: Load::Closed { in_flight: 20_000 },
             epoch_txns_max: 10_000,
             epoch_gather_us: 0,
+            step_messages_max: Config::default().step_messages_max,
             partitions: 64,
             seed: 1,
             serial: true,
@@ -85,7 +88,10 @@ struct Generator {
     committed: u64,
     aborted: u64,
     rejected: u64,
-    deltas: Vec<i64>,
+    deltas: Vec<i32>,
+    /// Peak RSS when the measurement window closed: the engine's footprint
+    /// before the harness collects balances for the invariant check.
+    rss_at_stop: u64,
     stats_warm: Option<(Stats, u64)>,
     stats_stop: Option<(Stats, u64)>,
 }
@@ -96,7 +102,8 @@ struct Measured {
     committed: u64,
     aborted: u64,
     rejected: u64,
-    deltas: Vec<i64>,
+    deltas: Vec<i32>,
+    rss_at_stop: u64,
     balances: Vec<(u64, i64)>,
     stats: Stats,
     cpu_us: u64,
@@ -146,6 +153,7 @@ impl Frontend for Generator {
         if now >= self.stop_at {
             if self.stats_stop.is_none() {
                 self.stats_stop = Some((shard.stats(), sys::thread_cpu_us()));
+                self.rss_at_stop = sys::peak_rss_bytes();
             }
             return false;
         }
@@ -231,6 +239,7 @@ impl Frontend for Generator {
             aborted: self.aborted,
             rejected: self.rejected,
             deltas: self.deltas,
+            rss_at_stop: self.rss_at_stop,
             balances,
             stats,
             cpu_us,
@@ -248,6 +257,7 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
         engine: Config {
             epoch_txns_max: params.epoch_txns_max,
             epoch_gather_us: params.epoch_gather_us,
+            step_messages_max: params.step_messages_max,
             ..Config::default()
         },
         ..Options::default()
@@ -289,11 +299,11 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
             aborted: 0,
             rejected: 0,
             deltas: vec![0; p.keys as usize],
+            rss_at_stop: 0,
             stats_warm: None,
             stats_stop: None,
         }
     })?;
-    let peak_rss_mb = sys::peak_rss_bytes() as f64 / (1024.0 * 1024.0);
 
     let mut hist = histogram();
     let mut report = Report {
@@ -316,10 +326,10 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
         epoch_txns_max: params.epoch_txns_max,
         warmup_s: params.warmup.as_secs_f64(),
         duration_s: params.duration.as_secs_f64(),
-        peak_rss_mb,
         ..Report::default()
     };
     let mut deltas = vec![0i64; params.keys as usize];
+    let mut rss = 0;
     let mut balances = vec![None; params.keys as usize];
     let mut cpu_us = 0;
     let mut rejected = 0;
@@ -331,14 +341,16 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
         report.rescheduled += m.stats.rescheduled;
         report.epochs = report.epochs.max(m.stats.epochs);
         cpu_us += m.cpu_us;
+        rss = rss.max(m.rss_at_stop);
         rejected += m.rejected;
         for (d, x) in deltas.iter_mut().zip(&m.deltas) {
-            *d += x;
+            *d += i64::from(*x);
         }
         for (k, b) in m.balances {
             balances[k as usize] = Some(b);
         }
     }
+    report.peak_rss_mb = rss as f64 / (1024.0 * 1024.0);
     report.latency_us = Latency::of(&hist);
     report.tps = report.committed as f64 / params.duration.as_secs_f64();
     report.tps_per_core = report.tps / f64::from(params.shards);

@@ -242,16 +242,21 @@ impl Ctx {
     }
 
     #[inline]
-    fn entity_only(&self, what: &str) -> Result<(), Abort> {
-        if !self.frame.entity {
+    fn entity_only(&self, what: &'static str) -> Result<(), Abort> {
+        if self.frame.entity { Ok(()) } else { self.not_an_entity(what) }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn not_an_entity(&self, what: &'static str) -> Result<(), Abort> {
+        {
             let abort = Abort::unknown(format!(
                 "{what} needs an entity; {} runs on a partition",
                 self.frame.host.app().describe(self.frame.function)
             ));
             self.frame.force(abort.clone());
-            return Err(abort);
+            Err(abort)
         }
-        Ok(())
     }
 
     /// The entity's state as `T`, or `None` if it has none.
@@ -282,7 +287,10 @@ impl Ctx {
     /// once, to others only if it commits.
     pub fn put<T: Store>(&self, v: &T) -> Result<(), Abort> {
         self.entity_only("put")?;
-        let value = SCRATCH.with(|s| Value::encode(v, s.borrow_mut().get_or_insert_with(Scratch::default)))?;
+        let value = match Value::encode_primitive(v) {
+            Some(value) => value,
+            None => SCRATCH.with(|s| Value::encode(v, s.borrow_mut().get_or_insert_with(Scratch::default)))?,
+        };
         self.frame.host.write(&self.frame, Some(value))
     }
 

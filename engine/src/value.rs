@@ -80,6 +80,12 @@ impl<T> Load for T where
 }
 
 impl Value {
+    /// The archive of `v` if it is a fixed-width number (no serializer needed).
+    #[inline]
+    pub fn encode_primitive<T: Store>(v: &T) -> Option<Value> {
+        primitive::encode(v)
+    }
+
     /// Archives `v`, reusing `scratch`'s buffer and arena.
     pub fn encode<T: Store>(v: &T, scratch: &mut Scratch) -> Result<Value, Abort> {
         if let Some(bytes) = primitive::encode(v) {

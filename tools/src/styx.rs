@@ -62,6 +62,9 @@ struct BenchArgs {
     /// Least µs between epoch starts (lets batches gather).
     #[arg(long, default_value_t = 0)]
     epoch_gather_us: u64,
+    /// Local messages a shard handles per step before shipping batches.
+    #[arg(long, default_value_t = styx_engine::Config::default().step_messages_max)]
+    step_messages: usize,
     /// Partitions of the account operator.
     #[arg(long, default_value_t = 64)]
     partitions: u32,
@@ -109,6 +112,7 @@ fn bench(args: BenchArgs) -> ExitCode {
         },
         epoch_txns_max: args.epoch_txns,
         epoch_gather_us: args.epoch_gather_us,
+        step_messages_max: args.step_messages,
         partitions: args.partitions,
         seed: args.seed,
         serial: !args.no_serial,
