@@ -36,6 +36,9 @@ pub struct Config {
     /// Bounds on a transaction's call graph.
     pub limits: CallLimits,
     pub durability: Durability,
+    /// Take an incremental snapshot at the first epoch end after this many
+    /// microseconds since the last one began; 0 never snapshots.
+    pub snapshot_interval_us: u64,
     /// Record per-epoch outcomes and serialization edges (for tests).
     pub record_history: bool,
 }
@@ -49,6 +52,7 @@ impl Default for Config {
             step_messages_max: 64,
             limits: CallLimits::default(),
             durability: Durability::None,
+            snapshot_interval_us: 0,
             record_history: false,
         }
     }
@@ -88,4 +92,62 @@ pub struct Batch {
     /// The batch's timestamp (µs since the Unix epoch): `ctx.now()`.
     pub now_us: u64,
     pub txns: Vec<(Tid, Request)>,
+}
+
+/// Part of one shard's incremental snapshot at the end of `epoch`: the
+/// entities changed since the shard's previous snapshot (`None`: deleted).
+/// Chunks of one snapshot come in order; the last carries the shard's
+/// machine state (`meta`, for [`crate::Shard::restore`]) and `last: true`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SnapshotChunk {
+    pub epoch: Epoch,
+    pub shard: ShardId,
+    pub entries: Vec<(crate::OpId, crate::Key, Option<crate::Value>)>,
+    pub last: bool,
+    pub meta: Vec<u8>,
+}
+
+impl crate::codec::Encode for Request {
+    fn encode(&self, w: &mut crate::codec::Writer) {
+        self.function.op.0.encode(w);
+        self.function.index.encode(w);
+        match &self.address {
+            Address::Entity(k) => {
+                0u8.encode(w);
+                k.as_bytes().to_vec().encode(w);
+            }
+            Address::Partition(p) => {
+                1u8.encode(w);
+                p.encode(w);
+            }
+        }
+        self.args.encode(w);
+    }
+}
+
+impl crate::codec::Decode for Request {
+    fn decode(input: &mut &[u8]) -> Result<Request, crate::DecodeError> {
+        let op = u16::decode(input)?;
+        let index = u16::decode(input)?;
+        let address = match u8::decode(input)? {
+            0 => {
+                let bytes = Vec::<u8>::decode(input)?;
+                if bytes.len() > crate::KEY_LEN_MAX {
+                    return Err(crate::DecodeError::Length(bytes.len() as u64));
+                }
+                Address::Entity(crate::Key::from_bytes(&bytes))
+            }
+            1 => Address::Partition(u32::decode(input)?),
+            t => return Err(crate::DecodeError::Tag(t)),
+        };
+        let args = <Payload as crate::codec::Decode>::decode(input)?;
+        Ok(Request {
+            function: FnId {
+                op: crate::OpId(op),
+                index,
+            },
+            address,
+            args,
+        })
+    }
 }

@@ -243,7 +243,11 @@ impl Ctx {
 
     #[inline]
     fn entity_only(&self, what: &'static str) -> Result<(), Abort> {
-        if self.frame.entity { Ok(()) } else { self.not_an_entity(what) }
+        if self.frame.entity {
+            Ok(())
+        } else {
+            self.not_an_entity(what)
+        }
     }
 
     #[cold]

@@ -35,7 +35,7 @@ pub use abort::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind};
 pub use app::{App, BodyFuture, FnKind, Function, Operator, PARTITIONS_MAX};
 pub use bytes::{mix64, stable_hash};
 pub use codec::{Decode, DecodeError, Encode, PAYLOAD_LEN_MAX, Payload, Writer};
-pub use config::{Batch, Config, Durability, Outcome, Reply, Request, Token};
+pub use config::{Batch, Config, Durability, Outcome, Reply, Request, SnapshotChunk, Token};
 pub use ctx::{Call, CallLimits, Ctx};
 pub use history::{EpochRecord, serial_order};
 pub use ids::{Address, Epoch, FnId, OpId, SHARDS_MAX, ShardId, ShardSet, Tid, partition_owner};

@@ -95,10 +95,13 @@ pub enum Message {
         tid: Tid,
         commit: bool,
     },
-    /// The sender's phase-2 roots of `epoch` all finished.
+    /// The sender's phase-2 roots of `epoch` all finished. `snapshot`: the
+    /// sender wants a snapshot of the state after this epoch (every shard
+    /// takes one if any shard wants it).
     Done2 {
         epoch: Epoch,
         pending: bool,
+        snapshot: bool,
     },
     /// The sender's input log is durable through `epoch`.
     Durable {

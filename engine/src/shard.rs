@@ -30,7 +30,7 @@
 
 use crate::abort::Abort;
 use crate::app::{App, FnKind};
-use crate::config::{Batch, Config, Durability, Outcome, Reply as ClientReply, Request, Token};
+use crate::config::{Batch, Config, Durability, Outcome, Reply as ClientReply, Request, SnapshotChunk, Token};
 use crate::ctx::{CallLimits, Ctx, Frame, Host, NO_INDEX, root_seed};
 use crate::epoch::{Tables, Write};
 use crate::history::EpochRecord;
@@ -78,6 +78,8 @@ pub struct Stats {
     pub rescheduled: u64,
     /// Invocations run here (both phases).
     pub invocations: u64,
+    /// Snapshots begun.
+    pub snapshots: u64,
 }
 
 /// Everything a shard wants the driver to do.
@@ -88,6 +90,7 @@ pub struct Outputs {
     pub replies: Vec<ClientReply>,
     pub log: Vec<Batch>,
     pub history: Vec<EpochRecord>,
+    pub snapshots: Vec<SnapshotChunk>,
 }
 
 impl Outputs {
@@ -337,7 +340,29 @@ struct Machine {
     parked: Vec<Option<Invoke>>,
     stats: Stats,
     record: Option<EpochRecord>,
+    last_snapshot_us: u64,
+    any_snapshot: bool,
+    snapshot: Option<Snapshotting>,
+    /// Slots of deleted entities a finished snapshot released, reclaimed at
+    /// the next epoch end.
+    reclaim_later: Vec<u32>,
 }
+
+/// A snapshot being copied.
+struct Snapshotting {
+    epoch: Epoch,
+    pending: Vec<u32>,
+    cursor: usize,
+    entries: Vec<(crate::OpId, Key, Option<Value>)>,
+    meta: Vec<u8>,
+}
+
+/// Entities a step copies into the running snapshot: bounds the pause.
+const SNAPSHOT_SLOTS_PER_STEP: usize = 512;
+/// Entities per snapshot chunk handed to the driver.
+const SNAPSHOT_CHUNK_ENTRIES_MAX: usize = 16_384;
+/// Version of the machine state in a snapshot's `meta`.
+const META_VERSION: u8 = 1;
 
 /// One shard of the engine.
 pub struct Shard {
@@ -410,6 +435,10 @@ impl Shard {
                 parked: Vec::new(),
                 stats: Stats::default(),
                 record: None,
+                last_snapshot_us: 0,
+                any_snapshot: false,
+                snapshot: None,
+                reclaim_later: Vec::new(),
             },
             outputs: Outputs::default(),
             spare: Vec::new(),
@@ -470,6 +499,7 @@ impl Shard {
     pub fn is_quiet(&self) -> bool {
         self.m.stage == Stage::Idle
             && !self.has_work()
+            && self.outputs.snapshots.is_empty()
             && self.m.pending.is_empty()
             && self.m.rescheduled.is_empty()
             && self.m.held.is_empty()
@@ -599,6 +629,7 @@ impl Shard {
         std::mem::swap(&mut out.replies, &mut self.outputs.replies);
         std::mem::swap(&mut out.log, &mut self.outputs.log);
         std::mem::swap(&mut out.history, &mut self.outputs.history);
+        std::mem::swap(&mut out.snapshots, &mut self.outputs.snapshots);
     }
 
     /// Every live entity's `(operator, key, value)` on this shard.
@@ -625,7 +656,7 @@ impl Shard {
             self.exec.id,
             "key {key} loaded on the wrong shard"
         );
-        self.exec.st.borrow_mut().store.load(op, partition, key, value);
+        self.exec.st.borrow_mut().store.load(op, partition, key, value, true);
     }
 
     /// The shard that owns entity `key` of `op`.
@@ -897,15 +928,20 @@ impl Shard {
             Some(q) => !q.is_empty(),
             None => !self.m.pending.is_empty(),
         } || self.m.coords.iter().any(|c| matches!(c.status, Status::Rescheduled));
+        let snapshot = self.config.snapshot_interval_us > 0
+            && self.m.replay.is_none()
+            && self.m.now_us >= self.m.last_snapshot_us.saturating_add(self.config.snapshot_interval_us);
         self.broadcast(Message::Done2 {
             epoch: self.m.epoch,
             pending,
+            snapshot,
         });
     }
 
-    fn on_done2(&mut self, pending: bool) {
+    fn on_done2(&mut self, pending: bool, snapshot: bool) {
         self.m.done2 += 1;
         self.m.any_pending |= pending;
+        self.m.any_snapshot |= snapshot;
         if self.m.done2 == self.exec.n_shards as usize {
             assert_eq!(self.m.stage, Stage::Wait2);
             self.end_epoch();
@@ -945,10 +981,16 @@ impl Shard {
                     st.store.reclaim(t.op, t.partition, key);
                 }
             }
+            for slot in self.m.reclaim_later.drain(..) {
+                st.store.reclaim_slot(slot);
+            }
         }
         self.m.parked.clear();
         self.m.held.push_back((epoch, replies));
         self.m.lc = self.m.lc.max(self.m.lc_max);
+        if std::mem::take(&mut self.m.any_snapshot) {
+            self.begin_snapshot(epoch);
+        }
         self.m.done1 = 0;
         self.m.flags_in = 0;
         self.m.done2 = 0;
@@ -968,6 +1010,131 @@ impl Shard {
                 self.redeliver();
             }
         }
+    }
+
+    // -----------------------------------------------------------------------
+    // Snapshots.
+
+    /// Starts a snapshot of the state after `epoch` (all shards start one at
+    /// the same epoch: the vote rides on `Done2`). The entities changed since
+    /// the last snapshot are copied a share per step; one written before it
+    /// is copied gets its old value saved first (copy-on-write), so the
+    /// snapshot is exactly the state after `epoch` while later epochs run.
+    fn begin_snapshot(&mut self, epoch: Epoch) {
+        if self.m.snapshot.is_some() {
+            // The previous one is still being copied: finish it now.
+            while self.m.snapshot.is_some() {
+                self.snapshot_step(usize::MAX);
+            }
+        }
+        let pending = self.exec.st.borrow_mut().store.begin_snapshot();
+        self.m.last_snapshot_us = self.m.now_us;
+        self.m.snapshot = Some(Snapshotting {
+            epoch,
+            pending,
+            cursor: 0,
+            entries: Vec::new(),
+            meta: self.encode_meta(epoch),
+        });
+        self.m.stats.snapshots += 1;
+    }
+
+    /// Copies up to `budget` pending entities of the running snapshot and
+    /// emits full chunks; emits the last chunk when all are copied.
+    fn snapshot_step(&mut self, budget: usize) {
+        let Some(snap) = &mut self.m.snapshot else {
+            return;
+        };
+        let mut guard = self.exec.st.borrow_mut();
+        let st = &mut *guard;
+        st.store.take_saved(&mut snap.entries);
+        let end = snap.cursor.saturating_add(budget).min(snap.pending.len());
+        for &slot in &snap.pending[snap.cursor..end] {
+            st.store.copy_pending(slot, &mut snap.entries);
+        }
+        snap.cursor = end;
+        let done = snap.cursor == snap.pending.len();
+        if done || snap.entries.len() >= SNAPSHOT_CHUNK_ENTRIES_MAX {
+            let entries = std::mem::take(&mut snap.entries);
+            self.outputs.snapshots.push(SnapshotChunk {
+                epoch: snap.epoch,
+                shard: self.exec.id,
+                entries,
+                last: done,
+                meta: if done {
+                    std::mem::take(&mut snap.meta)
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+        if done {
+            // Deleted entities kept for the snapshot can go, but not while an
+            // epoch's tables may point at their slots: at the next epoch end.
+            for &slot in &snap.pending {
+                if st.store.entries[slot as usize].value.is_none() {
+                    self.m.reclaim_later.push(slot);
+                }
+            }
+            self.m.snapshot = None;
+        }
+    }
+
+    /// The machine state a snapshot must carry: epoch, sequencer counter,
+    /// and the transactions rescheduled into the next epoch.
+    fn encode_meta(&self, epoch: Epoch) -> Vec<u8> {
+        let rescheduled: Vec<(Tid, u64, Request)> = self
+            .m
+            .rescheduled
+            .iter()
+            .map(|c| (c.tid, c.now_us, c.request.clone()))
+            .collect();
+        let payload = Payload::encode(&(META_VERSION, epoch, self.m.lc, rescheduled));
+        payload.as_bytes().to_vec()
+    }
+
+    /// Restores the machine state of a snapshot (before any epoch ran here),
+    /// after its entities were loaded with [`Shard::load_snapshot_entity`].
+    /// Replay the logged epochs after it with [`Shard::replay`].
+    pub fn restore(&mut self, meta: &[u8]) -> Result<Epoch, crate::DecodeError> {
+        assert_eq!(self.m.epoch, 0, "restore into a shard that already ran");
+        type Meta = (u8, Epoch, u64, Vec<(Tid, u64, Request)>);
+        let (version, epoch, lc, rescheduled) = Payload::from_bytes(meta).decode::<Meta>()?;
+        if version != META_VERSION {
+            return Err(crate::DecodeError::Tag(version));
+        }
+        self.m.epoch = epoch;
+        self.m.lc = lc;
+        self.m.durable_local = epoch;
+        self.m.rescheduled = rescheduled
+            .into_iter()
+            .map(|(tid, now_us, request)| Coordinated {
+                tid,
+                token: tid,
+                request,
+                now_us,
+                participants: ShardSet::EMPTY,
+                status: Status::Running,
+            })
+            .collect();
+        Ok(epoch)
+    }
+
+    /// Loads an entity from a snapshot: like [`Shard::load`], but the next
+    /// snapshot need not include it.
+    pub fn load_snapshot_entity(&mut self, op: crate::OpId, key: &Key, value: Value) {
+        assert_eq!(self.m.stage, Stage::Idle, "load while an epoch runs");
+        let partition = key.partition(self.exec.app.operator_info(op).partitions());
+        assert_eq!(
+            partition_owner(partition, self.exec.n_shards),
+            self.exec.id,
+            "key {key} loaded on the wrong shard"
+        );
+        self.exec
+            .st
+            .borrow_mut()
+            .store
+            .load(op, partition, key, Some(value), false);
     }
 
     /// The epoch through which every shard's input is durable.
@@ -1014,12 +1181,14 @@ impl Shard {
 
     /// Whether local work is waiting for [`Shard::step`].
     pub fn has_work(&self) -> bool {
-        !self.exec.st.borrow().local.is_empty()
+        !self.exec.st.borrow().local.is_empty() || self.m.snapshot.is_some()
     }
 
-    /// Handles the next share of local work (see `Config::step_messages_max`).
+    /// Handles the next share of local work (see `Config::step_messages_max`)
+    /// and of the running snapshot's copying.
     pub fn step(&mut self) {
         self.run_local();
+        self.snapshot_step(SNAPSHOT_SLOTS_PER_STEP);
     }
 
     /// Messages of a later stage than ours wait in `deferred`; an idle
@@ -1059,7 +1228,7 @@ impl Shard {
             Message::Done1 { lc, aborted, .. } => self.on_done1(lc, aborted),
             Message::Flags { flags, .. } => self.on_flags(flags),
             Message::Finish { tid, commit, .. } => self.on_finish(tid, commit),
-            Message::Done2 { pending, .. } => self.on_done2(pending),
+            Message::Done2 { pending, snapshot, .. } => self.on_done2(pending, snapshot),
             Message::Durable { epoch } => {
                 let d = &mut self.m.durable_peers[from as usize];
                 *d = (*d).max(epoch);

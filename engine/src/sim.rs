@@ -8,7 +8,7 @@
 
 use crate::abort::Abort;
 use crate::app::App;
-use crate::config::{Batch, Config, Durability, Reply, Request, Token};
+use crate::config::{Batch, Config, Durability, Reply, Request, SnapshotChunk, Token};
 use crate::history::EpochRecord;
 use crate::ids::{Epoch, OpId, ShardId};
 use crate::key::Key;
@@ -33,6 +33,7 @@ pub struct Sim {
     replies: Vec<Reply>,
     history: Vec<EpochRecord>,
     logs: Vec<Vec<Batch>>,
+    snapshots: Vec<SnapshotChunk>,
     /// Log batches written but not yet durable: `(shard, epoch)`.
     unsynced: Vec<(ShardId, Epoch)>,
     out: Outputs,
@@ -54,6 +55,7 @@ impl Sim {
             replies: Vec::new(),
             history: Vec::new(),
             logs: vec![Vec::new(); n],
+            snapshots: Vec::new(),
             unsynced: Vec::new(),
             out: Outputs::default(),
             steps: 0,
@@ -114,6 +116,7 @@ impl Sim {
         }
         self.replies.append(&mut self.out.replies);
         self.history.append(&mut self.out.history);
+        self.snapshots.append(&mut self.out.snapshots);
         for b in self.out.log.drain(..) {
             self.unsynced.push((b.shard, b.epoch));
             self.logs[shard as usize].push(b);
@@ -200,6 +203,16 @@ impl Sim {
     /// Epoch records released so far, taken (with `Config::record_history`).
     pub fn take_history(&mut self) -> Vec<EpochRecord> {
         std::mem::take(&mut self.history)
+    }
+
+    /// Snapshot chunks emitted so far, taken.
+    pub fn take_snapshots(&mut self) -> Vec<SnapshotChunk> {
+        std::mem::take(&mut self.snapshots)
+    }
+
+    /// Mutable access to a shard (to restore it before a run).
+    pub fn shard_mut(&mut self, i: ShardId) -> &mut Shard {
+        &mut self.shards[i as usize]
     }
 
     /// Every batch each shard emitted for the log, in order.

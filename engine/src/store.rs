@@ -71,10 +71,29 @@ struct OperatorStore {
 
 pub(crate) struct Store {
     pub entries: Vec<Entry>,
+    /// Per slot, beside `entries` (which is exactly one cache line): the
+    /// operator and the snapshot marks.
+    meta: Vec<SlotMeta>,
     free: Vec<u32>,
     operators: Vec<OperatorStore>,
     live: usize,
+    /// Slots changed since the last snapshot began (each marked `DIRTY`).
+    dirty: Vec<u32>,
+    /// Old values of `PENDING` slots saved before being overwritten: the
+    /// running snapshot's copy-on-write.
+    saved: Vec<(OpId, Key, Option<Value>)>,
 }
+
+#[derive(Clone, Copy, Default)]
+struct SlotMeta {
+    op: u16,
+    marks: u8,
+}
+
+/// Changed since the last snapshot began.
+const DIRTY: u8 = 1;
+/// Part of the running snapshot and not copied yet.
+const PENDING: u8 = 2;
 
 /// Entries per shard are at most this many (slots are `u32`).
 pub const ENTRIES_PER_SHARD_MAX: usize = u32::MAX as usize - 1;
@@ -83,15 +102,18 @@ impl Store {
     pub fn new(app: &App, shard: ShardId, n_shards: u16) -> Store {
         let mut store = Store {
             entries: Vec::new(),
+            meta: Vec::new(),
             free: Vec::new(),
             operators: Vec::new(),
             live: 0,
+            dirty: Vec::new(),
+            saved: Vec::new(),
         };
-        for (_, op) in app.operators() {
+        for (op_id, op) in app.operators() {
             let mut partitions = Vec::with_capacity(op.partitions() as usize);
             for p in 0..op.partitions() {
                 if partition_owner(p, n_shards) == shard {
-                    let pseudo = store.allocate(None);
+                    let pseudo = store.allocate(op_id, None);
                     partitions.push(Some(Partition {
                         map: HashTable::new(),
                         pseudo,
@@ -105,19 +127,22 @@ impl Store {
         store
     }
 
-    fn allocate(&mut self, key: Option<Key>) -> u32 {
+    fn allocate(&mut self, op: OpId, key: Option<Key>) -> u32 {
         let entry = Entry {
             key,
             value: None,
             generation: 0,
             ordinal: 0,
         };
+        let meta = SlotMeta { op: op.0, marks: 0 };
         if let Some(slot) = self.free.pop() {
             self.entries[slot as usize] = entry;
+            self.meta[slot as usize] = meta;
             slot
         } else {
             assert!(self.entries.len() < ENTRIES_PER_SHARD_MAX, "shard entry slab is full");
             self.entries.push(entry);
+            self.meta.push(meta);
             (self.entries.len() - 1) as u32
         }
     }
@@ -136,7 +161,7 @@ impl Store {
         if let Some(slot) = self.find(op, partition, key, hash) {
             return slot;
         }
-        let slot = self.allocate(Some(key.clone()));
+        let slot = self.allocate(op, Some(key.clone()));
         let entries = &self.entries;
         let part = self.operators[op.0 as usize].partitions[partition as usize]
             .as_mut()
@@ -156,16 +181,65 @@ impl Store {
             .copied()
     }
 
-    /// Sets an entry's value, keeping the count of live entities.
+    /// Sets an entry's value, keeping the count of live entities and the
+    /// snapshot marks: the old value of a slot the running snapshot has not
+    /// copied yet is saved first, and the slot becomes dirty for the next.
     #[inline]
     pub fn set(&mut self, slot: u32, value: Option<Value>) {
+        let meta = &mut self.meta[slot as usize];
         let entry = &mut self.entries[slot as usize];
+        if meta.marks & PENDING != 0 {
+            meta.marks &= !PENDING;
+            let key = entry.key.clone().expect("only entities are snapshotted");
+            self.saved.push((OpId(meta.op), key, entry.value.clone()));
+        }
+        if meta.marks & DIRTY == 0 {
+            meta.marks |= DIRTY;
+            self.dirty.push(slot);
+        }
         match (&entry.value, &value) {
             (None, Some(_)) => self.live += 1,
             (Some(_), None) => self.live -= 1,
             _ => {}
         }
         entry.value = value;
+    }
+
+    /// Marks every dirty slot as part of a new snapshot and returns them; the
+    /// caller copies them with [`Store::copy_pending`] (or `set` saves them
+    /// first). Slots stay allocated until copied, so deletes reach the
+    /// snapshot as tombstones.
+    pub fn begin_snapshot(&mut self) -> Vec<u32> {
+        let pending = std::mem::take(&mut self.dirty);
+        for slot in &pending {
+            let m = &mut self.meta[*slot as usize];
+            debug_assert!(m.marks & DIRTY != 0);
+            m.marks = (m.marks & !DIRTY) | PENDING;
+        }
+        pending
+    }
+
+    /// Copies `slot` into `out` if the running snapshot still needs it.
+    pub fn copy_pending(&mut self, slot: u32, out: &mut Vec<(OpId, Key, Option<Value>)>) {
+        let meta = &mut self.meta[slot as usize];
+        if meta.marks & PENDING == 0 {
+            return;
+        }
+        meta.marks &= !PENDING;
+        let entry = &self.entries[slot as usize];
+        let key = entry.key.clone().expect("only entities are snapshotted");
+        out.push((OpId(meta.op), key, entry.value.clone()));
+    }
+
+    /// Old values saved by copy-on-write since the last call.
+    pub fn take_saved(&mut self, out: &mut Vec<(OpId, Key, Option<Value>)>) {
+        out.append(&mut self.saved);
+    }
+
+    /// Whether a slot's tombstone must wait for a snapshot before its slot
+    /// is reclaimed.
+    fn marked(&self, slot: u32) -> bool {
+        self.meta[slot as usize].marks != 0
     }
 
     /// Removes `key` if its entry holds no value.
@@ -175,9 +249,12 @@ impl Store {
         let part = self.operators[op.0 as usize].partitions[partition as usize]
             .as_mut()
             .expect("partition is owned by this shard");
-        if let Ok(found) = part.map.find_entry(h, |s| entries[*s as usize].key.as_ref() == Some(key)) {
+        if let Ok(found) = part
+            .map
+            .find_entry(h, |s| entries[*s as usize].key.as_ref() == Some(key))
+        {
             let slot = *found.get();
-            if entries[slot as usize].value.is_none() {
+            if entries[slot as usize].value.is_none() && self.meta[slot as usize].marks == 0 {
                 found.remove();
                 self.entries[slot as usize].key = None;
                 self.free.push(slot);
@@ -221,10 +298,36 @@ impl Store {
     }
 
     /// Writes a value directly, outside any transaction (loading, recovery).
-    pub fn load(&mut self, op: OpId, partition: u32, key: &Key, value: Option<Value>) {
+    /// `dirty`: whether the next snapshot must include it (false when it
+    /// comes from a snapshot already).
+    pub fn load(&mut self, op: OpId, partition: u32, key: &Key, value: Option<Value>, dirty: bool) {
         let slot = self.slot(op, partition, key, key.hash64());
-        self.set(slot, value);
+        if dirty {
+            self.set(slot, value);
+        } else {
+            assert_eq!(self.meta[slot as usize].marks & PENDING, 0, "load during a snapshot");
+            let entry = &mut self.entries[slot as usize];
+            match (&entry.value, &value) {
+                (None, Some(_)) => self.live += 1,
+                (Some(_), None) => self.live -= 1,
+                _ => {}
+            }
+            entry.value = value;
+        }
         self.reclaim(op, partition, key);
+    }
+
+    /// Removes the entry at `slot` if it is empty and no snapshot needs it.
+    pub fn reclaim_slot(&mut self, slot: u32) {
+        let (op, key) = {
+            let e = &self.entries[slot as usize];
+            match (&e.key, &e.value) {
+                (Some(k), None) if !self.marked(slot) => (OpId(self.meta[slot as usize].op), k.clone()),
+                _ => return,
+            }
+        };
+        let partitions = self.operators[op.0 as usize].partitions.len() as u32;
+        self.reclaim(op, key.partition(partitions), &key);
     }
 
     /// Resets the generation stamp of every entry (the epoch tables wrapped).

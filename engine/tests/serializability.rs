@@ -20,6 +20,9 @@ fn run_seed(seed: u64, txns: u64) -> (Checked, styx_engine::Stats) {
     let mut config = test_config(1 + rng.below(24) as usize);
     config.epoch_gather_us = [0, 0, 50, 500][rng.below(4) as usize];
     config.step_messages_max = [1, 2, 7, 64][rng.below(4) as usize];
+    // Snapshots copy entities while later epochs run: the oracle must hold
+    // with them too.
+    config.snapshot_interval_us = [0, 100, 1_000][rng.below(3) as usize];
     let limits = config.limits;
     let mut sim = Sim::new(app.clone(), config, shards, seed);
     let generator = ProgramGen {

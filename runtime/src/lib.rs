@@ -224,10 +224,17 @@ async fn drive<F: Frontend>(
     let mut counted = false;
     let mut spin_until = 0;
     let mut busy_us = 0u64;
+    // Per stage: [busy µs, idle µs], by the stage an iteration began in.
+    let mut stage_us = [[0u64; 2]; 6];
+    let mut last = (shard.stage(), clock.now_us(), false);
     loop {
         iterations += 1;
         let mut now = clock.now_us();
         let iteration_start = now;
+        if profile {
+            stage_us[last.0 as usize][usize::from(!last.2)] += now - last.1;
+            last = (shard.stage(), now, false);
+        }
         let mut progress = false;
         for peer in 0..n {
             while let Some(envelope) = links.recv(peer, me) {
@@ -275,8 +282,11 @@ async fn drive<F: Frontend>(
             out.replies.clear();
             progress = true;
         }
+        // Durability is wired in with the storage crate; until then the
+        // runtime runs without a log (`Durability::None`) or snapshots.
         out.log.clear();
         out.history.clear();
+        out.snapshots.clear();
         if !counted && frontend.is_done() && shard.is_quiet() && overflow.is_empty() {
             counted = true;
             done.fetch_add(1, Ordering::AcqRel);
@@ -287,6 +297,7 @@ async fn drive<F: Frontend>(
         if progress {
             if profile {
                 busy_us += clock.now_us() - iteration_start;
+                last.2 = true;
             }
             glommio::yield_if_needed().await;
             continue;
@@ -322,6 +333,13 @@ async fn drive<F: Frontend>(
     }
     if profile {
         let secs = (clock.now_us() - started) as f64 / 1e6;
+        let names = ["idle", "exec1", "wait1", "check", "exec2", "wait2"];
+        let parts: Vec<String> = names
+            .iter()
+            .zip(stage_us)
+            .map(|(n, [b, i])| format!("{n} {:.0}/{:.0}", b as f64 / 1e4 / secs, i as f64 / 1e4 / secs))
+            .collect();
+        eprintln!("shard {} stage busy/idle %: {}", shard.id(), parts.join(", "));
         eprintln!(
             "shard {}: busy {:.0}%, {} epochs, {:.0} loop iterations/s, {} batches in of {:.1} messages, {:.1} µs in transit",
             shard.id(),
