@@ -15,8 +15,10 @@
 
 mod clock;
 mod link;
+pub mod metrics;
 
 pub use clock::Clock;
+pub use metrics::{Metrics, ShardMetrics};
 use link::Links;
 
 use glommio::channels::channel_mesh::{MeshBuilder, Receivers, Senders};
@@ -36,6 +38,9 @@ pub const MESH_CAPACITY: usize = 4096;
 
 /// Doorbells queued for a parked shard (one is enough to wake it).
 const DOORBELLS_MAX: usize = 1024;
+
+/// How often a shard publishes its counters, in µs.
+const METRICS_PUBLISH_US: u64 = 1_000;
 
 /// How long a shard keeps spinning after its last epoch before it parks.
 const SPIN_AFTER_EPOCH_US: u64 = 200;
@@ -67,6 +72,8 @@ pub struct Options {
     pub spin_before_park: Duration,
     /// Memory glommio registers for I/O per executor.
     pub io_memory: usize,
+    /// Where shards publish their counters (about every millisecond).
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Default for Options {
@@ -77,6 +84,7 @@ impl Default for Options {
             pin: true,
             spin_before_park: Duration::from_micros(50),
             io_memory: 1 << 20,
+            metrics: None,
         }
     }
 }
@@ -141,7 +149,8 @@ where
                 let id = senders.peer_id() as ShardId;
                 let mut shard = Shard::new(app, opts.engine.clone(), id, n as u16);
                 let frontend = make(&mut shard);
-                let output = drive(shard, frontend, links, senders, receivers, done, n, clock).await;
+                let metrics = opts.metrics.as_ref().map(|m| m.shards[id as usize].clone());
+                let output = drive(shard, frontend, links, senders, receivers, done, n, clock, metrics).await;
                 (id, output)
             })
             .map_err(|source| Error::Executor { shard: i, source })?;
@@ -200,6 +209,7 @@ fn ring(doorbells: &Senders<()>, to: usize) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn drive<F: Frontend>(
     mut shard: Shard,
     mut frontend: F,
@@ -209,6 +219,7 @@ async fn drive<F: Frontend>(
     done: Arc<AtomicUsize>,
     n: usize,
     clock: Clock,
+    metrics: Option<Arc<ShardMetrics>>,
 ) -> F::Output {
     let me = shard.id() as usize;
     let waiter = Rc::new(RefCell::new(None));
@@ -224,6 +235,7 @@ async fn drive<F: Frontend>(
     let mut counted = false;
     let mut spin_until = 0;
     let mut busy_us = 0u64;
+    let mut published_us = 0;
     // Per stage: [busy µs, idle µs], by the stage an iteration began in.
     let mut stage_us = [[0u64; 2]; 6];
     let mut last = (shard.stage(), clock.now_us(), false);
@@ -287,6 +299,12 @@ async fn drive<F: Frontend>(
         out.log.clear();
         out.history.clear();
         out.snapshots.clear();
+        if let Some(m) = &metrics
+            && now >= published_us + METRICS_PUBLISH_US
+        {
+            m.publish(&shard.stats(), shard.epoch(), shard.pending());
+            published_us = now;
+        }
         if !counted && frontend.is_done() && shard.is_quiet() && overflow.is_empty() {
             counted = true;
             done.fetch_add(1, Ordering::AcqRel);

@@ -1,0 +1,145 @@
+//! What the runtime counts, for `/metrics` (Prometheus text format) and
+//! `styx status`.
+//!
+//! Each shard owns one [`ShardMetrics`] and is its only writer (relaxed
+//! stores of values it already has, so the hot loop pays a few plain
+//! stores per iteration); any thread may read them. Latencies are kept as
+//! cumulative sums and counts (Prometheus summaries without quantiles): a
+//! scraper derives rates and means, and quantiles come from the benchmarks.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use styx_engine::Stats;
+
+/// Counters of one shard.
+#[derive(Default, Debug)]
+pub struct ShardMetrics {
+    pub epochs: AtomicU64,
+    pub committed: AtomicU64,
+    pub aborted: AtomicU64,
+    pub reexecuted: AtomicU64,
+    pub rescheduled: AtomicU64,
+    pub invocations: AtomicU64,
+    pub snapshots: AtomicU64,
+    /// The epoch the shard is in (or last finished).
+    pub epoch: AtomicU64,
+    /// Requests waiting to be sequenced.
+    pub pending: AtomicU64,
+    pub connections: AtomicU64,
+    pub connections_total: AtomicU64,
+    /// Requests refused because a limit was reached.
+    pub rejected: AtomicU64,
+    /// Input log: epochs made durable, bytes written, fdatasync time.
+    pub log_syncs: AtomicU64,
+    pub log_bytes: AtomicU64,
+    pub log_sync_us_sum: AtomicU64,
+    /// The newest epoch whose input is durable here.
+    pub log_durable_epoch: AtomicU64,
+    /// Snapshot chunks written and time spent writing them.
+    pub snapshot_bytes: AtomicU64,
+    pub snapshot_write_us_sum: AtomicU64,
+    /// The newest complete snapshot's epoch.
+    pub snapshot_epoch: AtomicU64,
+    /// Wall time between epoch starts, summed (÷ epochs = mean epoch time).
+    pub epoch_us_sum: AtomicU64,
+}
+
+impl ShardMetrics {
+    /// Publishes the engine's counters.
+    pub fn publish(&self, stats: &Stats, epoch: u64, pending: usize) {
+        self.epochs.store(stats.epochs, Relaxed);
+        self.committed.store(stats.committed, Relaxed);
+        self.aborted.store(stats.aborted, Relaxed);
+        self.reexecuted.store(stats.reexecuted, Relaxed);
+        self.rescheduled.store(stats.rescheduled, Relaxed);
+        self.invocations.store(stats.invocations, Relaxed);
+        self.snapshots.store(stats.snapshots, Relaxed);
+        self.epoch.store(epoch, Relaxed);
+        self.pending.store(pending as u64, Relaxed);
+    }
+}
+
+/// Every shard's counters.
+#[derive(Debug)]
+pub struct Metrics {
+    pub shards: Vec<Arc<ShardMetrics>>,
+}
+
+impl Metrics {
+    pub fn new(shards: usize) -> Arc<Metrics> {
+        Arc::new(Metrics {
+            shards: (0..shards).map(|_| Arc::new(ShardMetrics::default())).collect(),
+        })
+    }
+
+    /// The sum of one counter over all shards.
+    pub fn total(&self, f: impl Fn(&ShardMetrics) -> &AtomicU64) -> u64 {
+        self.shards.iter().map(|s| f(s).load(Relaxed)).sum()
+    }
+
+    /// The Prometheus text exposition (version 0.0.4).
+    pub fn render(&self) -> String {
+        type Field = fn(&ShardMetrics) -> &AtomicU64;
+        let series: [(&str, &str, &str, Field); 19] = [
+            ("styx_epochs_total", "counter", "Epochs finished.", |s| &s.epochs),
+            ("styx_transactions_committed_total", "counter", "Transactions committed (by sequencing shard).", |s| &s.committed),
+            ("styx_transactions_aborted_total", "counter", "Transactions aborted by their own logic.", |s| &s.aborted),
+            ("styx_transactions_reexecuted_total", "counter", "Transactions that needed the phase-2 fallback.", |s| &s.reexecuted),
+            ("styx_transactions_rescheduled_total", "counter", "Transactions rescheduled to a later epoch.", |s| &s.rescheduled),
+            ("styx_invocations_total", "counter", "Function invocations run.", |s| &s.invocations),
+            ("styx_snapshots_total", "counter", "Snapshots begun.", |s| &s.snapshots),
+            ("styx_epoch", "gauge", "The current epoch.", |s| &s.epoch),
+            ("styx_requests_pending", "gauge", "Requests waiting to be sequenced.", |s| &s.pending),
+            ("styx_connections", "gauge", "Open client connections.", |s| &s.connections),
+            ("styx_connections_total", "counter", "Client connections accepted.", |s| &s.connections_total),
+            ("styx_requests_rejected_total", "counter", "Requests refused by a limit.", |s| &s.rejected),
+            ("styx_log_syncs_total", "counter", "Input-log fdatasyncs (one per epoch).", |s| &s.log_syncs),
+            ("styx_log_bytes_total", "counter", "Input-log bytes written.", |s| &s.log_bytes),
+            ("styx_log_sync_seconds_sum", "counter", "Time spent in input-log fdatasync.", |s| &s.log_sync_us_sum),
+            ("styx_log_durable_epoch", "gauge", "Newest epoch whose input is durable.", |s| &s.log_durable_epoch),
+            ("styx_snapshot_bytes_total", "counter", "Snapshot bytes written.", |s| &s.snapshot_bytes),
+            ("styx_snapshot_epoch", "gauge", "Newest complete snapshot's epoch.", |s| &s.snapshot_epoch),
+            ("styx_epoch_seconds_sum", "counter", "Wall time of epochs.", |s| &s.epoch_us_sum),
+        ];
+        let mut out = String::new();
+        for (name, kind, help, field) in series {
+            // Durations are kept in µs and exposed in seconds, as Prometheus expects.
+            let seconds = name.ends_with("_seconds_sum");
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (i, s) in self.shards.iter().enumerate() {
+                let v = field(s).load(Relaxed);
+                if seconds {
+                    let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", v as f64 / 1e6);
+                } else {
+                    let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {v}");
+                }
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_every_shard_in_prometheus_text() {
+        let m = Metrics::new(2);
+        m.shards[1].committed.store(7, Relaxed);
+        m.shards[0].log_sync_us_sum.store(1_500_000, Relaxed);
+        let text = m.render();
+        assert!(text.contains("# TYPE styx_transactions_committed_total counter"));
+        assert!(text.contains("styx_transactions_committed_total{shard=\"1\"} 7"));
+        assert!(text.contains("styx_log_sync_seconds_sum{shard=\"0\"} 1.5"));
+        assert_eq!(m.total(|s| &s.committed), 7);
+        // Every sample line is `name{labels} value`.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let (series, value) = line.rsplit_once(' ').unwrap();
+            assert!(series.contains("{shard=\""), "{line}");
+            assert!(value.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}
