@@ -228,6 +228,7 @@ impl Frontend for Generator {
                     reexecuted: s.reexecuted - w.reexecuted,
                     rescheduled: s.rescheduled - w.rescheduled,
                     invocations: s.invocations - w.invocations,
+                    snapshots: s.snapshots - w.snapshots,
                 },
                 cs - cw,
             ),

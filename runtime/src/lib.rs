@@ -18,8 +18,8 @@ mod link;
 pub mod metrics;
 
 pub use clock::Clock;
-pub use metrics::{Metrics, ShardMetrics};
 use link::Links;
+pub use metrics::{Metrics, ShardMetrics};
 
 use glommio::channels::channel_mesh::{MeshBuilder, Receivers, Senders};
 use glommio::channels::shared_channel::ConnectedReceiver;

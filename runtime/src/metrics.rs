@@ -83,24 +83,89 @@ impl Metrics {
         type Field = fn(&ShardMetrics) -> &AtomicU64;
         let series: [(&str, &str, &str, Field); 19] = [
             ("styx_epochs_total", "counter", "Epochs finished.", |s| &s.epochs),
-            ("styx_transactions_committed_total", "counter", "Transactions committed (by sequencing shard).", |s| &s.committed),
-            ("styx_transactions_aborted_total", "counter", "Transactions aborted by their own logic.", |s| &s.aborted),
-            ("styx_transactions_reexecuted_total", "counter", "Transactions that needed the phase-2 fallback.", |s| &s.reexecuted),
-            ("styx_transactions_rescheduled_total", "counter", "Transactions rescheduled to a later epoch.", |s| &s.rescheduled),
-            ("styx_invocations_total", "counter", "Function invocations run.", |s| &s.invocations),
+            (
+                "styx_transactions_committed_total",
+                "counter",
+                "Transactions committed (by sequencing shard).",
+                |s| &s.committed,
+            ),
+            (
+                "styx_transactions_aborted_total",
+                "counter",
+                "Transactions aborted by their own logic.",
+                |s| &s.aborted,
+            ),
+            (
+                "styx_transactions_reexecuted_total",
+                "counter",
+                "Transactions that needed the phase-2 fallback.",
+                |s| &s.reexecuted,
+            ),
+            (
+                "styx_transactions_rescheduled_total",
+                "counter",
+                "Transactions rescheduled to a later epoch.",
+                |s| &s.rescheduled,
+            ),
+            ("styx_invocations_total", "counter", "Function invocations run.", |s| {
+                &s.invocations
+            }),
             ("styx_snapshots_total", "counter", "Snapshots begun.", |s| &s.snapshots),
             ("styx_epoch", "gauge", "The current epoch.", |s| &s.epoch),
-            ("styx_requests_pending", "gauge", "Requests waiting to be sequenced.", |s| &s.pending),
-            ("styx_connections", "gauge", "Open client connections.", |s| &s.connections),
-            ("styx_connections_total", "counter", "Client connections accepted.", |s| &s.connections_total),
-            ("styx_requests_rejected_total", "counter", "Requests refused by a limit.", |s| &s.rejected),
-            ("styx_log_syncs_total", "counter", "Input-log fdatasyncs (one per epoch).", |s| &s.log_syncs),
-            ("styx_log_bytes_total", "counter", "Input-log bytes written.", |s| &s.log_bytes),
-            ("styx_log_sync_seconds_sum", "counter", "Time spent in input-log fdatasync.", |s| &s.log_sync_us_sum),
-            ("styx_log_durable_epoch", "gauge", "Newest epoch whose input is durable.", |s| &s.log_durable_epoch),
-            ("styx_snapshot_bytes_total", "counter", "Snapshot bytes written.", |s| &s.snapshot_bytes),
-            ("styx_snapshot_epoch", "gauge", "Newest complete snapshot's epoch.", |s| &s.snapshot_epoch),
-            ("styx_epoch_seconds_sum", "counter", "Wall time of epochs.", |s| &s.epoch_us_sum),
+            (
+                "styx_requests_pending",
+                "gauge",
+                "Requests waiting to be sequenced.",
+                |s| &s.pending,
+            ),
+            ("styx_connections", "gauge", "Open client connections.", |s| {
+                &s.connections
+            }),
+            (
+                "styx_connections_total",
+                "counter",
+                "Client connections accepted.",
+                |s| &s.connections_total,
+            ),
+            (
+                "styx_requests_rejected_total",
+                "counter",
+                "Requests refused by a limit.",
+                |s| &s.rejected,
+            ),
+            (
+                "styx_log_syncs_total",
+                "counter",
+                "Input-log fdatasyncs (one per epoch).",
+                |s| &s.log_syncs,
+            ),
+            ("styx_log_bytes_total", "counter", "Input-log bytes written.", |s| {
+                &s.log_bytes
+            }),
+            (
+                "styx_log_sync_seconds_sum",
+                "counter",
+                "Time spent in input-log fdatasync.",
+                |s| &s.log_sync_us_sum,
+            ),
+            (
+                "styx_log_durable_epoch",
+                "gauge",
+                "Newest epoch whose input is durable.",
+                |s| &s.log_durable_epoch,
+            ),
+            ("styx_snapshot_bytes_total", "counter", "Snapshot bytes written.", |s| {
+                &s.snapshot_bytes
+            }),
+            (
+                "styx_snapshot_epoch",
+                "gauge",
+                "Newest complete snapshot's epoch.",
+                |s| &s.snapshot_epoch,
+            ),
+            ("styx_epoch_seconds_sum", "counter", "Wall time of epochs.", |s| {
+                &s.epoch_us_sum
+            }),
         ];
         let mut out = String::new();
         for (name, kind, help, field) in series {

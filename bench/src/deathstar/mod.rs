@@ -1,1 +1,79 @@
-//! Deathstar movie review and travel reservation. (Being built.)
+//! DeathStarBench's movie review and travel reservation applications, as
+//! the Beldi authors adapted them to stateful functions (benchmarks.md).
+//!
+//! - [`movie`]: `compose_review` gathers a review's parts from several
+//!   services into the request's compose-review entity, then stores the
+//!   review and appends it to the user's and the movie's lists;
+//! - [`travel`]: hotel search and recommendation (scans of geo partitions),
+//!   user login, and reservations of a hotel room and a flight seat.
+//!
+//! Each module has the same shape as [`crate::tpcc`]: `app`, `load`, a
+//! `Generator` whose `next()` yields a [`styx_engine::Request`] (its root
+//! entity is the request's `address`), and `check` on a final state.
+//!
+//! The original services are stateless processes in front of databases and
+//! caches; here a service is an operator, its rows are entities, and a call
+//! between services is a call between functions, inside one transaction.
+//! Services that keep no state (unique ids, text, rating, the frontend) are
+//! operators whose functions never touch their entity; they are keyed by
+//! the request id, which spreads them over partitions like the processes
+//! they stand for.
+
+pub mod movie;
+pub mod travel;
+
+use std::collections::BTreeMap;
+use styx_engine::{Key, OpId, Value};
+
+/// A whole state, as [`styx_engine::sim::Sim::state`] returns it.
+pub type State = BTreeMap<(OpId, Key), Value>;
+
+/// Violations listed in full by a checker; beyond this many only their
+/// number is given.
+pub const VIOLATIONS_MAX: usize = 100;
+
+/// A bounded list of violations.
+#[derive(Default)]
+struct Violations {
+    list: Vec<String>,
+    more: usize,
+}
+
+impl Violations {
+    fn add(&mut self, v: String) {
+        if self.list.len() < VIOLATIONS_MAX {
+            self.list.push(v);
+        } else {
+            self.more += 1;
+        }
+    }
+
+    fn finish(mut self) -> Vec<String> {
+        if self.more > 0 {
+            self.list.push(format!("... and {} more", self.more));
+        }
+        self.list
+    }
+}
+
+/// Implements the argument codec for a struct as the tuple of its fields.
+macro_rules! struct_codec {
+    ($t:ident { $($field:ident : $ty:ty),+ $(,)? }) => {
+        impl styx_engine::Encode for $t {
+            fn encode(&self, w: &mut styx_engine::Writer) {
+                $(styx_engine::Encode::encode(&self.$field, w);)+
+            }
+        }
+        impl styx_engine::Decode for $t {
+            fn decode(input: &mut &[u8]) -> Result<Self, styx_engine::DecodeError> {
+                Ok($t { $($field: <$ty as styx_engine::Decode>::decode(input)?,)+ })
+            }
+        }
+    };
+}
+use struct_codec;
+
+/// A password's salted hash, as stored by the user services.
+pub fn password_hash(salt: u64, password: &str) -> u64 {
+    styx_engine::mix64(salt ^ styx_engine::stable_hash(password.as_bytes()))
+}

@@ -1,0 +1,398 @@
+//! TPC-C's tables as entity state: one operator per table, one entity per
+//! row, except where rows are always written and read together.
+//!
+//! | operator             | key                    | value                 | TPC-C rows                  |
+//! |----------------------|------------------------|-----------------------|-----------------------------|
+//! | `warehouse`          | `w`                    | [`Warehouse`]         | WAREHOUSE                   |
+//! | `district`           | `(w, d)`               | [`District`]          | DISTRICT without D_NEXT_O_ID|
+//! | `district_next_o_id` | `(w, d)`               | `u32`                 | DISTRICT.D_NEXT_O_ID        |
+//! | `customer`           | `(w, d, c)`            | [`Customer`]          | CUSTOMER                    |
+//! | `customer_by_name`   | `(w, d, last)`         | `Vec<u32>`            | index on C_LAST, by C_FIRST |
+//! | `history`            | `(w, d, origin, n)`    | [`History`]           | HISTORY                     |
+//! | `item`               | `i`                    | [`Item`]              | ITEM                        |
+//! | `stock`              | `(w, i)`               | [`Stock`]             | STOCK                       |
+//! | `order`              | `(w, d, o)`            | [`Order`]             | ORDER                       |
+//! | `order_line`         | `(w, d, o)`            | `Vec<OrderLine>`      | the ORDER-LINE rows of o    |
+//! | `new_order`          | `(w, d, o)`            | `u32` (NO_O_ID)       | NEW-ORDER                   |
+//!
+//! Why this shape:
+//!
+//! - **D_NEXT_O_ID is split from the rest of DISTRICT** (vertical
+//!   partitioning, which TPC-C 1.6 allows). NewOrder writes D_NEXT_O_ID and
+//!   reads D_TAX; Payment writes D_YTD. In one entity every NewOrder would
+//!   write what a concurrent Payment of its district reads and writes, and
+//!   the epoch protocol would abort one of them. Split, a NewOrder only
+//!   *reads* what a Payment writes (warehouse, district, customer), which
+//!   deterministic reordering commits without re-execution.
+//! - **The ORDER-LINE rows of one order share one entity**: NewOrder writes
+//!   them together and every other transaction (Order-Status, Delivery)
+//!   reads them together; ten entities would cost ten more messages per
+//!   NewOrder for nothing. ORDER stays a separate entity, so consistency
+//!   condition 4 compares O_OL_CNT with what a different write left behind.
+//! - **HISTORY has no primary key in TPC-C**; ours is the paying district
+//!   plus the transaction id (unique, and the same when a transaction is
+//!   re-executed or replayed), or the customer id for loaded rows.
+//! - **Money is integer cents, rates are units of 1/10 000** (TPC-C gives
+//!   them four decimals): sums are exact, so the consistency conditions are
+//!   equalities, not tolerances.
+//!
+//! Every per-warehouse key starts with the warehouse id, big-endian, so keys
+//! sort by warehouse; placement, however, is by a hash of the whole key (see
+//! the module documentation of [`crate::tpcc`]).
+
+use rkyv::{Archive, Deserialize, Serialize};
+use styx_engine::{App, Key, OpId};
+
+/// Districts per warehouse (TPC-C 1.2: fixed at ten).
+pub const DISTRICTS: u8 = 10;
+/// Order lines per order are 5..=15 (TPC-C 2.4.1.3).
+pub const ORDER_LINES_MIN: usize = 5;
+pub const ORDER_LINES_MAX: usize = 15;
+/// C_DATA is cut to this many characters when Payment prepends to it.
+pub const CUSTOMER_DATA_LEN_MAX: usize = 500;
+/// One hundred percent in the units of taxes and discounts.
+pub const RATE_ONE: i64 = 10_000;
+
+/// Amounts of money, in cents.
+pub type Cents = i64;
+
+/// Where a HISTORY row comes from: the initial load or a Payment.
+pub const HISTORY_LOADED: u8 = 0;
+pub const HISTORY_PAYMENT: u8 = 1;
+
+pub const WAREHOUSE: &str = "warehouse";
+pub const DISTRICT: &str = "district";
+pub const DISTRICT_NEXT_O_ID: &str = "district_next_o_id";
+pub const CUSTOMER: &str = "customer";
+pub const CUSTOMER_BY_NAME: &str = "customer_by_name";
+pub const HISTORY: &str = "history";
+pub const ITEM: &str = "item";
+pub const STOCK: &str = "stock";
+pub const ORDER: &str = "order";
+pub const ORDER_LINE: &str = "order_line";
+pub const NEW_ORDER: &str = "new_order";
+
+/// The operator of every table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tables {
+    pub warehouse: OpId,
+    pub district: OpId,
+    pub district_next_o_id: OpId,
+    pub customer: OpId,
+    pub customer_by_name: OpId,
+    pub history: OpId,
+    pub item: OpId,
+    pub stock: OpId,
+    pub order: OpId,
+    pub order_line: OpId,
+    pub new_order: OpId,
+}
+
+impl Tables {
+    /// Declares every table on `app`, each over `partitions` partitions.
+    pub fn declare(app: &mut App, partitions: u32) -> Tables {
+        Tables {
+            warehouse: app.operator(WAREHOUSE, partitions),
+            district: app.operator(DISTRICT, partitions),
+            district_next_o_id: app.operator(DISTRICT_NEXT_O_ID, partitions),
+            customer: app.operator(CUSTOMER, partitions),
+            customer_by_name: app.operator(CUSTOMER_BY_NAME, partitions),
+            history: app.operator(HISTORY, partitions),
+            item: app.operator(ITEM, partitions),
+            stock: app.operator(STOCK, partitions),
+            order: app.operator(ORDER, partitions),
+            order_line: app.operator(ORDER_LINE, partitions),
+            new_order: app.operator(NEW_ORDER, partitions),
+        }
+    }
+
+    /// The tables of an application built by [`crate::tpcc::install`].
+    ///
+    /// # Panics
+    /// If `app` lacks one of them.
+    pub fn of(app: &App) -> Tables {
+        let op = |name| {
+            app.op_id(name)
+                .unwrap_or_else(|| panic!("{} has no operator {name}", app.name()))
+        };
+        Tables {
+            warehouse: op(WAREHOUSE),
+            district: op(DISTRICT),
+            district_next_o_id: op(DISTRICT_NEXT_O_ID),
+            customer: op(CUSTOMER),
+            customer_by_name: op(CUSTOMER_BY_NAME),
+            history: op(HISTORY),
+            item: op(ITEM),
+            stock: op(STOCK),
+            order: op(ORDER),
+            order_line: op(ORDER_LINE),
+            new_order: op(NEW_ORDER),
+        }
+    }
+}
+
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Warehouse {
+    pub name: String,
+    pub street_1: String,
+    pub street_2: String,
+    pub city: String,
+    pub state: String,
+    pub zip: String,
+    /// W_TAX in 1/10 000.
+    pub tax: u32,
+    pub ytd: Cents,
+}
+
+/// A DISTRICT row without D_NEXT_O_ID (which is `district_next_o_id`).
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct District {
+    pub name: String,
+    pub street_1: String,
+    pub street_2: String,
+    pub city: String,
+    pub state: String,
+    pub zip: String,
+    /// D_TAX in 1/10 000.
+    pub tax: u32,
+    pub ytd: Cents,
+}
+
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Customer {
+    pub first: String,
+    pub middle: String,
+    pub last: String,
+    pub street_1: String,
+    pub street_2: String,
+    pub city: String,
+    pub state: String,
+    pub zip: String,
+    pub phone: String,
+    pub since_us: u64,
+    /// "GC" (good) or "BC" (bad credit).
+    pub credit: String,
+    pub credit_lim: Cents,
+    /// C_DISCOUNT in 1/10 000.
+    pub discount: u32,
+    pub balance: Cents,
+    pub ytd_payment: Cents,
+    pub payment_cnt: u32,
+    pub delivery_cnt: u32,
+    pub data: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct History {
+    pub c_id: u32,
+    pub c_d_id: u8,
+    pub c_w_id: u32,
+    pub d_id: u8,
+    pub w_id: u32,
+    pub date_us: u64,
+    pub amount: Cents,
+    pub data: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    pub im_id: u32,
+    pub name: String,
+    pub price: Cents,
+    pub data: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Stock {
+    pub quantity: i32,
+    /// S_DIST_01 ..= S_DIST_10.
+    pub dist: [String; DISTRICTS as usize],
+    pub ytd: u32,
+    pub order_cnt: u32,
+    pub remote_cnt: u32,
+    pub data: String,
+}
+
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct Order {
+    pub c_id: u32,
+    pub entry_d_us: u64,
+    pub carrier_id: Option<u8>,
+    pub ol_cnt: u8,
+    pub all_local: bool,
+}
+
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct OrderLine {
+    /// OL_NUMBER, 1-based.
+    pub number: u8,
+    pub i_id: u32,
+    pub supply_w_id: u32,
+    pub delivery_d_us: Option<u64>,
+    pub quantity: u8,
+    pub amount: Cents,
+    pub dist_info: String,
+}
+
+/// Implements the argument codec for a struct as the tuple of its fields.
+macro_rules! struct_codec {
+    ($t:ident { $($field:ident : $ty:ty),+ $(,)? }) => {
+        impl styx_engine::Encode for $t {
+            fn encode(&self, w: &mut styx_engine::Writer) {
+                $(styx_engine::Encode::encode(&self.$field, w);)+
+            }
+        }
+        impl styx_engine::Decode for $t {
+            fn decode(input: &mut &[u8]) -> Result<Self, styx_engine::DecodeError> {
+                Ok($t { $($field: <$ty as styx_engine::Decode>::decode(input)?,)+ })
+            }
+        }
+    };
+}
+pub(crate) use struct_codec;
+
+struct_codec!(History {
+    c_id: u32,
+    c_d_id: u8,
+    c_w_id: u32,
+    d_id: u8,
+    w_id: u32,
+    date_us: u64,
+    amount: Cents,
+    data: String,
+});
+
+struct_codec!(Order {
+    c_id: u32,
+    entry_d_us: u64,
+    carrier_id: Option<u8>,
+    ol_cnt: u8,
+    all_local: bool,
+});
+
+struct_codec!(OrderLine {
+    number: u8,
+    i_id: u32,
+    supply_w_id: u32,
+    delivery_d_us: Option<u64>,
+    quantity: u8,
+    amount: Cents,
+    dist_info: String,
+});
+
+// ---------------------------------------------------------------------------
+// Keys. Integers are big-endian, so the parsers below read them back.
+
+pub fn warehouse_key(w: u32) -> Key {
+    Key::from(w)
+}
+
+/// The key of a district, and of its D_NEXT_O_ID.
+pub fn district_key(w: u32, d: u8) -> Key {
+    Key::from((w, d))
+}
+
+pub fn customer_key(w: u32, d: u8, c: u32) -> Key {
+    Key::from((w, d, c))
+}
+
+pub fn customer_name_key(w: u32, d: u8, last: &str) -> Key {
+    Key::from((w, d, last))
+}
+
+pub fn history_key(w: u32, d: u8, origin: u8, n: u64) -> Key {
+    Key::from((w, d, origin, n))
+}
+
+pub fn item_key(i: u32) -> Key {
+    Key::from(i)
+}
+
+pub fn stock_key(w: u32, i: u32) -> Key {
+    Key::from((w, i))
+}
+
+/// The key of an order, of its order lines and of its NEW-ORDER row.
+pub fn order_key(w: u32, d: u8, o: u32) -> Key {
+    Key::from((w, d, o))
+}
+
+fn be_u32(b: &[u8]) -> u32 {
+    u32::from_be_bytes(b[..4].try_into().expect("four bytes"))
+}
+
+/// `w` of a warehouse key.
+pub fn parse_warehouse(key: &Key) -> Option<u32> {
+    let b = key.as_bytes();
+    (b.len() == 4).then(|| be_u32(b))
+}
+
+/// `(w, d)` of a district key.
+pub fn parse_district(key: &Key) -> Option<(u32, u8)> {
+    let b = key.as_bytes();
+    (b.len() == 5).then(|| (be_u32(b), b[4]))
+}
+
+/// `(w, d, x)` of a customer or order key.
+pub fn parse_district_u32(key: &Key) -> Option<(u32, u8, u32)> {
+    let b = key.as_bytes();
+    (b.len() == 9).then(|| (be_u32(b), b[4], be_u32(&b[5..])))
+}
+
+/// `(w, d, last)` of a customer-by-name key.
+pub fn parse_customer_name(key: &Key) -> Option<(u32, u8, &str)> {
+    let b = key.as_bytes();
+    if b.len() < 5 {
+        return None;
+    }
+    Some((be_u32(b), b[4], std::str::from_utf8(&b[5..]).ok()?))
+}
+
+/// `(w, d, origin, n)` of a history key.
+pub fn parse_history(key: &Key) -> Option<(u32, u8, u8, u64)> {
+    let b = key.as_bytes();
+    (b.len() == 14).then(|| (be_u32(b), b[4], b[5], u64::from_be_bytes(b[6..].try_into().expect("8"))))
+}
+
+/// `(w, i)` of a stock key.
+pub fn parse_stock(key: &Key) -> Option<(u32, u32)> {
+    let b = key.as_bytes();
+    (b.len() == 8).then(|| (be_u32(b), be_u32(&b[4..])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_parse_back() {
+        assert_eq!(parse_warehouse(&warehouse_key(7)), Some(7));
+        assert_eq!(parse_district(&district_key(7, 3)), Some((7, 3)));
+        assert_eq!(parse_district_u32(&customer_key(7, 3, 2999)), Some((7, 3, 2999)));
+        assert_eq!(parse_district_u32(&order_key(1, 10, 3001)), Some((1, 10, 3001)));
+        assert_eq!(
+            parse_customer_name(&customer_name_key(2, 1, "BARBARBAR")),
+            Some((2, 1, "BARBARBAR"))
+        );
+        assert_eq!(
+            parse_history(&history_key(2, 9, HISTORY_PAYMENT, u64::MAX - 1)),
+            Some((2, 9, HISTORY_PAYMENT, u64::MAX - 1))
+        );
+        assert_eq!(parse_stock(&stock_key(4, 100_000)), Some((4, 100_000)));
+    }
+
+    #[test]
+    fn rows_roundtrip_through_the_argument_codec() {
+        let line = OrderLine {
+            number: 3,
+            i_id: 77,
+            supply_w_id: 2,
+            delivery_d_us: None,
+            quantity: 9,
+            amount: 12_345,
+            dist_info: "x".repeat(24),
+        };
+        let p = styx_engine::Payload::encode(&vec![line.clone(), line.clone()]);
+        assert_eq!(p.decode::<Vec<OrderLine>>().unwrap(), vec![line.clone(), line]);
+    }
+}

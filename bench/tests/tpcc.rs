@@ -1,0 +1,249 @@
+//! TPC-C NewOrder and Payment in the simulator, on 1, 2 and 3 shards: the
+//! consistency conditions of clause 3.3.2 hold, every request is answered
+//! once, NewOrders naming an unused item roll back without a trace, stock
+//! counters match the committed order lines exactly, and the whole run
+//! equals serial execution in the engine's order.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use styx_bench::tpcc::schema::*;
+use styx_bench::tpcc::{self, Functions, Generator, Mix, NewOrderReply, PaymentReply, Scale, Txn};
+use styx_engine::{AbortKind, Key, OpId, Outcome, Value};
+
+const PARTITIONS: u32 = 8;
+
+fn run(seed: u64, shards: u16, scale: Scale, mix: Mix, requests: usize) {
+    let app = tpcc::app(PARTITIONS);
+    let functions = Functions::of(&app);
+    let t = Tables::of(&app);
+    let initial = tpcc::load(&app, &scale, seed);
+    assert_eq!(
+        tpcc::check(&app, &state_of(&initial)),
+        Vec::<String>::new(),
+        "the load is consistent"
+    );
+
+    let mut generator = Generator::new(functions, scale, seed);
+    generator.mix = mix;
+    let txns: Vec<Txn> = (0..requests).map(|_| generator.next_txn()).collect();
+    let reqs: Vec<_> = txns.iter().map(|t| t.request(&functions)).collect();
+    let mut run = simulate(&app, &initial, &reqs, shards, seed, 100, 80);
+
+    // Replies: valid NewOrders and all Payments commit; the others roll back.
+    let mut orders: BTreeMap<(u32, u8, u32), usize> = BTreeMap::new();
+    let (mut rolled_back, mut payments) = (0, 0);
+    for (i, (txn, outcome)) in txns.iter().zip(&run.outcomes).enumerate() {
+        match (txn, outcome) {
+            (Txn::NewOrder(o), Outcome::Committed(p)) if !txn.names_unused_item(scale.items) => {
+                let (o_id, total): NewOrderReply = p.decode().unwrap();
+                assert!(total > 0);
+                assert!(
+                    orders.insert((o.w_id, o.d_id, o_id), i).is_none(),
+                    "order id {o_id} given twice"
+                );
+            }
+            (Txn::NewOrder(_), Outcome::Aborted(a)) if txn.names_unused_item(scale.items) => {
+                assert_eq!((a.kind(), a.message()), (AbortKind::User, tpcc::ITEM_NOT_VALID));
+                rolled_back += 1;
+            }
+            (Txn::Payment(p), Outcome::Committed(r)) => {
+                let (c_id, _balance): PaymentReply = r.decode().unwrap();
+                if let Some(c) = p.c_id {
+                    assert_eq!(c, c_id);
+                }
+                payments += 1;
+            }
+            (txn, outcome) => panic!("request {i} (seed {seed}): {txn:?} ended {outcome:?}"),
+        }
+    }
+    assert!(
+        rolled_back > 0 && payments > 0,
+        "the run exercises rollbacks and payments"
+    );
+
+    // The final state: the consistency conditions.
+    let violations = tpcc::check(&app, &run.state);
+    assert!(
+        violations.is_empty(),
+        "seed {seed}, {shards} shards:\n{}",
+        violations.join("\n")
+    );
+
+    // Order ids: per district, exactly the committed NewOrders, in a row
+    // after the loaded ones, each stored as requested.
+    let first = scale.customers_per_district + 1;
+    for w in 1..=scale.warehouses {
+        for d in 1..=DISTRICTS {
+            let next = get::<u32>(&run.state, t.district_next_o_id, district_key(w, d));
+            let committed: Vec<u32> = orders.range((w, d, 0)..=(w, d, u32::MAX)).map(|(k, _)| k.2).collect();
+            assert_eq!(
+                committed,
+                (first..next).collect::<Vec<_>>(),
+                "order ids of district {w}/{d}"
+            );
+        }
+    }
+    let mut stock_expected: BTreeMap<(u32, u32), (u32, u32, u32)> = BTreeMap::new();
+    for (&(w, d, o_id), &i) in &orders {
+        let Txn::NewOrder(request) = &txns[i] else {
+            unreachable!()
+        };
+        let order = get::<Order>(&run.state, t.order, order_key(w, d, o_id));
+        assert_eq!(order.c_id, request.c_id);
+        assert_eq!(usize::from(order.ol_cnt), request.lines.len());
+        assert!(order.carrier_id.is_none());
+        let lines = get::<Vec<OrderLine>>(&run.state, t.order_line, order_key(w, d, o_id));
+        for (line, asked) in lines.iter().zip(&request.lines) {
+            assert_eq!(
+                (line.i_id, line.supply_w_id, line.quantity),
+                (asked.i_id, asked.supply_w_id, asked.quantity)
+            );
+            let e = stock_expected.entry((asked.supply_w_id, asked.i_id)).or_default();
+            e.0 += u32::from(asked.quantity);
+            e.1 += 1;
+            e.2 += u32::from(asked.supply_w_id != w);
+        }
+    }
+    // Stock counters start at zero: they must equal what committed lines
+    // took, and nothing of a rolled-back NewOrder.
+    for ((op, key), value) in &run.state {
+        if *op == t.stock {
+            let (w, i) = parse_stock(key).unwrap();
+            let s = value.decode::<Stock>().unwrap();
+            let expected = stock_expected.get(&(w, i)).copied().unwrap_or_default();
+            assert_eq!(
+                (s.ytd, s.order_cnt, s.remote_cnt),
+                expected,
+                "stock of item {i} in warehouse {w}"
+            );
+        }
+    }
+    let history_rows = run
+        .state
+        .keys()
+        .filter(|(op, k)| *op == t.history && parse_history(k).unwrap().2 == HISTORY_PAYMENT)
+        .count();
+    assert_eq!(history_rows, payments, "one HISTORY row per committed Payment");
+
+    // And the run equals serial execution.
+    let checked = run.check_serial(&app, &initial);
+    assert_eq!(checked.committed + checked.aborted, requests);
+}
+
+fn encode<T: styx_engine::Store>(v: &T) -> Value {
+    Value::encode(v, &mut Default::default()).unwrap()
+}
+
+fn get<T: styx_engine::Load>(state: &State, op: OpId, key: Key) -> T {
+    state
+        .get(&(op, key.clone()))
+        .unwrap_or_else(|| panic!("no entity {key}"))
+        .decode::<T>()
+        .unwrap()
+}
+
+#[test]
+fn the_full_scale_load_is_consistent() {
+    let app = tpcc::app(PARTITIONS);
+    let scale = Scale::spec(1);
+    let initial = tpcc::load(&app, &scale, 1);
+    assert_eq!(initial.len(), scale.entities());
+    let t = Tables::of(&app);
+    let count = |op: OpId| initial.iter().filter(|(o, _, _)| *o == op).count();
+    assert_eq!(count(t.item), 100_000);
+    assert_eq!(count(t.stock), 100_000);
+    assert_eq!(count(t.customer), 30_000);
+    assert_eq!(count(t.order), 30_000);
+    assert_eq!(count(t.new_order), 9_000);
+    assert_eq!(
+        count(t.customer_by_name),
+        10_000,
+        "all 1 000 last names in every district"
+    );
+    assert_eq!(tpcc::check(&app, &state_of(&initial)), Vec::<String>::new());
+}
+
+#[test]
+fn the_specified_mix_keeps_every_condition_on_one_to_three_shards() {
+    for shards in 1..=3u16 {
+        for seed in 0..2 {
+            let seed = seed * 10 + u64::from(shards);
+            run(seed, shards, Scale::small(2), Mix::default(), 1_000);
+        }
+    }
+}
+
+#[test]
+fn remote_lines_rollbacks_and_one_hot_warehouse() {
+    // More remote lines and payments and rollbacks than TPC-C, on one
+    // warehouse (everything contends) and on three.
+    let mix = Mix {
+        invalid_item: 10,
+        remote_line: 20,
+        remote_payment: 40,
+        ..Mix::default()
+    };
+    for (seed, shards, warehouses) in [(100, 1, 1), (101, 2, 1), (102, 3, 3), (103, 2, 3)] {
+        run(seed, shards, Scale::small(warehouses), mix, 600);
+    }
+}
+
+#[test]
+fn the_checker_catches_each_broken_condition() {
+    let app = tpcc::app(PARTITIONS);
+    let t = Tables::of(&app);
+    let scale = Scale::small(1);
+    let consistent = state_of(&tpcc::load(&app, &scale, 3));
+    let expect = |state: &State, conditions: &[&str]| {
+        let violations = tpcc::check(&app, state);
+        for c in conditions {
+            assert!(
+                violations.iter().any(|v| v.starts_with(c)),
+                "expected a violation of {c}, got {violations:?}"
+            );
+        }
+    };
+
+    // A lost D_YTD update.
+    let mut s = consistent.clone();
+    let key = (t.district, district_key(1, 4));
+    let mut d = s[&key].decode::<District>().unwrap();
+    d.ytd += 1;
+    s.insert(key, encode(&d));
+    expect(&s, &["3.3.2.1", "3.3.2.9"]);
+
+    // D_NEXT_O_ID ahead of the orders.
+    let mut s = consistent.clone();
+    let key = (t.district_next_o_id, district_key(1, 2));
+    let next = s[&key].decode::<u32>().unwrap();
+    s.insert(key, encode(&(next + 1)));
+    expect(&s, &["3.3.2.2"]);
+
+    // A hole in the NEW-ORDER rows.
+    let mut s = consistent.clone();
+    s.remove(&(t.new_order, order_key(1, 3, scale.first_new_order() + 1)));
+    expect(&s, &["3.3.2.3", "3.3.2.5"]);
+
+    // An ORDER-LINE row lost.
+    let mut s = consistent.clone();
+    let key = (t.order_line, order_key(1, 5, 7));
+    let mut lines = s[&key].decode::<Vec<OrderLine>>().unwrap();
+    lines.pop();
+    s.insert(key, encode(&lines));
+    expect(&s, &["3.3.2.4", "3.3.2.6"]);
+
+    // A HISTORY row lost.
+    let mut s = consistent.clone();
+    s.remove(&(t.history, history_key(1, 6, HISTORY_LOADED, 9)));
+    expect(&s, &["3.3.2.8", "3.3.2.9", "3.3.2.10"]);
+
+    // A customer paid without paying.
+    let mut s = consistent;
+    let key = (t.customer, customer_key(1, 1, 1));
+    let mut c = s[&key].decode::<Customer>().unwrap();
+    c.balance -= 5;
+    s.insert(key, encode(&c));
+    expect(&s, &["3.3.2.10", "3.3.2.12"]);
+}

@@ -1,0 +1,228 @@
+//! The frames of the protocol, as values.
+//!
+//! A frame is a correlation id and a body. The layout of each body on the
+//! wire is in `docs/protocol.md`; [`crate::encode`] and [`crate::Decoder`]
+//! implement it. Frame types below `0x80` travel from client to server, the
+//! others from server to client, so a peer can refuse a frame sent the wrong
+//! way by its type alone.
+//!
+//! Invariants, checked by the encoder and guaranteed by the decoder: names
+//! are at most [`NAME_LEN_MAX`](crate::NAME_LEN_MAX) bytes, arguments,
+//! results and state values at most [`PAYLOAD_LEN_MAX`], messages within
+//! their caps, and an ABORTED frame never carries the engine-internal kinds
+//! `Rejected` (a refused request is an ERROR: it did not run) or `Drift`.
+//! The encoding is canonical: a frame that decodes re-encodes to the same
+//! bytes.
+//!
+//! [`PAYLOAD_LEN_MAX`]: styx_engine::PAYLOAD_LEN_MAX
+
+use crate::error::ErrorCode;
+use styx_engine::{Abort, AbortKind, Address, Key, Payload, Tid};
+
+/// The protocol version this code writes in every header.
+pub const VERSION: u8 = 1;
+/// The oldest version this code speaks.
+pub const VERSION_MIN: u8 = 1;
+/// The newest version this code speaks.
+pub const VERSION_MAX: u8 = 1;
+
+const _: () = assert!(VERSION_MIN <= VERSION && VERSION <= VERSION_MAX && VERSION_MIN >= 1);
+
+/// The version a server picks for a client speaking `min..=max`: the newest
+/// both speak, or `None` (the server answers `UNSUPPORTED_VERSION`).
+pub fn negotiate(min: u8, max: u8) -> Option<u8> {
+    let newest = max.min(VERSION_MAX);
+    (newest >= min.max(VERSION_MIN)).then_some(newest)
+}
+
+/// The type byte of a frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum FrameType {
+    Hello = 0x01,
+    Ping = 0x02,
+    Status = 0x03,
+    Request = 0x10,
+    Get = 0x11,
+    Welcome = 0x81,
+    Pong = 0x82,
+    StatusReply = 0x83,
+    Committed = 0x90,
+    Aborted = 0x91,
+    State = 0x92,
+    Error = 0xff,
+}
+
+impl FrameType {
+    pub const ALL: [FrameType; 12] = [
+        FrameType::Hello,
+        FrameType::Ping,
+        FrameType::Status,
+        FrameType::Request,
+        FrameType::Get,
+        FrameType::Welcome,
+        FrameType::Pong,
+        FrameType::StatusReply,
+        FrameType::Committed,
+        FrameType::Aborted,
+        FrameType::State,
+        FrameType::Error,
+    ];
+
+    pub fn from_u8(b: u8) -> Option<FrameType> {
+        FrameType::ALL.into_iter().find(|t| *t as u8 == b)
+    }
+
+    /// Whether clients send this type (servers send the others).
+    pub fn is_from_client(self) -> bool {
+        (self as u8) < 0x80
+    }
+}
+
+/// The `target` tag of an entity key.
+pub const TARGET_ENTITY: u8 = 0;
+/// The `target` tag of a partition number.
+pub const TARGET_PARTITION: u8 = 1;
+
+/// One frame: the correlation id the answer echoes, and the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame {
+    /// Chosen by the client, unique among its frames awaiting an answer on
+    /// this connection; every answer carries the id of the frame it answers.
+    pub corr: u32,
+    pub body: Body,
+}
+
+/// The body of a frame, by type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Body {
+    /// Client, first frame: the versions the client speaks and its name (for logs).
+    Hello {
+        version_min: u8,
+        version_max: u8,
+        client: String,
+    },
+    /// Server, answers HELLO: the version chosen and the server's limits.
+    Welcome(Welcome),
+    /// Client: asks for a PONG echoing `data`.
+    Ping { data: u64 },
+    /// Server, answers PING.
+    Pong { data: u64 },
+    /// Client: asks for the engine's status.
+    Status,
+    /// Server, answers STATUS.
+    StatusReply(Status),
+    /// Client: run one transaction.
+    Request(Request),
+    /// Client: read one entity's state.
+    Get { operator: String, key: Key },
+    /// Server, answers REQUEST: the transaction committed with this result.
+    Committed { tid: Tid, result: Payload },
+    /// Server, answers REQUEST: the transaction aborted, nothing it did remains.
+    Aborted { tid: Tid, abort: Abort },
+    /// Server, answers GET: the entity's state (engine-encoded bytes), or `None`.
+    State { value: Option<Vec<u8>> },
+    /// Server, answers any frame that could not be served.
+    Error { code: ErrorCode, message: String },
+}
+
+impl Body {
+    pub fn frame_type(&self) -> FrameType {
+        match self {
+            Body::Hello { .. } => FrameType::Hello,
+            Body::Welcome(_) => FrameType::Welcome,
+            Body::Ping { .. } => FrameType::Ping,
+            Body::Pong { .. } => FrameType::Pong,
+            Body::Status => FrameType::Status,
+            Body::StatusReply(_) => FrameType::StatusReply,
+            Body::Request(_) => FrameType::Request,
+            Body::Get { .. } => FrameType::Get,
+            Body::Committed { .. } => FrameType::Committed,
+            Body::Aborted { .. } => FrameType::Aborted,
+            Body::State { .. } => FrameType::State,
+            Body::Error { .. } => FrameType::Error,
+        }
+    }
+}
+
+/// A client's request to run one transaction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// The client's id: with `seq`, names the transaction for exactly-once.
+    /// 0 opts out: the request is not deduplicated.
+    pub client: u64,
+    /// The request's number among the client's, from 1; a retry reuses it.
+    pub seq: u64,
+    /// Every seq of this client below `ack` has its outcome at the client:
+    /// the engine may forget those outcomes.
+    pub ack: u64,
+    pub operator: String,
+    pub function: String,
+    /// An entity key for entity functions, a partition for partition functions.
+    pub target: Address,
+    /// The function's arguments, encoded as `docs/protocol.md` says.
+    pub args: Payload,
+}
+
+/// The server's answer to HELLO.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Welcome {
+    /// The version every later frame of the connection carries.
+    pub version: u8,
+    /// The largest frame the server reads, header included.
+    pub frame_len_max: u32,
+    /// Frames the client may have awaiting an answer.
+    pub in_flight_max: u32,
+    /// The largest arguments the server takes.
+    pub payload_len_max: u32,
+    /// The server's name and version, for logs.
+    pub server: String,
+}
+
+/// The engine's status, answering STATUS.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Status {
+    pub shards: u16,
+    /// The last committed epoch.
+    pub epoch: u64,
+    pub uptime_ms: u64,
+    /// Transactions committed and aborted since the server started.
+    pub committed: u64,
+    pub aborted: u64,
+    /// Rates over the last second.
+    pub committed_per_s: u64,
+    pub aborted_per_s: u64,
+    pub epochs_per_s: u64,
+    pub connections: u32,
+    /// Frames awaiting an answer, over all connections.
+    pub in_flight: u32,
+}
+
+/// Whether `kind` may travel in an ABORTED frame.
+pub fn abort_kind_on_wire(kind: AbortKind) -> bool {
+    !matches!(kind, AbortKind::Rejected | AbortKind::Drift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_roundtrip_and_split_by_direction() {
+        for t in FrameType::ALL {
+            assert_eq!(FrameType::from_u8(t as u8), Some(t));
+        }
+        assert_eq!(FrameType::from_u8(0x00), None);
+        assert!(FrameType::Request.is_from_client());
+        assert!(!FrameType::Committed.is_from_client());
+    }
+
+    #[test]
+    fn negotiation_picks_the_newest_common_version() {
+        assert_eq!(negotiate(1, 1), Some(1));
+        assert_eq!(negotiate(1, 9), Some(VERSION_MAX));
+        assert_eq!(negotiate(2, 9), None);
+        assert_eq!(negotiate(0, 0), None);
+        assert_eq!(negotiate(3, 1), None);
+    }
+}
