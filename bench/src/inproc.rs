@@ -226,7 +226,7 @@ impl Frontend for Generator {
                     committed: s.committed - w.committed,
                     aborted: s.aborted - w.aborted,
                     reexecuted: s.reexecuted - w.reexecuted,
-                    rescheduled: s.rescheduled - w.rescheduled,
+                    serialized: s.serialized - w.serialized,
                     invocations: s.invocations - w.invocations,
                     snapshots: s.snapshots - w.snapshots,
                 },
@@ -339,7 +339,7 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
         report.committed += m.committed;
         report.aborted += m.aborted;
         report.reexecuted += m.stats.reexecuted;
-        report.rescheduled += m.stats.rescheduled;
+        report.serialized += m.stats.serialized;
         report.epochs = report.epochs.max(m.stats.epochs);
         cpu_us += m.cpu_us;
         rss = rss.max(m.rss_at_stop);

@@ -57,8 +57,8 @@ pub struct Report {
     pub aborted: u64,
     /// Needed the phase-2 fallback.
     pub reexecuted: u64,
-    /// Rescheduled to a later epoch (read/write-set drift).
-    pub rescheduled: u64,
+    /// Re-run serially at the end of the epoch (read/write-set drift).
+    pub serialized: u64,
     pub epochs: u64,
     pub tps: f64,
     pub tps_per_core: f64,
@@ -105,11 +105,11 @@ impl Report {
             l.p50, l.p90, l.p99, l.p999, l.max
         ));
         s.push_str(&format!(
-            "  {} committed · {} aborted · {} re-executed · {} rescheduled · {} epochs · {:.2} CPU-µs/txn · peak RSS {:.0} MB · invariants {}\n",
+            "  {} committed · {} aborted · {} re-executed · {} serialized · {} epochs · {:.2} CPU-µs/txn · peak RSS {:.0} MB · invariants {}\n",
             self.committed,
             self.aborted,
             self.reexecuted,
-            self.rescheduled,
+            self.serialized,
             self.epochs,
             self.cpu_us_per_txn,
             self.peak_rss_mb,

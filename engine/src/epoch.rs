@@ -62,6 +62,7 @@ pub(crate) struct TxnLocal {
     pub tid: Tid,
     pub head1: u32,
     pub head2: u32,
+    pub head3: u32,
     /// This shard's conflict flags for it.
     pub flags: u8,
     /// Aborted by its own logic in phase 1.
@@ -85,7 +86,8 @@ pub(crate) struct LockQueue {
 pub(crate) struct Tables {
     pub generation: u32,
     pub touched: Vec<Touched>,
-    pub accesses: [Vec<Access>; 2],
+    /// Per phase (optimistic, fallback, serial).
+    pub accesses: [Vec<Access>; 3],
     pub txns: Vec<TxnLocal>,
     pub txn_index: Option<Map<Tid, u32>>,
     pub queues: Vec<LockQueue>,
@@ -109,6 +111,7 @@ impl Tables {
         self.touched.clear();
         self.accesses[0].clear();
         self.accesses[1].clear();
+        self.accesses[2].clear();
         self.txns.clear();
         self.txn_index.as_mut().expect("txn index").clear();
         self.queues.clear();
@@ -131,6 +134,7 @@ impl Tables {
                 tid,
                 head1: NO_INDEX,
                 head2: NO_INDEX,
+                head3: NO_INDEX,
                 flags: 0,
                 aborted: false,
                 committed: false,
@@ -169,13 +173,20 @@ impl Tables {
         (entry.generation == self.generation).then_some(entry.ordinal)
     }
 
+    /// The head of `txn`'s access list in `phase` (0, 1 or 2).
+    pub fn head(&self, phase: usize, txn: u32) -> u32 {
+        let t = &self.txns[txn as usize];
+        match phase {
+            0 => t.head1,
+            1 => t.head2,
+            _ => t.head3,
+        }
+    }
+
     /// The access of transaction `txn` to touched record `touched` in
-    /// `phase` (0 or 1), created if absent.
+    /// `phase` (0, 1 or 2), created if absent.
     pub fn access(&mut self, phase: usize, txn: u32, touched: u32, part_slot: u32) -> u32 {
-        let head = match phase {
-            0 => self.txns[txn as usize].head1,
-            _ => self.txns[txn as usize].head2,
-        };
+        let head = self.head(phase, txn);
         let mut at = head;
         while at != NO_INDEX {
             let a = &self.accesses[phase][at as usize];
@@ -193,9 +204,11 @@ impl Tables {
             write: Write::None,
             next: head,
         });
+        let t = &mut self.txns[txn as usize];
         match phase {
-            0 => self.txns[txn as usize].head1 = index,
-            _ => self.txns[txn as usize].head2 = index,
+            0 => t.head1 = index,
+            1 => t.head2 = index,
+            _ => t.head3 = index,
         }
         index
     }
@@ -262,10 +275,7 @@ impl Tables {
 
     /// Applies the buffered writes of `txn`'s accesses in `phase`.
     pub fn apply(&mut self, store: &mut Store, phase: usize, txn: u32) {
-        let mut at = match phase {
-            0 => self.txns[txn as usize].head1,
-            _ => self.txns[txn as usize].head2,
-        };
+        let mut at = self.head(phase, txn);
         while at != NO_INDEX {
             let a = &mut self.accesses[phase][at as usize];
             let slot = self.touched[a.touched as usize].slot;

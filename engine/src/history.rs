@@ -6,7 +6,8 @@
 //! committed writer of that entity, even when the writer has the smaller
 //! tid; the commit rule guarantees these edges form no cycle (protocol §5).
 //! Transactions that aborted by their own logic in phase 1 read the
-//! epoch-start state, so they come first.
+//! epoch-start state, so they come first; the phase-3 transactions (serial
+//! re-runs of drifted ones) come last, in tid order.
 //!
 //! Each shard records the edges for the entities it owns; merging every
 //! shard's record of an epoch gives the whole order.
@@ -28,8 +29,8 @@ pub struct EpochRecord {
     pub aborted1: Vec<Tid>,
     /// Coordinated here: finished in phase 2 (committed or aborted).
     pub fallback: Vec<Tid>,
-    /// Coordinated here: rescheduled to the next epoch.
-    pub rescheduled: Vec<Tid>,
+    /// Coordinated here: re-run serially in phase 3 (committed or aborted).
+    pub serial: Vec<Tid>,
     /// `(reader, writer)`: among phase-1 commits, `reader` read the
     /// epoch-start value of an entity here that `writer` overwrote.
     pub edges: Vec<(Tid, Tid)>,
@@ -88,11 +89,13 @@ pub fn serial_order<'a>(records: impl IntoIterator<Item = &'a EpochRecord>) -> V
     let mut aborted: BTreeSet<Tid> = BTreeSet::new();
     let mut committed: BTreeSet<Tid> = BTreeSet::new();
     let mut fallback: BTreeSet<Tid> = BTreeSet::new();
+    let mut serial: BTreeSet<Tid> = BTreeSet::new();
     let mut edges: BTreeSet<(Tid, Tid)> = BTreeSet::new();
     for r in records {
         aborted.extend(&r.aborted1);
         committed.extend(&r.committed1);
         fallback.extend(&r.fallback);
+        serial.extend(&r.serial);
         edges.extend(&r.edges);
     }
     let mut order: Vec<Tid> = aborted.into_iter().collect();
@@ -126,6 +129,7 @@ pub fn serial_order<'a>(records: impl IntoIterator<Item = &'a EpochRecord>) -> V
     }
     assert_eq!(placed, committed.len(), "phase-1 commits have a dependency cycle");
     order.extend(fallback);
+    order.extend(serial);
     order
 }
 

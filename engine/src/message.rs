@@ -17,6 +17,9 @@ pub enum Phase {
     Optimistic = 1,
     /// Calvin-style re-execution of the transactions that must not commit.
     Fallback = 2,
+    /// Serial re-execution, in tid order, of the phase-2 transactions that
+    /// left their recorded read/write set.
+    Serial = 3,
 }
 
 /// Who waits for an invocation's reply.
@@ -54,6 +57,8 @@ pub struct Invoke {
     pub seed: u64,
     pub depth: u16,
     pub parent: Parent,
+    /// In phase 3, the position of the transaction in the serial queue.
+    pub step: u32,
 }
 
 /// An invocation and all it called have finished.
@@ -88,12 +93,13 @@ pub enum Message {
         epoch: Epoch,
         flags: Vec<(Tid, u8)>,
     },
-    /// A phase-2 transaction finished: apply (`commit`) or discard its
-    /// buffered writes and release its locks.
+    /// A phase-2 (or, with `serial`, phase-3) transaction finished: apply
+    /// (`commit`) or discard its buffered writes and release its locks.
     Finish {
         epoch: Epoch,
         tid: Tid,
         commit: bool,
+        serial: bool,
     },
     /// The sender's phase-2 roots of `epoch` all finished. `snapshot`: the
     /// sender wants a snapshot of the state after this epoch (every shard
@@ -102,6 +108,15 @@ pub enum Message {
         epoch: Epoch,
         pending: bool,
         snapshot: bool,
+        /// Transactions coordinated by the sender whose re-execution left
+        /// its recorded set, with their coordinator: phase 3 runs them.
+        drifted: Vec<(Tid, ShardId)>,
+    },
+    /// Phase 3: the serial queue's transaction number `index` may run (all
+    /// before it are finished); `index == len` ends the epoch.
+    Next {
+        epoch: Epoch,
+        index: u32,
     },
     /// The sender's input log is durable through `epoch`.
     Durable {
@@ -115,6 +130,10 @@ impl Message {
     pub(crate) fn stage(&self) -> Option<(Epoch, Phase)> {
         match self {
             Message::Invoke(inv) => Some((inv.epoch, inv.phase)),
+            Message::Next { epoch, .. }
+            | Message::Finish {
+                epoch, serial: true, ..
+            } => Some((*epoch, Phase::Serial)),
             Message::Done1 { epoch, .. } | Message::Flags { epoch, .. } | Message::Done2 { epoch, .. } => {
                 Some((*epoch, Phase::Optimistic))
             }

@@ -9,7 +9,7 @@
 //! An epoch, seen from one shard (protocol.md §2–§5):
 //!
 //! 1. **Seal**: take pending requests, assign tids `lc * n + sid`; start the
-//!    roots of its transactions (plus those rescheduled from the last epoch).
+//!    roots of its transactions.
 //! 2. **Phase 1**: run invocations against the epoch-start state, buffering
 //!    writes and recording accesses. Each invocation replies to its parent
 //!    once its body returned and all its children replied, so a root's reply
@@ -23,10 +23,16 @@
 //! 4. **Phase 2**: coordinators re-run their fallback roots; an invocation
 //!    runs once its transaction heads its entity's queue. When a root is
 //!    done its coordinator sends `Finish` (apply or discard, release) to every
-//!    participant. A re-execution that leaves its recorded set is discarded
-//!    and rescheduled to the next epoch with the same tid.
-//! 5. **End**: with every `Done2` in, the epoch is over; its replies leave
-//!    once its input is durable on every shard.
+//!    participant. A re-execution that leaves its recorded set is discarded.
+//! 6. **Phase 3**: with every `Done2` in (each lists its drifted tids), the
+//!    drifted transactions run one at a time in tid order, with no locks
+//!    (nothing else runs), each passing `Next` on when it is finished. The
+//!    protocol note reschedules them to the next epoch instead; running them
+//!    here keeps their priority and determinism, and a hot counter whose
+//!    value decides the keys written (TPC-C's D_NEXT_O_ID) no longer limits
+//!    commits to one per district per epoch.
+//! 5. **End**: after phase 3 the epoch is over; its replies leave once its
+//!    input is durable on every shard.
 
 use crate::abort::Abort;
 use crate::app::{App, FnKind};
@@ -62,6 +68,8 @@ pub enum Stage {
     Exec2,
     /// Sent `Done2`; waiting for every shard's.
     Wait2,
+    /// Phase 3: drifted transactions re-run one at a time.
+    Exec3,
 }
 
 /// Counters a driver can report.
@@ -74,8 +82,8 @@ pub struct Stats {
     pub aborted: u64,
     /// ... that needed the phase-2 re-execution.
     pub reexecuted: u64,
-    /// ... that were rescheduled to the next epoch.
-    pub rescheduled: u64,
+    /// ... whose re-execution left its recorded set and ran in phase 3.
+    pub serialized: u64,
     /// Invocations run here (both phases).
     pub invocations: u64,
     /// Snapshots begun.
@@ -109,6 +117,8 @@ struct ExecState {
     epoch: Epoch,
     local: VecDeque<Message>,
     outbox: Vec<Vec<Message>>,
+    /// In phase 3, the serial queue position of the running transaction.
+    step: u32,
 }
 
 struct Exec {
@@ -124,6 +134,7 @@ impl Exec {
         match phase {
             Phase::Optimistic => 0,
             Phase::Fallback => 1,
+            Phase::Serial => 2,
         }
     }
 
@@ -223,6 +234,7 @@ impl Host for Exec {
                 task: frame.task.get(),
                 child,
             },
+            step: st.step,
         });
         self.route(&mut st, owner, msg);
     }
@@ -243,10 +255,7 @@ impl Host for Exec {
             // Read your own writes: overlay this transaction's buffered
             // writes to entities of the partition.
             if let Some(txn) = st.tables.txn(frame.tid) {
-                let mut at = match phase {
-                    0 => st.tables.txns[txn as usize].head1,
-                    _ => st.tables.txns[txn as usize].head2,
-                };
+                let mut at = st.tables.head(phase, txn);
                 while at != NO_INDEX {
                     let a = &st.tables.accesses[phase][at as usize];
                     let t = &st.tables.touched[a.touched as usize];
@@ -310,8 +319,11 @@ enum Status {
         abort: Option<Abort>,
     },
     Fallback,
+    /// Left its recorded set in phase 2: waits for phase 3.
+    Serial,
+    /// Running in phase 3.
+    SerialRunning,
     Finished(Outcome),
-    Rescheduled,
 }
 
 /// The epoch machine's bookkeeping.
@@ -324,7 +336,6 @@ struct Machine {
     last_start_us: u64,
     pending: VecDeque<(Token, Request)>,
     replay: Option<VecDeque<Batch>>,
-    rescheduled: Vec<Coordinated>,
     coords: Vec<Coordinated>,
     running: usize,
     done1: usize,
@@ -333,6 +344,10 @@ struct Machine {
     aborted: Vec<Tid>,
     merged: Map<Tid, u8>,
     any_pending: bool,
+    /// Phase 3: the drifted transactions of every shard, in tid order.
+    serial_queue: Vec<(Tid, ShardId)>,
+    /// Phase 3: the queue position allowed to run.
+    serial_index: u32,
     deferred: VecDeque<(ShardId, Message)>,
     held: VecDeque<(Epoch, Vec<ClientReply>)>,
     durable_local: Epoch,
@@ -403,6 +418,7 @@ impl Shard {
                 epoch: 0,
                 local: VecDeque::new(),
                 outbox: (0..n_shards).map(|_| Vec::new()).collect(),
+                step: 0,
             }),
         });
         Shard {
@@ -419,7 +435,6 @@ impl Shard {
                 last_start_us: 0,
                 pending: VecDeque::new(),
                 replay: None,
-                rescheduled: Vec::new(),
                 coords: Vec::new(),
                 running: 0,
                 done1: 0,
@@ -428,6 +443,8 @@ impl Shard {
                 aborted: Vec::new(),
                 merged: new_map(),
                 any_pending: false,
+                serial_queue: Vec::new(),
+                serial_index: 0,
                 deferred: VecDeque::new(),
                 held: VecDeque::new(),
                 durable_local: 0,
@@ -474,7 +491,7 @@ impl Shard {
     pub fn describe(&self) -> String {
         let live = self.tasks.iter().filter(|t| t.is_some()).count();
         format!(
-            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, {} rescheduled, {} parked, done1 {} flags {} done2 {}",
+            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, serial {}/{}, {} parked, done1 {} flags {} done2 {}",
             self.exec.id,
             self.m.epoch,
             self.m.stage,
@@ -482,7 +499,8 @@ impl Shard {
             live,
             self.m.deferred.len(),
             self.m.pending.len(),
-            self.m.rescheduled.len(),
+            self.m.serial_index,
+            self.m.serial_queue.len(),
             self.m.parked.iter().filter(|p| p.is_some()).count(),
             self.m.done1,
             self.m.flags_in,
@@ -501,7 +519,6 @@ impl Shard {
             && !self.has_work()
             && self.outputs.snapshots.is_empty()
             && self.m.pending.is_empty()
-            && self.m.rescheduled.is_empty()
             && self.m.held.is_empty()
             && self.m.replay.as_ref().is_none_or(VecDeque::is_empty)
     }
@@ -672,9 +689,9 @@ impl Shard {
             return false;
         }
         match &self.m.replay {
-            Some(q) => !q.is_empty() || !self.m.rescheduled.is_empty(),
+            Some(q) => !q.is_empty(),
             None => {
-                (!self.m.pending.is_empty() || !self.m.rescheduled.is_empty())
+                !self.m.pending.is_empty()
                     && (self.m.epoch == 0
                         || self.m.now_us >= self.m.last_start_us.saturating_add(self.config.epoch_gather_us)
                         || self.m.pending.len() >= self.config.epoch_txns_max)
@@ -710,7 +727,6 @@ impl Shard {
         // Reuse last epoch's (drained) vector: it has the capacity.
         let mut coords = std::mem::take(&mut self.m.coords);
         assert!(coords.is_empty());
-        coords.append(&mut self.m.rescheduled);
         let (now_us, sealed): (u64, Vec<(Tid, Token, Request)>) = match &mut self.m.replay {
             Some(queue) => match queue.front() {
                 Some(b) if b.epoch == epoch => {
@@ -763,7 +779,7 @@ impl Shard {
         for (index, c) in coords.iter_mut().enumerate() {
             c.participants = ShardSet::EMPTY;
             c.status = Status::Running;
-            self.dispatch_root(c, index as u32, epoch, Phase::Optimistic);
+            self.dispatch_root(c, index as u32, epoch, Phase::Optimistic, 0);
         }
         self.m.coords = coords;
         if self.m.running == 0 {
@@ -772,7 +788,7 @@ impl Shard {
         self.redeliver();
     }
 
-    fn dispatch_root(&self, c: &Coordinated, index: u32, epoch: Epoch, phase: Phase) {
+    fn dispatch_root(&self, c: &Coordinated, index: u32, epoch: Epoch, phase: Phase, step: u32) {
         let (partition, owner, hash) = self.exec.locate(c.request.function, &c.request.address);
         let msg = Message::Invoke(Invoke {
             epoch,
@@ -790,6 +806,7 @@ impl Shard {
                 coordinator: self.exec.id,
                 index,
             },
+            step,
         });
         let mut st = self.exec.st.borrow_mut();
         self.exec.route(&mut st, owner, msg);
@@ -912,7 +929,7 @@ impl Shard {
                 self.m.stats.reexecuted += 1;
                 self.m.running += 1;
                 let c = &self.m.coords[index];
-                self.dispatch_root(c, index as u32, epoch, Phase::Fallback);
+                self.dispatch_root(c, index as u32, epoch, Phase::Fallback, 0);
             }
         }
         if self.m.running == 0 {
@@ -927,7 +944,14 @@ impl Shard {
         let pending = match &self.m.replay {
             Some(q) => !q.is_empty(),
             None => !self.m.pending.is_empty(),
-        } || self.m.coords.iter().any(|c| matches!(c.status, Status::Rescheduled));
+        };
+        let drifted: Vec<(Tid, ShardId)> = self
+            .m
+            .coords
+            .iter()
+            .filter(|c| matches!(c.status, Status::Serial))
+            .map(|c| (c.tid, self.exec.id))
+            .collect();
         let snapshot = self.config.snapshot_interval_us > 0
             && self.m.replay.is_none()
             && self.m.now_us >= self.m.last_snapshot_us.saturating_add(self.config.snapshot_interval_us);
@@ -935,16 +959,72 @@ impl Shard {
             epoch: self.m.epoch,
             pending,
             snapshot,
+            drifted,
         });
     }
 
-    fn on_done2(&mut self, pending: bool, snapshot: bool) {
+    fn on_done2(&mut self, pending: bool, snapshot: bool, drifted: Vec<(Tid, ShardId)>) {
         self.m.done2 += 1;
         self.m.any_pending |= pending;
         self.m.any_snapshot |= snapshot;
+        self.m.serial_queue.extend(drifted);
         if self.m.done2 == self.exec.n_shards as usize {
             assert_eq!(self.m.stage, Stage::Wait2);
+            if self.m.serial_queue.is_empty() {
+                self.end_epoch();
+            } else {
+                self.begin_serial();
+            }
+        }
+    }
+
+    /// Phase 3: every shard sorts the same drifted transactions by tid; the
+    /// coordinator of the first runs it. There are no locks: one
+    /// transaction runs at a time, so nothing can drift.
+    fn begin_serial(&mut self) {
+        self.m.serial_queue.sort_unstable();
+        self.m.stage = Stage::Exec3;
+        self.m.serial_index = 0;
+        {
+            let mut st = self.exec.st.borrow_mut();
+            st.phase = Phase::Serial;
+            st.step = 0;
+        }
+        self.run_serial();
+        self.redeliver();
+    }
+
+    /// Starts the queue's current transaction if this shard coordinates it.
+    fn run_serial(&mut self) {
+        let i = self.m.serial_index as usize;
+        let Some(&(tid, coordinator)) = self.m.serial_queue.get(i) else {
+            return;
+        };
+        if coordinator != self.exec.id {
+            return;
+        }
+        let index = self
+            .m
+            .coords
+            .iter()
+            .position(|c| c.tid == tid)
+            .expect("coordinated here");
+        let c = &mut self.m.coords[index];
+        assert!(matches!(c.status, Status::Serial), "{tid} is not waiting for phase 3");
+        c.status = Status::SerialRunning;
+        let c = &self.m.coords[index];
+        self.dispatch_root(c, index as u32, self.m.epoch, Phase::Serial, i as u32);
+    }
+
+    fn on_next(&mut self, index: u32) {
+        assert_eq!(index, self.m.serial_index + 1, "phase-3 steps arrive in order");
+        self.m.serial_index = index;
+        self.exec.st.borrow_mut().step = index;
+        if index as usize == self.m.serial_queue.len() {
             self.end_epoch();
+        } else {
+            self.run_serial();
+            self.redeliver();
         }
     }
 
@@ -962,15 +1042,14 @@ impl Shard {
                     tid: c.tid,
                     outcome,
                 }),
-                Status::Rescheduled => self.m.rescheduled.push(c),
                 _ => panic!("transaction {} unfinished at the end of epoch {epoch}", c.tid),
             }
         }
-        self.m.rescheduled.sort_by_key(|c| c.tid);
-        if let Some(mut record) = self.m.record.take() {
-            record.rescheduled = self.m.rescheduled.iter().map(|c| c.tid).collect();
+        if let Some(record) = self.m.record.take() {
             self.outputs.history.push(record);
         }
+        self.m.serial_queue.clear();
+        self.m.serial_index = 0;
         {
             let mut guard = self.exec.st.borrow_mut();
             let st = &mut *guard;
@@ -1080,17 +1159,10 @@ impl Shard {
         }
     }
 
-    /// The machine state a snapshot must carry: epoch, sequencer counter,
-    /// and the transactions rescheduled into the next epoch.
+    /// The machine state a snapshot must carry: its epoch and the
+    /// sequencer counter. (No transaction outlives its epoch.)
     fn encode_meta(&self, epoch: Epoch) -> Vec<u8> {
-        let rescheduled: Vec<(Tid, u64, Request)> = self
-            .m
-            .rescheduled
-            .iter()
-            .map(|c| (c.tid, c.now_us, c.request.clone()))
-            .collect();
-        let payload = Payload::encode(&(META_VERSION, epoch, self.m.lc, rescheduled));
-        payload.as_bytes().to_vec()
+        Payload::encode(&(META_VERSION, epoch, self.m.lc)).as_bytes().to_vec()
     }
 
     /// Restores the machine state of a snapshot (before any epoch ran here),
@@ -1098,25 +1170,13 @@ impl Shard {
     /// Replay the logged epochs after it with [`Shard::replay`].
     pub fn restore(&mut self, meta: &[u8]) -> Result<Epoch, crate::DecodeError> {
         assert_eq!(self.m.epoch, 0, "restore into a shard that already ran");
-        type Meta = (u8, Epoch, u64, Vec<(Tid, u64, Request)>);
-        let (version, epoch, lc, rescheduled) = Payload::from_bytes(meta).decode::<Meta>()?;
+        let (version, epoch, lc) = Payload::from_bytes(meta).decode::<(u8, Epoch, u64)>()?;
         if version != META_VERSION {
             return Err(crate::DecodeError::Tag(version));
         }
         self.m.epoch = epoch;
         self.m.lc = lc;
         self.m.durable_local = epoch;
-        self.m.rescheduled = rescheduled
-            .into_iter()
-            .map(|(tid, now_us, request)| Coordinated {
-                tid,
-                token: tid,
-                request,
-                now_us,
-                participants: ShardSet::EMPTY,
-                status: Status::Running,
-            })
-            .collect();
         Ok(epoch)
     }
 
@@ -1216,7 +1276,19 @@ impl Shard {
                 "message of finished epoch {epoch} at {}",
                 self.m.epoch
             );
-            if epoch > self.m.epoch || (phase == Phase::Fallback && self.m.stage < Stage::Exec2) {
+            let early = epoch > self.m.epoch
+                || (phase == Phase::Fallback && self.m.stage < Stage::Exec2)
+                || (phase == Phase::Serial
+                    && (self.m.stage < Stage::Exec3
+                        || match &msg {
+                            // A phase-3 invocation waits for its step; a
+                            // `Next` from a later coordinator for the one
+                            // before it.
+                            Message::Invoke(inv) => inv.step > self.m.serial_index,
+                            Message::Next { index, .. } => *index > self.m.serial_index + 1,
+                            _ => false,
+                        }));
+            if early {
                 self.m.deferred.push_back((from, msg));
                 return;
             }
@@ -1227,8 +1299,16 @@ impl Shard {
             Message::Reply(reply) => self.on_reply(reply),
             Message::Done1 { lc, aborted, .. } => self.on_done1(lc, aborted),
             Message::Flags { flags, .. } => self.on_flags(flags),
-            Message::Finish { tid, commit, .. } => self.on_finish(tid, commit),
-            Message::Done2 { pending, snapshot, .. } => self.on_done2(pending, snapshot),
+            Message::Finish {
+                tid, commit, serial, ..
+            } => self.on_finish(tid, commit, serial),
+            Message::Done2 {
+                pending,
+                snapshot,
+                drifted,
+                ..
+            } => self.on_done2(pending, snapshot, drifted),
+            Message::Next { index, .. } => self.on_next(index),
             Message::Durable { epoch } => {
                 let d = &mut self.m.durable_peers[from as usize];
                 *d = (*d).max(epoch);
@@ -1266,6 +1346,25 @@ impl Shard {
                 self.start_task(inv, slot, access);
             }
             Phase::Fallback => self.admit_fallback(inv),
+            Phase::Serial => {
+                // Alone in the system: no locks, no recorded set.
+                let (slot, access) = {
+                    let mut guard = self.exec.st.borrow_mut();
+                    let st = &mut *guard;
+                    let partition = inv.partition;
+                    let op = inv.function.op;
+                    let pseudo = st.store.partition(op, partition).pseudo;
+                    let (slot, key) = match &inv.address {
+                        Address::Entity(key) => (st.store.slot(op, partition, key, inv.hash), Some(key)),
+                        Address::Partition(_) => (pseudo, None),
+                    };
+                    let touched = st.tables.touch(&mut st.store, slot, op, partition, key);
+                    let txn = st.tables.txn_or_insert(inv.tid);
+                    let access = st.tables.access(2, txn, touched, pseudo);
+                    (slot, access)
+                };
+                self.start_task(inv, slot, access);
+            }
         }
     }
 
@@ -1510,8 +1609,8 @@ impl Shard {
                 let tid = c.tid;
                 let commit = match reply.tree_abort {
                     Some(a) if a.is_drift() => {
-                        c.status = Status::Rescheduled;
-                        self.m.stats.rescheduled += 1;
+                        c.status = Status::Serial;
+                        self.m.stats.serialized += 1;
                         false
                     }
                     Some(a) => {
@@ -1535,7 +1634,16 @@ impl Shard {
                 {
                     let mut st = self.exec.st.borrow_mut();
                     for to in participants.iter() {
-                        self.exec.route(&mut st, to, Message::Finish { epoch, tid, commit });
+                        self.exec.route(
+                            &mut st,
+                            to,
+                            Message::Finish {
+                                epoch,
+                                tid,
+                                commit,
+                                serial: false,
+                            },
+                        );
                     }
                 }
                 self.m.running -= 1;
@@ -1543,11 +1651,62 @@ impl Shard {
                     self.send_done2();
                 }
             }
+            Status::SerialRunning => {
+                assert!(
+                    reply.tree_abort.as_ref().is_none_or(|a| !a.is_drift()),
+                    "drift in phase 3"
+                );
+                let tid = c.tid;
+                let commit = match reply.tree_abort {
+                    Some(a) => {
+                        c.status = Status::Finished(Outcome::Aborted(a));
+                        self.m.stats.aborted += 1;
+                        false
+                    }
+                    None => {
+                        let value = reply.result.expect("no abort, so a result");
+                        c.status = Status::Finished(Outcome::Committed(value));
+                        self.m.stats.committed += 1;
+                        true
+                    }
+                };
+                if let Some(r) = &mut self.m.record {
+                    r.serial.push(tid);
+                }
+                // Each participant applies the writes before it hears `Next`
+                // (same links, FIFO), so the next transaction sees them.
+                let next = self.m.serial_index + 1;
+                let mut st = self.exec.st.borrow_mut();
+                for to in reply.participants.iter() {
+                    self.exec.route(
+                        &mut st,
+                        to,
+                        Message::Finish {
+                            epoch,
+                            tid,
+                            commit,
+                            serial: true,
+                        },
+                    );
+                }
+                for to in 0..self.exec.n_shards {
+                    self.exec.route(&mut st, to, Message::Next { epoch, index: next });
+                }
+            }
             _ => panic!("root of {} replied twice", c.tid),
         }
     }
 
-    fn on_finish(&mut self, tid: Tid, commit: bool) {
+    fn on_finish(&mut self, tid: Tid, commit: bool, serial: bool) {
+        if serial {
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            let txn = st.tables.txn(tid).expect("a phase-3 participant ran the transaction");
+            if commit {
+                st.tables.apply(&mut st.store, 2, txn);
+            }
+            return;
+        }
         let wake: Vec<u32> = {
             let mut guard = self.exec.st.borrow_mut();
             let st = &mut *guard;

@@ -239,7 +239,7 @@ impl Sim {
             total.committed += st.committed;
             total.aborted += st.aborted;
             total.reexecuted += st.reexecuted;
-            total.rescheduled += st.rescheduled;
+            total.serialized += st.serialized;
             total.invocations += st.invocations;
         }
         total

@@ -19,7 +19,7 @@ pub struct ShardMetrics {
     pub committed: AtomicU64,
     pub aborted: AtomicU64,
     pub reexecuted: AtomicU64,
-    pub rescheduled: AtomicU64,
+    pub serialized: AtomicU64,
     pub invocations: AtomicU64,
     pub snapshots: AtomicU64,
     /// The epoch the shard is in (or last finished).
@@ -52,7 +52,7 @@ impl ShardMetrics {
         self.committed.store(stats.committed, Relaxed);
         self.aborted.store(stats.aborted, Relaxed);
         self.reexecuted.store(stats.reexecuted, Relaxed);
-        self.rescheduled.store(stats.rescheduled, Relaxed);
+        self.serialized.store(stats.serialized, Relaxed);
         self.invocations.store(stats.invocations, Relaxed);
         self.snapshots.store(stats.snapshots, Relaxed);
         self.epoch.store(epoch, Relaxed);
@@ -102,10 +102,10 @@ impl Metrics {
                 |s| &s.reexecuted,
             ),
             (
-                "styx_transactions_rescheduled_total",
+                "styx_transactions_serialized_total",
                 "counter",
-                "Transactions rescheduled to a later epoch.",
-                |s| &s.rescheduled,
+                "Transactions re-run serially after drifting in phase 2.",
+                |s| &s.serialized,
             ),
             ("styx_invocations_total", "counter", "Function invocations run.", |s| {
                 &s.invocations

@@ -51,23 +51,21 @@
 //! one warehouse on W_YTD, NewOrders of one district on D_NEXT_O_ID, and
 //! NewOrders on shared stock.
 //!
-//! # Order ids and re-execution: one NewOrder per district per epoch
+//! # Order ids and re-execution
 //!
 //! A NewOrder's write set depends on what it reads: the ORDER, ORDER-LINE
 //! and NEW-ORDER keys carry the O_ID it took from D_NEXT_O_ID. When two
 //! NewOrders of one district share an epoch, the later one's phase-2
-//! re-execution reads a larger D_NEXT_O_ID, would write other keys than it
-//! recorded, and is rescheduled to the next epoch (with its tid, so it goes
-//! first there). A district therefore commits about one NewOrder per epoch;
-//! the rest wait. TPC-C's own load model keeps this harmless — ten
-//! terminals per warehouse, one transaction outstanding each, so about one
-//! NewOrder per district in flight — and a benchmark driver should follow
-//! it ([`Generator::home`]): with thousands of requests in flight on one
-//! warehouse, most NewOrders are rescheduled epoch after epoch. The
-//! alternative, keying order rows by something known before the read (the
-//! transaction id) with an O_ID index beside them, trades this for an
-//! extra write per order and lookups by O_ID through the index; it was not
-//! taken, to keep the rows where TPC-C's other transactions look for them.
+//! re-execution reads a larger D_NEXT_O_ID and would write other keys than
+//! it recorded, so the engine runs it again in phase 3, serially in tid
+//! order at the end of the same epoch. Many NewOrders of one district in
+//! one epoch therefore serialize (each a few cross-shard hops); TPC-C's own
+//! load model — ten terminals per warehouse, one transaction outstanding
+//! each ([`Generator::home`]) — keeps that short. The alternative, keying
+//! order rows by something known before the read (the transaction id) with
+//! an O_ID index beside them, trades this for an extra write per order and
+//! lookups through the index; it was not taken, to keep the rows where
+//! TPC-C's other transactions look for them.
 
 pub mod check;
 pub mod functions;

@@ -1,0 +1,580 @@
+//! Reading a shard's log back: recovery and inspection.
+//!
+//! Plain blocking I/O: recovery runs before the shard serves, one segment in
+//! memory at a time. The rules for what ends the log and what is corruption
+//! are in [`crate::wal`]; this module applies them:
+//!
+//! 1. A valid record continues the log when it chains to the last one read
+//!    (its previous-epoch field names it), or when the gap it leaves is
+//!    covered by the snapshot the replay starts from (`prev <= after`).
+//! 2. At the first position that is not such a record (zeros followed by
+//!    non-zero bytes, a cut-off or checksum-failing record, a chain break)
+//!    every later position of the log is scanned for valid records. If one
+//!    says an epoch after the last good record was already durable, the
+//!    damage is corruption: [`Error::Corrupt`] with the file and offset.
+//!    Otherwise the rest of the log is a torn tail: reported as a
+//!    [`Truncation`] (applied by [`recover`]).
+//! 3. Zeros up to the end of a segment end that segment cleanly.
+
+use super::format::{HeaderCheck, RECORD_HEADER_BYTES, RecordHeader, SegmentHeader, SegmentHeaderError, decode_body};
+use super::{ALIGNMENT_MIN, Segment, align_up, segments};
+use crate::FORMAT_VERSION;
+use crate::crc::crc32c;
+use crate::dir::DataDir;
+use crate::error::{Error, Result};
+use crate::fsutil;
+use std::fmt;
+use std::fs::OpenOptions;
+use std::path::{Path, PathBuf};
+use styx_engine::{Batch, Epoch, ShardId};
+
+/// A torn tail found at the end of a shard's log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// The segment holding the first damaged position.
+    pub path: PathBuf,
+    /// The log is cut here (a record boundary; 0 removes the segment).
+    pub offset: u64,
+    /// What was found there.
+    pub reason: String,
+    /// Bytes of `path` at and after `offset` (preallocated zeros included).
+    pub bytes_dropped: u64,
+    /// Valid but unsynced records after the damage, dropped with it.
+    pub records_dropped: u64,
+    /// Later segments dropped whole.
+    pub files_removed: Vec<PathBuf>,
+}
+
+impl fmt::Display for Truncation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "torn tail at byte {} of {}: {}; {} bytes",
+            self.offset,
+            self.path.display(),
+            self.reason,
+            self.bytes_dropped
+        )?;
+        if self.records_dropped > 0 {
+            write!(f, " and {} unsynced later records", self.records_dropped)?;
+        }
+        if !self.files_removed.is_empty() {
+            write!(f, " and {} later segments", self.files_removed.len())?;
+        }
+        f.write_str(" dropped")
+    }
+}
+
+/// What a record position held, for inspection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordInfo {
+    pub segment: usize,
+    pub offset: u64,
+    pub header: RecordHeader,
+    pub txns: u32,
+}
+
+struct Current {
+    index: usize,
+    bytes: Vec<u8>,
+    alignment: u64,
+    pos: u64,
+}
+
+/// Iterates a shard's batches with epochs after a given one, oldest first.
+/// After the last batch, [`Reader::truncation`] tells whether a torn tail
+/// was found.
+pub struct Reader {
+    shard: ShardId,
+    after: Epoch,
+    segments: Vec<Segment>,
+    next: usize,
+    current: Option<Current>,
+    last: Option<Epoch>,
+    truncation: Option<Truncation>,
+    done: bool,
+    /// Decode bodies of records `<= after` too (inspection).
+    decode_all: bool,
+    records: Vec<RecordInfo>,
+    keep_records: bool,
+    /// Accept any predecessor for the first record read (inspection).
+    lenient_start: bool,
+}
+
+impl fmt::Debug for Reader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader")
+            .field("shard", &self.shard)
+            .field("after", &self.after)
+            .field("last", &self.last)
+            .finish()
+    }
+}
+
+impl Reader {
+    /// Reads `shard`'s log in `wal_dir`, yielding batches with epochs
+    /// `> after` (those `<= after` are covered by the snapshot the replay
+    /// starts from). Segments wholly `<= after` are not read.
+    pub fn open(wal_dir: &Path, shard: ShardId, after: Epoch) -> Result<Reader> {
+        let mut segs = segments(wal_dir, shard)?;
+        // Segment k holds epochs below segment k+1's first epoch.
+        let skip = segs
+            .windows(2)
+            .take_while(|pair| pair[1].first_epoch <= after.saturating_add(1))
+            .count();
+        segs.drain(..skip);
+        Ok(Reader {
+            shard,
+            after,
+            segments: segs,
+            next: 0,
+            current: None,
+            last: None,
+            truncation: None,
+            done: false,
+            decode_all: false,
+            records: Vec::new(),
+            keep_records: false,
+            lenient_start: false,
+        })
+    }
+
+    /// Reads every segment (or only `only`), decodes every record and keeps
+    /// a [`RecordInfo`] per record. The first record read may follow any
+    /// epoch (older segments may have been removed).
+    pub(crate) fn for_inspection(wal_dir: &Path, shard: ShardId, after: Epoch, only: Option<&Path>) -> Result<Reader> {
+        let mut r = Reader::open(wal_dir, shard, 0)?;
+        if let Some(only) = only {
+            r.segments.retain(|s| s.path == only);
+        }
+        r.after = after;
+        r.decode_all = true;
+        r.keep_records = true;
+        r.lenient_start = true;
+        Ok(r)
+    }
+
+    pub(crate) fn take_records(&mut self) -> Vec<RecordInfo> {
+        std::mem::take(&mut self.records)
+    }
+
+    pub(crate) fn segment_list(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The torn tail found, once the iterator has ended.
+    pub fn truncation(&self) -> Option<&Truncation> {
+        self.truncation.as_ref()
+    }
+
+    /// The last epoch of a valid record read (`None`: no record read).
+    pub fn last_epoch(&self) -> Option<Epoch> {
+        self.last
+    }
+
+    fn load(&mut self, index: usize) -> Result<Option<Current>> {
+        let seg = &self.segments[index];
+        let bytes = std::fs::read(&seg.path).map_err(Error::io("read", &seg.path))?;
+        let header = match SegmentHeader::decode(&bytes) {
+            Ok(h) => h,
+            Err(SegmentHeaderError::Uninitialised) => return Ok(None),
+            Err(SegmentHeaderError::Magic(found)) => {
+                return Err(Error::Magic {
+                    path: seg.path.clone(),
+                    what: "log segment",
+                    found,
+                });
+            }
+            Err(SegmentHeaderError::Version(v)) => {
+                return Err(Error::Version {
+                    path: seg.path.clone(),
+                    what: "log segment",
+                    found: u32::from(v),
+                    expected: u32::from(FORMAT_VERSION),
+                });
+            }
+            Err(SegmentHeaderError::Checksum) => {
+                return Err(Error::corrupt(
+                    &seg.path,
+                    0,
+                    "the segment header checksum does not match",
+                ));
+            }
+            Err(SegmentHeaderError::Invalid(why)) => return Err(Error::corrupt(&seg.path, 0, why)),
+        };
+        if header.shard != seg.shard || header.first_epoch != seg.first_epoch {
+            return Err(Error::corrupt(
+                &seg.path,
+                0,
+                format!(
+                    "the header says shard {} from epoch {}, the file name shard {} from epoch {}",
+                    header.shard, header.first_epoch, seg.shard, seg.first_epoch
+                ),
+            ));
+        }
+        let alignment = u64::from(header.alignment);
+        Ok(Some(Current {
+            index,
+            bytes,
+            alignment,
+            pos: alignment,
+        }))
+    }
+
+    fn step(&mut self) -> Result<Option<Batch>> {
+        loop {
+            if self.done {
+                return Ok(None);
+            }
+            let Some(cur) = self.current.as_mut() else {
+                if self.next == self.segments.len() {
+                    self.done = true;
+                    return Ok(None);
+                }
+                let index = self.next;
+                self.next += 1;
+                match self.load(index)? {
+                    Some(c) => self.current = Some(c),
+                    None => {
+                        self.damaged(index, 0, 0, "the segment header was never written".into())?;
+                    }
+                }
+                continue;
+            };
+            let index = cur.index;
+            let pos = cur.pos;
+            let len = cur.bytes.len() as u64;
+            if pos >= len {
+                self.current = None;
+                continue;
+            }
+            let slot = &cur.bytes[pos as usize..len.min(pos + RECORD_HEADER_BYTES as u64) as usize];
+            let header = match RecordHeader::check(slot) {
+                HeaderCheck::Zero => {
+                    if cur.bytes[pos as usize..].iter().all(|b| *b == 0) {
+                        self.current = None;
+                        continue;
+                    }
+                    let alignment = cur.alignment;
+                    self.damaged(
+                        index,
+                        pos,
+                        alignment,
+                        "zeros where a record should start, data after them".into(),
+                    )?;
+                    continue;
+                }
+                HeaderCheck::Invalid(why) => {
+                    let alignment = cur.alignment;
+                    self.damaged(index, pos, alignment, why.into())?;
+                    continue;
+                }
+                HeaderCheck::Version(v) => {
+                    return Err(Error::Version {
+                        path: self.segments[index].path.clone(),
+                        what: "log record",
+                        found: u32::from(v),
+                        expected: u32::from(FORMAT_VERSION),
+                    });
+                }
+                HeaderCheck::Valid(h) => h,
+            };
+            let path = &self.segments[index].path;
+            let end = pos + header.record_len();
+            if header.record_len() > super::RECORD_BYTES_MAX {
+                return Err(Error::corrupt(
+                    path,
+                    pos,
+                    format!("a record of {} bytes exceeds the limit", header.record_len()),
+                ));
+            }
+            if end > len {
+                let alignment = cur.alignment;
+                self.damaged(
+                    index,
+                    pos,
+                    alignment,
+                    "the record is cut off by the end of the file".into(),
+                )?;
+                continue;
+            }
+            let body = &cur.bytes[(pos as usize + RECORD_HEADER_BYTES)..end as usize];
+            if crc32c(body) != header.body_crc {
+                let alignment = cur.alignment;
+                self.damaged(index, pos, alignment, "the record body checksum does not match".into())?;
+                continue;
+            }
+            // The header and body are intact: anything wrong now is not a
+            // torn write but a contradiction, so an error.
+            let first = self.segments[index].first_epoch;
+            let limit = self.segments.get(index + 1).map(|s| s.first_epoch);
+            if header.shard != self.shard {
+                return Err(Error::corrupt(path, pos, format!("a record of shard {}", header.shard)));
+            }
+            if header.epoch < first || limit.is_some_and(|l| header.epoch >= l) {
+                return Err(Error::corrupt(
+                    path,
+                    pos,
+                    format!(
+                        "a record of epoch {} in a segment for epochs {first}..{}",
+                        header.epoch,
+                        limit.map_or("".into(), |l| l.to_string())
+                    ),
+                ));
+            }
+            if header.prev_epoch >= header.epoch || header.synced_epoch > header.prev_epoch {
+                return Err(Error::corrupt(
+                    path,
+                    pos,
+                    format!(
+                        "record of epoch {} names previous epoch {} and synced epoch {}",
+                        header.epoch, header.prev_epoch, header.synced_epoch
+                    ),
+                ));
+            }
+            if let Some(last) = self.last
+                && header.epoch <= last
+            {
+                return Err(Error::corrupt(
+                    path,
+                    pos,
+                    format!("a record of epoch {} after epoch {last}", header.epoch),
+                ));
+            }
+            let chained = self.last == Some(header.prev_epoch)
+                || header.prev_epoch <= self.after
+                || (self.lenient_start && self.last.is_none());
+            if !chained {
+                if self.last.is_none() {
+                    return Err(Error::Gap {
+                        shard: self.shard,
+                        after: self.after,
+                        epoch: header.epoch,
+                        prev: header.prev_epoch,
+                    });
+                }
+                let alignment = cur.alignment;
+                let why = format!(
+                    "records are missing: epoch {} follows epoch {} but names epoch {} as its predecessor",
+                    header.epoch,
+                    self.last.expect("some"),
+                    header.prev_epoch
+                );
+                self.damaged(index, pos, alignment, why)?;
+                continue;
+            }
+            let wanted = header.epoch > self.after || self.decode_all;
+            let batch = if wanted {
+                Some(decode_body(&header, body).map_err(|why| Error::corrupt(path, pos, why))?)
+            } else {
+                None
+            };
+            if self.keep_records {
+                self.records.push(RecordInfo {
+                    segment: index,
+                    offset: pos,
+                    header,
+                    txns: batch.as_ref().map_or(0, |b| b.txns.len() as u32),
+                });
+            }
+            cur.pos = pos + align_up(header.record_len(), cur.alignment);
+            self.last = Some(header.epoch);
+            if header.epoch > self.after {
+                return Ok(batch);
+            }
+        }
+    }
+
+    /// The log cannot continue at `pos` of segment `index`: decide between
+    /// corruption (an error) and a torn tail (recorded; the iterator ends).
+    fn damaged(&mut self, index: usize, pos: u64, alignment: u64, reason: String) -> Result<()> {
+        let path = self.segments[index].path.clone();
+        // The last epoch that may be lost: anything after the last good one.
+        let good = self.last.unwrap_or(self.segments[index].first_epoch.saturating_sub(1));
+        let mut later = 0u64;
+        let mut bytes_dropped = 0;
+        for i in index..self.segments.len() {
+            let seg = &self.segments[i];
+            let bytes = if i == index {
+                match self.current.take() {
+                    Some(c) if c.index == i => c.bytes,
+                    _ => std::fs::read(&seg.path).map_err(Error::io("read", &seg.path))?,
+                }
+            } else {
+                std::fs::read(&seg.path).map_err(Error::io("read", &seg.path))?
+            };
+            if i == index {
+                bytes_dropped = (bytes.len() as u64).saturating_sub(pos);
+            }
+            let step = if alignment > 0 && i == index {
+                alignment
+            } else {
+                ALIGNMENT_MIN
+            };
+            let start = if i == index { pos.max(step) } else { ALIGNMENT_MIN };
+            for found in scan(&bytes, start, step) {
+                if found.synced_epoch > good {
+                    self.done = true;
+                    return Err(Error::corrupt(
+                        &path,
+                        pos,
+                        format!(
+                            "{reason}; this is no torn tail: the record of epoch {} at byte {} of {} was written after epoch {} was durable",
+                            found.epoch,
+                            found.at,
+                            seg.path.display(),
+                            found.synced_epoch
+                        ),
+                    ));
+                }
+                later += 1;
+            }
+        }
+        self.truncation = Some(Truncation {
+            path,
+            offset: pos,
+            reason,
+            bytes_dropped,
+            records_dropped: later,
+            files_removed: self.segments[index + 1..].iter().map(|s| s.path.clone()).collect(),
+        });
+        self.current = None;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Iterator for Reader {
+    type Item = Result<Batch>;
+
+    fn next(&mut self) -> Option<Result<Batch>> {
+        match self.step() {
+            Ok(Some(b)) => Some(Ok(b)),
+            Ok(None) => None,
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// A valid record met while scanning past damage.
+struct Found {
+    at: u64,
+    epoch: Epoch,
+    synced_epoch: Epoch,
+}
+
+/// Valid records (header and body checksums hold) at multiples of `step`
+/// from `start`, skipping over each one found. An intact header of another
+/// version counts as data that claims to be durable: it is no torn write.
+fn scan(bytes: &[u8], start: u64, step: u64) -> Vec<Found> {
+    let mut out = Vec::new();
+    let mut at = start;
+    let len = bytes.len() as u64;
+    while at + RECORD_HEADER_BYTES as u64 <= len {
+        let slot = &bytes[at as usize..at as usize + RECORD_HEADER_BYTES];
+        if slot[..4] == super::RECORD_MAGIC {
+            match RecordHeader::check(slot) {
+                HeaderCheck::Valid(h) => {
+                    let end = at + h.record_len();
+                    if end <= len && crc32c(&bytes[(at as usize + RECORD_HEADER_BYTES)..end as usize]) == h.body_crc {
+                        out.push(Found {
+                            at,
+                            epoch: h.epoch,
+                            synced_epoch: h.synced_epoch,
+                        });
+                        at = align_up(end, step);
+                        continue;
+                    }
+                }
+                HeaderCheck::Version(_) => out.push(Found {
+                    at,
+                    epoch: 0,
+                    synced_epoch: Epoch::MAX,
+                }),
+                HeaderCheck::Zero | HeaderCheck::Invalid(_) => {}
+            }
+        }
+        at += step;
+    }
+    out
+}
+
+/// A shard's log after recovery.
+#[derive(Debug)]
+pub struct Recovered {
+    /// The batches to replay, epochs after the `after` given, oldest first.
+    pub batches: Vec<Batch>,
+    /// Where writing resumes; pass it to [`super::Writer::open`].
+    pub tail: Tail,
+}
+
+/// The end of a recovered log: only [`recover`] makes one, so a writer
+/// opened with it never writes over a log that was not read.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tail {
+    shard: ShardId,
+    last_epoch: Epoch,
+    truncation: Option<Truncation>,
+}
+
+impl Tail {
+    pub fn shard(&self) -> ShardId {
+        self.shard
+    }
+
+    /// The larger of the `after` given to [`recover`] and the last epoch in
+    /// the log: the writer appends epochs after it.
+    pub fn last_epoch(&self) -> Epoch {
+        self.last_epoch
+    }
+
+    /// The torn tail that recovery cut, if any (report it to the operator).
+    pub fn truncation(&self) -> Option<&Truncation> {
+        self.truncation.as_ref()
+    }
+}
+
+/// Reads `shard`'s log after epoch `after` (the snapshot's `log_after`, 0
+/// without a snapshot), and removes a torn tail durably (cutting the
+/// damaged segment, removing later ones), so that a writer can start.
+/// Corruption is an error, and then nothing is changed.
+pub fn recover(dir: &DataDir, shard: ShardId, after: Epoch) -> Result<Recovered> {
+    let wal_dir = dir.wal_dir();
+    let mut reader = Reader::open(&wal_dir, shard, after)?;
+    let mut batches = Vec::new();
+    for b in reader.by_ref() {
+        batches.push(b?);
+    }
+    let truncation = reader.truncation.take();
+    if let Some(t) = &truncation {
+        apply(&wal_dir, t)?;
+    }
+    Ok(Recovered {
+        batches,
+        tail: Tail {
+            shard,
+            last_epoch: reader.last.unwrap_or(0).max(after),
+            truncation,
+        },
+    })
+}
+
+fn apply(wal_dir: &Path, t: &Truncation) -> Result<()> {
+    for p in &t.files_removed {
+        fsutil::remove(p)?;
+    }
+    if t.offset == 0 {
+        fsutil::remove(&t.path)?;
+    } else {
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&t.path)
+            .map_err(Error::io("open", &t.path))?;
+        f.set_len(t.offset).map_err(Error::io("truncate", &t.path))?;
+        f.sync_all().map_err(Error::io("fsync", &t.path))?;
+    }
+    fsutil::sync_dir(wal_dir)
+}
