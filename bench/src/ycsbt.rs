@@ -72,6 +72,7 @@ pub fn transfer(functions: &Functions, debtor: u64, creditor: u64, amount: i64) 
         function: functions.transfer,
         address: Address::Entity(Key::from(debtor)),
         args: Payload::encode(&(creditor, amount)),
+        client: None,
     }
 }
 

@@ -35,6 +35,10 @@ pub enum AbortKind {
     Stalled = 8,
     /// Internal: a re-execution left its recorded read/write set.
     Drift = 9,
+    /// A retried request whose outcome the engine no longer keeps (the
+    /// client acknowledged it, or it fell out of the bounded window): it is
+    /// not run again.
+    Forgotten = 10,
 }
 
 impl AbortKind {
@@ -49,6 +53,7 @@ impl AbortKind {
             7 => AbortKind::Rejected,
             8 => AbortKind::Stalled,
             9 => AbortKind::Drift,
+            10 => AbortKind::Forgotten,
             _ => return None,
         })
     }
@@ -163,7 +168,7 @@ mod tests {
 
     #[test]
     fn kinds_roundtrip_through_bytes() {
-        for b in 1..=9 {
+        for b in 1..=10 {
             assert_eq!(AbortKind::from_u8(b).unwrap() as u8, b);
         }
         assert!(AbortKind::from_u8(0).is_none());

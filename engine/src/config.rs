@@ -64,6 +64,20 @@ pub struct Request {
     pub function: FnId,
     pub address: Address,
     pub args: Payload,
+    /// For exactly-once: who sent it. `None` runs it every time it arrives.
+    pub client: Option<ClientSeq>,
+}
+
+/// A client's request number: a retry with the same `client` and `seq`
+/// returns the first attempt's outcome and never runs twice, across
+/// connections, shards and crashes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ClientSeq {
+    pub client: u64,
+    pub seq: u64,
+    /// Every seq below this one has its outcome at the client: the engine
+    /// may forget them (a retry of one is refused as forgotten).
+    pub ack: u64,
 }
 
 /// The final outcome of a transaction.
@@ -122,6 +136,7 @@ impl crate::codec::Encode for Request {
             }
         }
         self.args.encode(w);
+        self.client.map(|c| (c.client, c.seq, c.ack)).encode(w);
     }
 }
 
@@ -141,6 +156,7 @@ impl crate::codec::Decode for Request {
             t => return Err(crate::DecodeError::Tag(t)),
         };
         let args = <Payload as crate::codec::Decode>::decode(input)?;
+        let client = Option::<(u64, u64, u64)>::decode(input)?.map(|(client, seq, ack)| ClientSeq { client, seq, ack });
         Ok(Request {
             function: FnId {
                 op: crate::OpId(op),
@@ -148,6 +164,37 @@ impl crate::codec::Decode for Request {
             },
             address,
             args,
+            client,
         })
+    }
+}
+
+impl crate::codec::Encode for Outcome {
+    fn encode(&self, w: &mut crate::codec::Writer) {
+        match self {
+            Outcome::Committed(p) => {
+                0u8.encode(w);
+                p.encode(w);
+            }
+            Outcome::Aborted(a) => {
+                1u8.encode(w);
+                (a.kind() as u8).encode(w);
+                a.message().encode(w);
+            }
+        }
+    }
+}
+
+impl crate::codec::Decode for Outcome {
+    fn decode(input: &mut &[u8]) -> Result<Outcome, crate::DecodeError> {
+        match u8::decode(input)? {
+            0 => Ok(Outcome::Committed(<Payload as crate::codec::Decode>::decode(input)?)),
+            1 => {
+                let kind = u8::decode(input)?;
+                let kind = crate::AbortKind::from_u8(kind).ok_or(crate::DecodeError::Tag(kind))?;
+                Ok(Outcome::Aborted(Abort::with_kind(kind, String::decode(input)?)))
+            }
+            t => Err(crate::DecodeError::Tag(t)),
+        }
     }
 }

@@ -32,15 +32,15 @@ mod store;
 mod value;
 
 pub use abort::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind};
-pub use app::{App, BodyFuture, FnKind, Function, Operator, PARTITIONS_MAX};
+pub use app::{App, BodyFuture, FnKind, Function, NAME_LEN_MAX, Operator, PARTITIONS_MAX};
 pub use bytes::{mix64, stable_hash};
 pub use codec::{Decode, DecodeError, Encode, PAYLOAD_LEN_MAX, Payload, Writer};
-pub use config::{Batch, Config, Durability, Outcome, Reply, Request, SnapshotChunk, Token};
+pub use config::{Batch, ClientSeq, Config, Durability, Outcome, Reply, Request, SnapshotChunk, Token};
 pub use ctx::{Call, CallLimits, Ctx};
 pub use history::{EpochRecord, serial_order};
 pub use ids::{Address, Epoch, FnId, OpId, SHARDS_MAX, ShardId, ShardSet, Tid, partition_owner};
 pub use key::{KEY_LEN_MAX, Key, KeyPart};
 pub use message::{Invoke, Message, Parent, Phase, Reply as CallReply, flags};
 pub use serial::Serial;
-pub use shard::{Outputs, Shard, Stage, Stats};
+pub use shard::{CLIENTS_MAX, OUTCOMES_PER_CLIENT_MAX, Outputs, Shard, Stage, Stats, client_home};
 pub use value::{Load, Scratch, Store, VALUE_INLINE_MAX, Value};

@@ -118,6 +118,19 @@ pub enum Message {
         epoch: Epoch,
         index: u32,
     },
+    /// A request whose client's home is the receiver: sequence it there
+    /// (exactly-once needs one shard to see every attempt of a client).
+    Submit {
+        origin: ShardId,
+        token: crate::Token,
+        request: crate::Request,
+    },
+    /// The reply to a forwarded request, for the shard that took it.
+    Replied {
+        token: crate::Token,
+        tid: Tid,
+        outcome: crate::Outcome,
+    },
     /// The sender's input log is durable through `epoch`.
     Durable {
         epoch: Epoch,
@@ -138,7 +151,7 @@ impl Message {
                 Some((*epoch, Phase::Optimistic))
             }
             Message::Finish { epoch, .. } => Some((*epoch, Phase::Fallback)),
-            Message::Reply(_) | Message::Durable { .. } => None,
+            Message::Reply(_) | Message::Durable { .. } | Message::Submit { .. } | Message::Replied { .. } => None,
         }
     }
 }

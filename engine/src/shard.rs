@@ -303,7 +303,7 @@ use crate::codec::Payload;
 /// A transaction coordinated (sequenced) by this shard.
 struct Coordinated {
     tid: Tid,
-    token: Token,
+    reply_to: ReplyTo,
     request: Request,
     now_us: u64,
     /// Shards its phase-1 execution touched.
@@ -326,6 +326,48 @@ enum Status {
     Finished(Outcome),
 }
 
+/// Where a transaction's reply goes: a request submitted here, or one a
+/// peer forwarded because this shard is its client's home.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReplyTo {
+    Local(Token),
+    Remote { shard: ShardId, token: Token },
+}
+
+/// A reply waiting for its epoch's input to be durable everywhere.
+struct Release {
+    to: ReplyTo,
+    tid: Tid,
+    outcome: Outcome,
+}
+
+/// What the engine remembers of one client (exactly-once). Part of the
+/// state: rebuilt by replaying the log, carried in snapshots.
+#[derive(Default)]
+struct ClientState {
+    /// Outcomes by seq: `(tid, epoch, outcome)`.
+    outcomes: std::collections::BTreeMap<u64, (Tid, Epoch, Outcome)>,
+    /// Seqs below this are forgotten: a retry is refused, never re-run.
+    forgotten_below: u64,
+    /// The last epoch that recorded an outcome (for eviction).
+    last_epoch: Epoch,
+    /// Seqs submitted and not finished: duplicates wait here. Not state:
+    /// only requests still in flight, which a crash loses with their reply.
+    waiting: std::collections::BTreeMap<u64, Vec<ReplyTo>>,
+}
+
+/// Clients whose outcomes a shard keeps; past it, the least recently used
+/// client is forgotten (its retries would run again: size this above the
+/// number of live clients).
+pub const CLIENTS_MAX: usize = 1 << 20;
+/// Outcomes kept per client; older ones are forgotten even unacknowledged.
+pub const OUTCOMES_PER_CLIENT_MAX: usize = 4096;
+
+/// The shard that sequences and deduplicates `client`'s requests.
+pub fn client_home(client: u64, n_shards: u16) -> ShardId {
+    (crate::bytes::mix64(client) % u64::from(n_shards)) as ShardId
+}
+
 /// The epoch machine's bookkeeping.
 struct Machine {
     epoch: Epoch,
@@ -334,7 +376,7 @@ struct Machine {
     lc_max: u64,
     now_us: u64,
     last_start_us: u64,
-    pending: VecDeque<(Token, Request)>,
+    pending: VecDeque<(ReplyTo, Request)>,
     replay: Option<VecDeque<Batch>>,
     coords: Vec<Coordinated>,
     running: usize,
@@ -349,7 +391,8 @@ struct Machine {
     /// Phase 3: the queue position allowed to run.
     serial_index: u32,
     deferred: VecDeque<(ShardId, Message)>,
-    held: VecDeque<(Epoch, Vec<ClientReply>)>,
+    held: VecDeque<(Epoch, Vec<Release>)>,
+    clients: Map<u64, ClientState>,
     durable_local: Epoch,
     durable_peers: Vec<Epoch>,
     parked: Vec<Option<Invoke>>,
@@ -377,7 +420,10 @@ const SNAPSHOT_SLOTS_PER_STEP: usize = 512;
 /// Entities per snapshot chunk handed to the driver.
 const SNAPSHOT_CHUNK_ENTRIES_MAX: usize = 16_384;
 /// Version of the machine state in a snapshot's `meta`.
-const META_VERSION: u8 = 1;
+const META_VERSION: u8 = 2;
+
+/// A client in a snapshot: id, forgotten-below, last epoch, outcomes.
+type ClientMeta = (u64, u64, Epoch, Vec<(u64, Tid, Epoch, Outcome)>);
 
 /// One shard of the engine.
 pub struct Shard {
@@ -447,6 +493,7 @@ impl Shard {
                 serial_index: 0,
                 deferred: VecDeque::new(),
                 held: VecDeque::new(),
+                clients: new_map(),
                 durable_local: 0,
                 durable_peers: vec![0; n_shards as usize],
                 parked: Vec::new(),
@@ -491,7 +538,7 @@ impl Shard {
     pub fn describe(&self) -> String {
         let live = self.tasks.iter().filter(|t| t.is_some()).count();
         format!(
-            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, serial {}/{}, {} parked, done1 {} flags {} done2 {}",
+            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, serial {}/{}, {} parked, done1 {} flags {} done2 {}, held {:?}, replay {:?}, durable {} {:?}",
             self.exec.id,
             self.m.epoch,
             self.m.stage,
@@ -505,6 +552,10 @@ impl Shard {
             self.m.done1,
             self.m.flags_in,
             self.m.done2,
+            self.m.held.iter().map(|(e, r)| (*e, r.len())).collect::<Vec<_>>(),
+            self.m.replay.as_ref().map(VecDeque::len),
+            self.m.durable_local,
+            self.m.durable_peers,
         )
     }
 
@@ -548,20 +599,116 @@ impl Shard {
     }
 
     /// Accepts a client request for sequencing. Refused (with a `Rejected`
-    /// abort, nothing run) when too many are waiting.
+    /// abort, nothing run) when too many are waiting. A request with a
+    /// client id is sequenced by that client's home shard, which keeps its
+    /// outcomes: a retry gets the first attempt's outcome and never runs
+    /// twice; a retry of a forgotten seq gets a `Forgotten` abort.
     pub fn submit(&mut self, token: Token, request: Request) -> Result<(), Abort> {
         Shard::validate(&self.exec.app, &request)?;
         assert!(self.m.replay.is_none(), "submit while replaying");
+        if let Some(c) = request.client {
+            let home = client_home(c.client, self.exec.n_shards);
+            if home != self.exec.id {
+                let origin = self.exec.id;
+                let mut st = self.exec.st.borrow_mut();
+                self.exec
+                    .route(&mut st, home, Message::Submit { origin, token, request });
+                return Ok(());
+            }
+        }
+        self.accept(ReplyTo::Local(token), request)?;
+        self.run_local();
+        Ok(())
+    }
+
+    fn accept(&mut self, to: ReplyTo, request: Request) -> Result<(), Abort> {
         if self.m.pending.len() >= self.config.pending_txns_max {
             return Err(Abort::with_kind(
                 crate::AbortKind::Rejected,
                 format!("shard {} has {} requests waiting", self.id(), self.m.pending.len()),
             ));
         }
-        self.m.pending.push_back((token, request));
+        if let Some(c) = request.client {
+            let state = self.m.clients.entry(c.client).or_default();
+            if let Some((tid, epoch, outcome)) = state.outcomes.get(&c.seq) {
+                let release = Release {
+                    to,
+                    tid: *tid,
+                    outcome: outcome.clone(),
+                };
+                let epoch = *epoch;
+                self.release_after(epoch, release);
+                return Ok(());
+            }
+            if c.seq < state.forgotten_below {
+                let abort = Abort::with_kind(
+                    crate::AbortKind::Forgotten,
+                    format!(
+                        "request {} of client {} is forgotten (acknowledged or too old)",
+                        c.seq, c.client
+                    ),
+                );
+                self.release_after(
+                    0,
+                    Release {
+                        to,
+                        tid: 0,
+                        outcome: Outcome::Aborted(abort),
+                    },
+                );
+                return Ok(());
+            }
+            if let Some(waiting) = state.waiting.get_mut(&c.seq) {
+                waiting.push(to);
+                return Ok(());
+            }
+            state.waiting.insert(c.seq, Vec::new());
+        }
+        self.m.pending.push_back((to, request));
         self.maybe_start();
-        self.run_local();
         Ok(())
+    }
+
+    /// Sends `release` once `epoch`'s input is durable everywhere.
+    fn release_after(&mut self, epoch: Epoch, release: Release) {
+        if epoch <= self.durable_everywhere() {
+            self.emit(release);
+            return;
+        }
+        match self.m.held.iter_mut().find(|(e, _)| *e == epoch) {
+            Some((_, list)) => list.push(release),
+            None => {
+                let at = self
+                    .m
+                    .held
+                    .iter()
+                    .position(|(e, _)| *e > epoch)
+                    .unwrap_or(self.m.held.len());
+                self.m.held.insert(at, (epoch, vec![release]));
+            }
+        }
+    }
+
+    fn emit(&mut self, r: Release) {
+        match r.to {
+            ReplyTo::Local(token) => self.outputs.replies.push(ClientReply {
+                token,
+                tid: r.tid,
+                outcome: r.outcome,
+            }),
+            ReplyTo::Remote { shard, token } => {
+                let mut st = self.exec.st.borrow_mut();
+                self.exec.route(
+                    &mut st,
+                    shard,
+                    Message::Replied {
+                        token,
+                        tid: r.tid,
+                        outcome: r.outcome,
+                    },
+                );
+            }
+        }
     }
 
     /// Queues logged batches to run instead of live requests (recovery,
@@ -579,8 +726,30 @@ impl Shard {
             assert!(b.epoch > self.m.epoch);
             queue.push_back(b);
         }
+        if queue.is_empty() {
+            self.end_replay();
+        }
         self.maybe_start();
         self.run_local();
+    }
+
+    /// Recovery replayed every logged epoch: serve live from here on. Every
+    /// shard replayed the same epochs from its log, so they are durable
+    /// everywhere.
+    fn end_replay(&mut self) {
+        self.m.replay = None;
+        let epoch = self.m.epoch;
+        self.m.durable_local = self.m.durable_local.max(epoch);
+        for d in &mut self.m.durable_peers {
+            *d = (*d).max(epoch);
+        }
+        // A peer that had nothing to replay went live before us: tell it.
+        let mut st = self.exec.st.borrow_mut();
+        for peer in 0..self.exec.n_shards {
+            if peer != self.exec.id {
+                self.exec.route(&mut st, peer, Message::Durable { epoch });
+            }
+        }
     }
 
     /// Advances the shard's clock (µs since the Unix epoch).
@@ -727,21 +896,27 @@ impl Shard {
         // Reuse last epoch's (drained) vector: it has the capacity.
         let mut coords = std::mem::take(&mut self.m.coords);
         assert!(coords.is_empty());
-        let (now_us, sealed): (u64, Vec<(Tid, Token, Request)>) = match &mut self.m.replay {
+        let (now_us, sealed): (u64, Vec<(Tid, ReplyTo, Request)>) = match &mut self.m.replay {
             Some(queue) => match queue.front() {
                 Some(b) if b.epoch == epoch => {
                     let b = queue.pop_front().expect("front");
                     self.m.lc = b.lc;
-                    (b.now_us, b.txns.into_iter().map(|(tid, r)| (tid, tid, r)).collect())
+                    (
+                        b.now_us,
+                        b.txns
+                            .into_iter()
+                            .map(|(tid, r)| (tid, ReplyTo::Local(tid), r))
+                            .collect(),
+                    )
                 }
                 _ => (self.m.now_us, Vec::new()),
             },
             None => {
                 let take = self.m.pending.len().min(self.config.epoch_txns_max);
                 let mut sealed = Vec::with_capacity(take);
-                for (token, request) in self.m.pending.drain(..take) {
+                for (to, request) in self.m.pending.drain(..take) {
                     self.m.lc += 1;
-                    sealed.push((self.m.lc * n + sid, token, request));
+                    sealed.push((self.m.lc * n + sid, to, request));
                 }
                 if self.config.durability == Durability::Log {
                     self.outputs.log.push(Batch {
@@ -755,10 +930,10 @@ impl Shard {
                 (self.m.now_us, sealed)
             }
         };
-        for (tid, token, request) in sealed {
+        for (tid, reply_to, request) in sealed {
             coords.push(Coordinated {
                 tid,
-                token,
+                reply_to,
                 request,
                 now_us,
                 participants: ShardSet::EMPTY,
@@ -1035,21 +1210,59 @@ impl Shard {
         );
         let epoch = self.m.epoch;
         let mut replies = Vec::with_capacity(self.m.coords.len());
+        let mut recorded: Vec<(Tid, crate::ClientSeq, Outcome)> = Vec::new();
         for c in self.m.coords.drain(..) {
             match c.status {
-                Status::Finished(outcome) => replies.push(ClientReply {
-                    token: c.token,
-                    tid: c.tid,
-                    outcome,
-                }),
+                Status::Finished(outcome) => {
+                    if let Some(client) = c.request.client {
+                        recorded.push((c.tid, client, outcome.clone()));
+                    }
+                    replies.push(Release {
+                        to: c.reply_to,
+                        tid: c.tid,
+                        outcome,
+                    });
+                }
                 _ => panic!("transaction {} unfinished at the end of epoch {epoch}", c.tid),
             }
+        }
+        // Exactly-once: record outcomes in tid order (replay does the same,
+        // so the table is part of the deterministic state), answer the
+        // duplicates that waited, forget what clients acknowledged.
+        recorded.sort_unstable_by_key(|(tid, _, _)| *tid);
+        for (tid, c, outcome) in recorded {
+            let state = self.m.clients.entry(c.client).or_default();
+            if let Some(waiting) = state.waiting.remove(&c.seq) {
+                for to in waiting {
+                    replies.push(Release {
+                        to,
+                        tid,
+                        outcome: outcome.clone(),
+                    });
+                }
+            }
+            state.outcomes.insert(c.seq, (tid, epoch, outcome));
+            state.last_epoch = epoch;
+            if c.ack > state.forgotten_below {
+                state.forgotten_below = c.ack;
+                state.outcomes = state.outcomes.split_off(&c.ack);
+            }
+            while state.outcomes.len() > OUTCOMES_PER_CLIENT_MAX {
+                let (oldest, _) = state.outcomes.pop_first().expect("non-empty");
+                state.forgotten_below = state.forgotten_below.max(oldest + 1);
+            }
+        }
+        if self.m.clients.len() > CLIENTS_MAX {
+            self.evict_clients();
         }
         if let Some(record) = self.m.record.take() {
             self.outputs.history.push(record);
         }
         self.m.serial_queue.clear();
         self.m.serial_index = 0;
+        if self.m.replay.as_ref().is_some_and(VecDeque::is_empty) {
+            self.end_replay();
+        }
         {
             let mut guard = self.exec.st.borrow_mut();
             let st = &mut *guard;
@@ -1065,7 +1278,9 @@ impl Shard {
             }
         }
         self.m.parked.clear();
-        self.m.held.push_back((epoch, replies));
+        if !replies.is_empty() {
+            self.m.held.push_back((epoch, replies));
+        }
         self.m.lc = self.m.lc.max(self.m.lc_max);
         if std::mem::take(&mut self.m.any_snapshot) {
             self.begin_snapshot(epoch);
@@ -1162,7 +1377,24 @@ impl Shard {
     /// The machine state a snapshot must carry: its epoch and the
     /// sequencer counter. (No transaction outlives its epoch.)
     fn encode_meta(&self, epoch: Epoch) -> Vec<u8> {
-        Payload::encode(&(META_VERSION, epoch, self.m.lc)).as_bytes().to_vec()
+        let mut clients: Vec<ClientMeta> = self
+            .m
+            .clients
+            .iter()
+            .filter(|(_, s)| !s.outcomes.is_empty() || s.forgotten_below > 0)
+            .map(|(c, s)| {
+                let outcomes = s
+                    .outcomes
+                    .iter()
+                    .map(|(seq, (t, e, o))| (*seq, *t, *e, o.clone()))
+                    .collect();
+                (*c, s.forgotten_below, s.last_epoch, outcomes)
+            })
+            .collect();
+        clients.sort_unstable_by_key(|c| c.0);
+        Payload::encode(&(META_VERSION, epoch, self.m.lc, clients))
+            .as_bytes()
+            .to_vec()
     }
 
     /// Restores the machine state of a snapshot (before any epoch ran here),
@@ -1170,13 +1402,29 @@ impl Shard {
     /// Replay the logged epochs after it with [`Shard::replay`].
     pub fn restore(&mut self, meta: &[u8]) -> Result<Epoch, crate::DecodeError> {
         assert_eq!(self.m.epoch, 0, "restore into a shard that already ran");
-        let (version, epoch, lc) = Payload::from_bytes(meta).decode::<(u8, Epoch, u64)>()?;
+        let (version, epoch, lc, clients) = Payload::from_bytes(meta).decode::<(u8, Epoch, u64, Vec<ClientMeta>)>()?;
         if version != META_VERSION {
             return Err(crate::DecodeError::Tag(version));
         }
+        for (client, forgotten_below, last_epoch, outcomes) in clients {
+            self.m.clients.insert(
+                client,
+                ClientState {
+                    outcomes: outcomes.into_iter().map(|(seq, t, e, o)| (seq, (t, e, o))).collect(),
+                    forgotten_below,
+                    last_epoch,
+                    waiting: Default::default(),
+                },
+            );
+        }
         self.m.epoch = epoch;
         self.m.lc = lc;
+        // A snapshot is only complete once every shard's input through its
+        // epoch is durable.
         self.m.durable_local = epoch;
+        for d in &mut self.m.durable_peers {
+            *d = epoch;
+        }
         Ok(epoch)
     }
 
@@ -1221,7 +1469,26 @@ impl Shard {
                 break;
             }
             let (_, replies) = self.m.held.pop_front().expect("front");
-            self.outputs.replies.extend(replies);
+            for r in replies {
+                self.emit(r);
+            }
+        }
+    }
+
+    /// Forgets the least recently used clients (idle ones only: a client
+    /// with a request in flight stays) down to `CLIENTS_MAX`.
+    fn evict_clients(&mut self) {
+        let mut idle: Vec<(Epoch, u64)> = self
+            .m
+            .clients
+            .iter()
+            .filter(|(_, s)| s.waiting.is_empty())
+            .map(|(c, s)| (s.last_epoch, *c))
+            .collect();
+        idle.sort_unstable();
+        let excess = self.m.clients.len().saturating_sub(CLIENTS_MAX);
+        for (_, c) in idle.into_iter().take(excess) {
+            self.m.clients.remove(&c);
         }
     }
 
@@ -1309,6 +1576,19 @@ impl Shard {
                 ..
             } => self.on_done2(pending, snapshot, drifted),
             Message::Next { index, .. } => self.on_next(index),
+            Message::Submit { origin, token, request } => {
+                let to = ReplyTo::Remote { shard: origin, token };
+                if let Err(abort) = self.accept(to, request) {
+                    self.emit(Release {
+                        to,
+                        tid: 0,
+                        outcome: Outcome::Aborted(abort),
+                    });
+                }
+            }
+            Message::Replied { token, tid, outcome } => {
+                self.outputs.replies.push(ClientReply { token, tid, outcome });
+            }
             Message::Durable { epoch } => {
                 let d = &mut self.m.durable_peers[from as usize];
                 *d = (*d).max(epoch);

@@ -70,6 +70,7 @@ fn request(app: &App, function: &str, key: u64, args: Payload) -> Request {
         function: app.resolve("chain", function).unwrap(),
         address: Address::Entity(Key::from(key)),
         args,
+        client: None,
     }
 }
 
@@ -179,6 +180,7 @@ fn unknown_functions_and_bad_arguments_are_clear_errors() {
         function: app.resolve("chain", "count").unwrap(),
         address: Address::Partition(0),
         args: Payload::EMPTY,
+        client: None,
     };
     let err = sim.submit(0, 0, bad).unwrap_err();
     assert_eq!(err.kind(), AbortKind::UnknownFunction);

@@ -10,7 +10,7 @@
 
 use crate::error::{Error, ErrorCode, error_frame};
 use crate::frame::{Body, Frame, Request};
-use styx_engine::{AbortKind, Address, App, FnKind, OpId, Outcome, PAYLOAD_LEN_MAX, Reply, Tid};
+use styx_engine::{AbortKind, Address, App, ClientSeq, FnKind, OpId, Outcome, PAYLOAD_LEN_MAX, Reply, Tid};
 
 impl Request {
     /// The engine's request for this one: names resolved in `app`, the
@@ -54,6 +54,12 @@ impl Request {
             function,
             address: self.target.clone(),
             args: self.args.clone(),
+            // Client 0 opts out of exactly-once.
+            client: (self.client != 0).then_some(ClientSeq {
+                client: self.client,
+                seq: self.seq,
+                ack: self.ack,
+            }),
         })
     }
 }
@@ -89,6 +95,7 @@ pub fn outcome_frame(corr: u32, tid: Tid, outcome: &Outcome) -> Frame {
         },
         Outcome::Aborted(abort) => match abort.kind() {
             AbortKind::Rejected => error_frame(corr, ErrorCode::OVERLOADED, abort.message()),
+            AbortKind::Forgotten => error_frame(corr, ErrorCode::SEQ_FORGOTTEN, abort.message()),
             AbortKind::Drift => panic!("a drift abort reached a client: {abort:?}"),
             _ => Frame {
                 corr,

@@ -10,7 +10,8 @@
 //! are at most [`NAME_LEN_MAX`](crate::NAME_LEN_MAX) bytes, arguments,
 //! results and state values at most [`PAYLOAD_LEN_MAX`], messages within
 //! their caps, and an ABORTED frame never carries the engine-internal kinds
-//! `Rejected` (a refused request is an ERROR: it did not run) or `Drift`.
+//! `Rejected` or `Forgotten` (a refused request is an ERROR: it did not
+//! run) or `Drift`.
 //! The encoding is canonical: a frame that decodes re-encodes to the same
 //! bytes.
 //!
@@ -200,7 +201,7 @@ pub struct Status {
 
 /// Whether `kind` may travel in an ABORTED frame.
 pub fn abort_kind_on_wire(kind: AbortKind) -> bool {
-    !matches!(kind, AbortKind::Rejected | AbortKind::Drift)
+    !matches!(kind, AbortKind::Rejected | AbortKind::Drift | AbortKind::Forgotten)
 }
 
 #[cfg(test)]

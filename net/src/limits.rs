@@ -34,7 +34,7 @@ pub const FRAME_LEN_MAX: usize = PAYLOAD_LEN_MAX + 4096;
 pub const FRAME_LEN_MAX_FLOOR: usize = 4096;
 
 /// Operator and function names are at most this long (the engine's limit).
-pub const NAME_LEN_MAX: usize = 128;
+pub const NAME_LEN_MAX: usize = styx_engine::NAME_LEN_MAX;
 
 /// The message of an ERROR frame is at most this long.
 pub const ERROR_MESSAGE_LEN_MAX: usize = 1024;

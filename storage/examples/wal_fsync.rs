@@ -70,6 +70,7 @@ fn batch(epoch: u64, bytes: usize) -> Batch {
                     function: FnId { op: OpId(0), index: 1 },
                     address: Address::Entity(Key::from(i * 7919)),
                     args: Payload::from_vec(vec![i as u8; 100]),
+                    client: None,
                 },
             )
         })

@@ -171,6 +171,7 @@ impl Functions {
             function: self.compose,
             address: Address::Entity(Key::from(req_id)),
             args: Payload::encode(compose),
+            client: None,
         }
     }
 }

@@ -520,6 +520,7 @@ impl Draw {
             function,
             address: Address::Entity(key),
             args,
+            client: None,
         }
     }
 }

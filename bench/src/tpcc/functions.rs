@@ -159,6 +159,7 @@ impl Functions {
             function: self.new_order,
             address: Address::Entity(district_key(t.w_id, t.d_id)),
             args: Payload::encode(t),
+            client: None,
         }
     }
 
@@ -168,6 +169,7 @@ impl Functions {
             function: self.payment,
             address: Address::Entity(district_key(t.w_id, t.d_id)),
             args: Payload::encode(t),
+            client: None,
         }
     }
 }

@@ -46,6 +46,7 @@ pub fn transfer(app: &App, debtor: u64, creditor: u64, amount: i64) -> Request {
         function: app.resolve("account", "transfer").unwrap(),
         address: Address::Entity(Key::from(debtor)),
         args: Payload::encode(&(creditor, amount)),
+        client: None,
     }
 }
 
@@ -363,6 +364,7 @@ pub fn program_request(app: &App, root: u64, prog: &[Instr]) -> Request {
         function: app.resolve("node", "run").unwrap(),
         address: Address::Entity(Key::from(root)),
         args: Payload::encode(&bytes),
+        client: None,
     }
 }
 

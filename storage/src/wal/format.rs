@@ -4,7 +4,9 @@
 
 use crate::FORMAT_VERSION;
 use crate::crc::crc32c;
-use styx_engine::{Address, Batch, Epoch, FnId, KEY_LEN_MAX, Key, OpId, PAYLOAD_LEN_MAX, Payload, Request, ShardId};
+use styx_engine::{
+    Address, Batch, ClientSeq, Epoch, FnId, KEY_LEN_MAX, Key, OpId, PAYLOAD_LEN_MAX, Payload, Request, ShardId,
+};
 
 pub const SEGMENT_MAGIC: [u8; 8] = *b"STYXWAL\0";
 pub const RECORD_MAGIC: [u8; 4] = *b"STXR";
@@ -19,8 +21,11 @@ pub const ALIGNMENT_MAX: u64 = 64 << 10;
 /// reader holds a whole segment in memory and the writer a whole record.
 pub const RECORD_BYTES_MAX: u64 = 1 << 30;
 /// The body bytes of one transaction: tid, function, address tag, args
-/// length (an entity key's length or a partition number come on top).
-const TXN_BYTES_MIN: usize = 8 + 2 + 2 + 1 + 4;
+/// length, client tag (an entity key's length or a partition number, and a
+/// client's three numbers, come on top).
+const TXN_BYTES_MIN: usize = 8 + 2 + 2 + 1 + 4 + 1;
+const CLIENT_NONE: u8 = 0;
+const CLIENT_PRESENT: u8 = 1;
 const BODY_FIXED_BYTES: usize = 8 + 8 + 4;
 
 const ADDRESS_ENTITY: u8 = 0;
@@ -204,6 +209,9 @@ pub fn body_len(batch: &Batch) -> u64 {
             Address::Entity(k) => 2 + k.as_bytes().len() as u64,
             Address::Partition(_) => 4,
         };
+        if r.client.is_some() {
+            n += 24;
+        }
     }
     n
 }
@@ -244,6 +252,15 @@ pub fn encode_record(batch: &Batch, prev_epoch: Epoch, synced_epoch: Epoch, body
         let args = r.args.as_bytes();
         w.put(&(args.len() as u32).to_le_bytes());
         w.put(args);
+        match r.client {
+            None => w.put(&[CLIENT_NONE]),
+            Some(c) => {
+                w.put(&[CLIENT_PRESENT]);
+                w.put(&c.client.to_le_bytes());
+                w.put(&c.seq.to_le_bytes());
+                w.put(&c.ack.to_le_bytes());
+            }
+        }
     }
     assert_eq!(w.pos as u64, body_len, "body_len disagrees with the encoder");
     let body_crc = crc32c(&out[RECORD_HEADER_BYTES..end]);
@@ -291,12 +308,22 @@ pub fn decode_body(header: &RecordHeader, body: &[u8]) -> Result<Batch, String> 
             ));
         }
         let args = Payload::from_bytes(r.take(len)?);
+        let client = match r.u8()? {
+            CLIENT_NONE => None,
+            CLIENT_PRESENT => Some(ClientSeq {
+                client: r.u64()?,
+                seq: r.u64()?,
+                ack: r.u64()?,
+            }),
+            tag => return Err(format!("transaction {i}: client tag {tag} has no meaning")),
+        };
         txns.push((
             tid,
             Request {
                 function: FnId { op: OpId(op), index },
                 address,
                 args,
+                client,
             },
         ));
     }
@@ -390,6 +417,11 @@ mod tests {
                         function: FnId { op: OpId(2), index: 5 },
                         address: Address::Entity(Key::from(42u64)),
                         args: Payload::from_bytes(b"hello"),
+                        client: Some(ClientSeq {
+                            client: 0xfeed,
+                            seq: 12,
+                            ack: 9,
+                        }),
                     },
                 ),
                 (
@@ -398,6 +430,7 @@ mod tests {
                         function: FnId { op: OpId(0), index: 1 },
                         address: Address::Partition(17),
                         args: Payload::EMPTY,
+                        client: None,
                     },
                 ),
                 (
@@ -406,6 +439,7 @@ mod tests {
                         function: FnId { op: OpId(1), index: 0 },
                         address: Address::Entity(Key::from_bytes(&[7u8; 300])),
                         args: Payload::from_vec(vec![1u8; 5000]),
+                        client: None,
                     },
                 ),
             ],
@@ -442,6 +476,7 @@ mod tests {
                     function: FnId { op: OpId(5), index: 6 },
                     address: Address::Entity(Key::from_bytes(&[1, 2])),
                     args: Payload::from_bytes(b"x"),
+                    client: None,
                 },
             )],
         };
@@ -453,7 +488,7 @@ mod tests {
         let expected: Vec<u8> = [
             &2u64.to_le_bytes()[..], &3u64.to_le_bytes(), &1u32.to_le_bytes(),
             &4u64.to_le_bytes(), &5u16.to_le_bytes(), &6u16.to_le_bytes(),
-            &[0], &2u16.to_le_bytes(), &[1, 2], &1u32.to_le_bytes(), b"x",
+            &[0], &2u16.to_le_bytes(), &[1, 2], &1u32.to_le_bytes(), b"x", &[0],
         ].concat();
         assert_eq!(body, &expected[..]);
         assert_eq!(&out[0..4], b"STXR");

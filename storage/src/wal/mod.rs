@@ -61,6 +61,8 @@
 //! | 1     | address: 0 = entity, 1 = partition                            |
 //! | 2 + k | entity: key length, key bytes ‖ partition: 4-byte number      |
 //! | 4 + a | argument length, argument bytes                               |
+//! | 1     | client: 0 = none, 1 = present (exactly-once), then:           |
+//! | 24    | client id, request seq, acknowledged-below seq (u64 each)     |
 //!
 //! # Recovery rules
 //!

@@ -60,6 +60,7 @@ pub fn batch(rng: &mut Rng, shard: ShardId, epoch: Epoch, txns: usize, args: usi
                 },
                 address,
                 args: Payload::from_vec(payload),
+                client: None,
             },
         ));
     }
