@@ -49,6 +49,10 @@ pub const FUNCTIONS_PER_OPERATOR_MAX: usize = 1 << 12;
 pub const OPERATORS_MAX: usize = 1 << 10;
 /// Operator and function names are at most this long.
 pub const NAME_LEN_MAX: usize = 128;
+/// The function every operator has: returns an entity's state as archive
+/// bytes (`Option<Vec<u8>>`), read like any transaction. Names starting
+/// with `__` are reserved for such built-ins.
+pub const GET_FUNCTION: &str = "__get";
 
 /// What a function runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +172,9 @@ impl App {
             by_name: HashMap::new(),
         });
         self.by_name.insert(name.to_string(), id);
+        self.register(id, GET_FUNCTION, FnKind::Entity, |ctx: Ctx, (): ()| async move {
+            ctx.get_raw()
+        });
         id
     }
 
@@ -180,6 +187,10 @@ impl App {
         F: Fn(Ctx, A) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<R, Abort>> + 'static,
     {
+        assert!(
+            !name.starts_with("__"),
+            "function names starting with __ are reserved: {name}"
+        );
         self.register(op, name, FnKind::Entity, f)
     }
 
@@ -192,6 +203,10 @@ impl App {
         F: Fn(Ctx, A) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<R, Abort>> + 'static,
     {
+        assert!(
+            !name.starts_with("__"),
+            "function names starting with __ are reserved: {name}"
+        );
         self.register(op, name, FnKind::Partition, f)
     }
 

@@ -273,6 +273,15 @@ impl Ctx {
         out
     }
 
+    /// The entity's state as archive bytes (for tools that do not know its
+    /// type), or `None` if it has none.
+    pub fn get_raw(&self) -> Result<Option<Vec<u8>>, Abort> {
+        self.entity_only("get_raw")?;
+        let mut out = None;
+        self.frame.host.read(&self.frame, &mut |v| out = v.map(Value::to_vec))?;
+        Ok(out)
+    }
+
     /// Gives `f` the entity's archived state in place (no copy, no
     /// deserialization), or returns `None` if it has none.
     pub fn read<T: Load, R>(&self, f: impl FnOnce(&T::Archived) -> R) -> Result<Option<R>, Abort> {

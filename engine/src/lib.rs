@@ -32,7 +32,7 @@ mod store;
 mod value;
 
 pub use abort::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind};
-pub use app::{App, BodyFuture, FnKind, Function, NAME_LEN_MAX, Operator, PARTITIONS_MAX};
+pub use app::{App, BodyFuture, FnKind, Function, GET_FUNCTION, NAME_LEN_MAX, Operator, PARTITIONS_MAX};
 pub use bytes::{mix64, stable_hash};
 pub use codec::{Decode, DecodeError, Encode, PAYLOAD_LEN_MAX, Payload, Writer};
 pub use config::{Batch, ClientSeq, Config, Durability, Outcome, Reply, Request, SnapshotChunk, Token};

@@ -559,6 +559,12 @@ impl Shard {
         )
     }
 
+    /// Whether the shard is still replaying logged epochs (recovery): it
+    /// takes no requests until it has caught up.
+    pub fn is_replaying(&self) -> bool {
+        self.m.replay.is_some()
+    }
+
     /// Requests waiting to be sequenced.
     pub fn pending(&self) -> usize {
         self.m.pending.len()

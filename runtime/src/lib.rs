@@ -14,8 +14,10 @@
 #![forbid(unsafe_code)]
 
 mod clock;
+pub mod durable;
 mod link;
 pub mod metrics;
+pub mod server;
 
 pub use clock::Clock;
 use link::Links;
@@ -74,6 +76,9 @@ pub struct Options {
     pub io_memory: usize,
     /// Where shards publish their counters (about every millisecond).
     pub metrics: Option<Arc<Metrics>>,
+    /// The input log and snapshots (recovered already); `None` runs in
+    /// memory only (then `engine.durability` must be `None`).
+    pub durable: Option<Arc<durable::Durable>>,
 }
 
 impl Default for Options {
@@ -85,6 +90,7 @@ impl Default for Options {
             spin_before_park: Duration::from_micros(50),
             io_memory: 1 << 20,
             metrics: None,
+            durable: None,
         }
     }
 }
@@ -103,6 +109,13 @@ pub trait Frontend: 'static {
     /// open-loop generator's next send time), in µs.
     fn next_wakeup_us(&self) -> Option<u64> {
         None
+    }
+
+    /// Registers the shard loop's waker for when the frontend gets work
+    /// while the loop is parked (a client request arrived); `Ready` if it
+    /// already has some.
+    fn poll_wake(&mut self, _cx: &mut std::task::Context<'_>) -> Poll<()> {
+        Poll::Pending
     }
 
     /// Whether this frontend will submit nothing more and awaits nothing.
@@ -150,7 +163,17 @@ where
                 let mut shard = Shard::new(app, opts.engine.clone(), id, n as u16);
                 let frontend = make(&mut shard);
                 let metrics = opts.metrics.as_ref().map(|m| m.shards[id as usize].clone());
-                let output = drive(shard, frontend, links, senders, receivers, done, n, clock, metrics).await;
+                let waiter = Rc::new(RefCell::new(None));
+                let durable = match &opts.durable {
+                    Some(d) => {
+                        Some(durable::ShardDurable::start(d.clone(), &mut shard, waiter.clone(), metrics.clone()).await)
+                    }
+                    None => None,
+                };
+                let output = drive(
+                    shard, frontend, links, senders, receivers, done, n, clock, metrics, durable, waiter,
+                )
+                .await;
                 (id, output)
             })
             .map_err(|source| Error::Executor { shard: i, source })?;
@@ -220,9 +243,10 @@ async fn drive<F: Frontend>(
     n: usize,
     clock: Clock,
     metrics: Option<Arc<ShardMetrics>>,
+    mut durable: Option<durable::ShardDurable>,
+    waiter: Rc<RefCell<Option<Waker>>>,
 ) -> F::Output {
     let me = shard.id() as usize;
-    let waiter = Rc::new(RefCell::new(None));
     for (_, rx) in receivers.streams() {
         glommio::spawn_local(doorbell(rx, waiter.clone())).detach();
     }
@@ -296,16 +320,33 @@ async fn drive<F: Frontend>(
         }
         // Durability is wired in with the storage crate; until then the
         // runtime runs without a log (`Durability::None`) or snapshots.
-        out.log.clear();
+        match &mut durable {
+            Some(d) => {
+                d.log(&mut out.log);
+                d.snapshot(&mut out.snapshots);
+                if let Some(epoch) = d.durable() {
+                    shard.log_durable(epoch);
+                    progress = true;
+                }
+            }
+            None => {
+                out.log.clear();
+                out.snapshots.clear();
+            }
+        }
         out.history.clear();
-        out.snapshots.clear();
         if let Some(m) = &metrics
             && now >= published_us + METRICS_PUBLISH_US
         {
             m.publish(&shard.stats(), shard.epoch(), shard.pending());
             published_us = now;
         }
-        if !counted && frontend.is_done() && shard.is_quiet() && overflow.is_empty() {
+        if !counted
+            && frontend.is_done()
+            && shard.is_quiet()
+            && overflow.is_empty()
+            && durable.as_ref().is_none_or(|d| !d.busy())
+        {
             counted = true;
             done.fetch_add(1, Ordering::AcqRel);
         }
@@ -337,7 +378,7 @@ async fn drive<F: Frontend>(
             .map_or(1_000, |t| t.saturating_sub(now).min(1_000));
         if wait_us > 0 && links.park(me) {
             let arrival = futures_lite::future::poll_fn(|cx| {
-                if links.any_for(me) {
+                if links.any_for(me) || frontend.poll_wake(cx).is_ready() {
                     return Poll::Ready(());
                 }
                 *waiter.borrow_mut() = Some(cx.waker().clone());
@@ -368,6 +409,9 @@ async fn drive<F: Frontend>(
             transit.messages as f64 / transit.batches.max(1) as f64,
             transit.total_us as f64 / transit.batches.max(1) as f64,
         );
+    }
+    if let Some(d) = durable {
+        d.close().await;
     }
     frontend.finish(&shard)
 }

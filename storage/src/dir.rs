@@ -51,6 +51,9 @@ impl DataDir {
     pub fn open(root: impl AsRef<Path>) -> Result<DataDir> {
         let root = root.as_ref().to_path_buf();
         fs::create_dir_all(&root).map_err(Error::io("create directory", &root))?;
+        // Absolute from here on: glommio opens directories relative to no
+        // working directory (a relative path fails with EBADF).
+        let root = fs::canonicalize(&root).map_err(Error::io("resolve directory", &root))?;
         let version_path = root.join(VERSION_FILE);
         // Before creating anything in it: is this directory ours?
         if !version_path.exists() && !is_fresh(&root)? {

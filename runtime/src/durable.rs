@@ -1,0 +1,450 @@
+//! Durability in the runtime: the input log per shard, snapshot files, and
+//! recovery, on top of `styx-storage`.
+//!
+//! **Log.** Each shard has a log task: the shard loop queues the batch the
+//! engine seals for every epoch, the task appends whatever is queued and
+//! makes it durable with one `fdatasync` (group commit), then reports the
+//! epoch, and the engine releases that epoch's replies once every shard did
+//! the same. A failed write or sync is fatal: the process stops and
+//! recovers from the log on restart, it never retries.
+//!
+//! **Snapshots.** The engine emits a snapshot's entities in chunks; when a
+//! shard has all of one snapshot, a blocking thread writes its delta file.
+//! Shard 0's committer publishes the manifest once every shard's file exists
+//! and every shard's log is durable through the snapshot's epoch, then drops
+//! log segments older than it and old files, and compacts long chains.
+//!
+//! **Recovery**, before the shards start: the latest complete snapshot and
+//! each shard's log after it. Logs can end at different epochs after a
+//! crash (a shard's last batches were not yet durable when it died); the
+//! epochs missing from one log are replayed as empty there and written to
+//! it as empty batches before serving, so every log agrees again. None of
+//! their replies was released (that waits for every shard's log), so
+//! replaying them without the lost batches is a valid outcome.
+
+use crate::metrics::ShardMetrics;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::task::Waker;
+use std::time::{Duration, Instant};
+use styx_engine::{Batch, Epoch, Key, OpId, Shard, ShardId, SnapshotChunk, Value};
+use styx_storage::snapshot::{Catalog, FileRef, Manifest};
+use styx_storage::wal::{self, Tail};
+use styx_storage::{DataDir, Error};
+
+/// A shard's chain of snapshot files longer than this is compacted.
+const COMPACT_AFTER_FILES: usize = 8;
+/// How often shard 0 looks for a snapshot to commit.
+const COMMIT_POLL: Duration = Duration::from_millis(5);
+
+/// What a shard starts from.
+pub struct ShardStart {
+    manifest: Option<Manifest>,
+    batches: Vec<Batch>,
+    tail: Tail,
+}
+
+/// Durability for a whole engine: the data directory and what each shard
+/// recovered.
+pub struct Durable {
+    dir: Arc<DataDir>,
+    options: wal::Options,
+    starts: Mutex<Vec<Option<ShardStart>>>,
+    /// The newest epoch any shard's log reached: every shard replays to it.
+    pub recovered_epoch: Epoch,
+    /// The snapshot recovery started from, if any.
+    pub snapshot_epoch: Option<Epoch>,
+    committer: Mutex<Committer>,
+    /// Per shard, the newest epoch its log made durable.
+    log_durable: Vec<AtomicU64>,
+}
+
+impl std::fmt::Debug for Durable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Durable")
+            .field("dir", &self.dir.root())
+            .field("recovered_epoch", &self.recovered_epoch)
+            .field("snapshot_epoch", &self.snapshot_epoch)
+            .finish()
+    }
+}
+
+/// What recovery found, for the start-up log line.
+#[derive(Debug)]
+pub struct Recovered {
+    pub snapshot_epoch: Option<Epoch>,
+    pub replay_batches: usize,
+    pub recovered_epoch: Epoch,
+    pub truncated: Vec<String>,
+}
+
+struct Committer {
+    catalog: Catalog,
+    /// Files written, by snapshot epoch.
+    files: BTreeMap<Epoch, Vec<FileRef>>,
+    shards: usize,
+}
+
+impl Durable {
+    /// Reads what the data directory holds for `shards` shards: the latest
+    /// complete snapshot and each shard's log after it (cutting torn tails).
+    /// Refuses a directory written with another shard count.
+    pub fn open(dir: DataDir, shards: usize, options: wal::Options) -> Result<(Arc<Durable>, Recovered), Error> {
+        let catalog = Catalog::open(&dir)?;
+        let manifest = catalog.latest().cloned();
+        if let Some(m) = &manifest
+            && m.shards.len() != shards
+        {
+            return Err(Error::Snapshot(format!(
+                "the data directory {} holds {} shards; start with --shards {} (or an empty directory)",
+                dir.root().display(),
+                m.shards.len(),
+                m.shards.len()
+            )));
+        }
+        let on_disk = wal::shards(&dir.wal_dir())?;
+        if let Some(s) = on_disk.iter().find(|s| **s as usize >= shards) {
+            return Err(Error::Snapshot(format!(
+                "the data directory {} has a log for shard {s}; start with at least {} shards",
+                dir.root().display(),
+                s + 1
+            )));
+        }
+        let mut starts = Vec::with_capacity(shards);
+        let mut truncated = Vec::new();
+        let mut replay_batches = 0;
+        let mut recovered_epoch = manifest.as_ref().map_or(0, |m| m.epoch);
+        for s in 0..shards as ShardId {
+            let after = manifest.as_ref().and_then(|m| m.shard(s)).map_or(0, |ss| ss.log_after);
+            let r = wal::recover(&dir, s, after)?;
+            if let Some(t) = r.tail.truncation() {
+                truncated.push(format!("shard {s}: {t}"));
+            }
+            recovered_epoch = recovered_epoch.max(r.tail.last_epoch());
+            replay_batches += r.batches.len();
+            starts.push(Some(ShardStart {
+                manifest: manifest.clone(),
+                batches: r.batches,
+                tail: r.tail,
+            }));
+        }
+        let snapshot_epoch = manifest.as_ref().map(|m| m.epoch);
+        let durable = Arc::new(Durable {
+            dir: Arc::new(dir),
+            options,
+            starts: Mutex::new(starts),
+            recovered_epoch,
+            snapshot_epoch,
+            committer: Mutex::new(Committer {
+                catalog,
+                files: BTreeMap::new(),
+                shards,
+            }),
+            log_durable: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let recovered = Recovered {
+            snapshot_epoch,
+            replay_batches,
+            recovered_epoch,
+            truncated,
+        };
+        Ok((durable, recovered))
+    }
+
+    pub fn dir(&self) -> &DataDir {
+        &self.dir
+    }
+}
+
+/// One shard's durability, on its executor.
+pub(crate) struct ShardDurable {
+    durable: Arc<Durable>,
+    shard: ShardId,
+    log: Rc<RefCell<LogState>>,
+    /// The epoch of this shard's last snapshot file (the next delta's parent).
+    parent_epoch: Epoch,
+    /// Chunks of the snapshot being received.
+    chunks: Vec<(OpId, Key, Option<Value>)>,
+    writing: Rc<RefCell<usize>>,
+    metrics: Option<Arc<ShardMetrics>>,
+}
+
+struct LogState {
+    queue: VecDeque<Batch>,
+    /// Durable epoch not yet reported to the shard.
+    durable: Option<Epoch>,
+    writer_waker: Option<Waker>,
+    closing: bool,
+    closed: bool,
+}
+
+impl ShardDurable {
+    /// Restores `shard` from the snapshot, opens its log (filling the epochs
+    /// its log lacks with empty batches) and queues its replay. Runs on the
+    /// shard's executor before the loop starts.
+    pub(crate) async fn start(
+        durable: Arc<Durable>,
+        shard: &mut Shard,
+        loop_waker: Rc<RefCell<Option<Waker>>>,
+        metrics: Option<Arc<ShardMetrics>>,
+    ) -> ShardDurable {
+        let id = shard.id();
+        let start = durable.starts.lock().expect("starts lock")[id as usize]
+            .take()
+            .expect("one start per shard");
+        let mut parent_epoch = 0;
+        if let Some(m) = &start.manifest {
+            let loaded = styx_storage::snapshot::load_entities(&durable.dir.snapshot_dir(), m, id, |op, k, v| {
+                shard.load_snapshot_entity(op, &k, v);
+            })
+            .unwrap_or_else(|e| fatal(id, &format!("cannot load the snapshot: {e}")));
+            shard
+                .restore(&loaded.meta)
+                .unwrap_or_else(|e| fatal(id, &format!("the snapshot's engine state is unreadable: {e}")));
+            parent_epoch = m.epoch;
+        }
+        let mut writer = wal::Writer::open(&durable.dir, &start.tail, durable.options)
+            .await
+            .unwrap_or_else(|e| fatal(id, &format!("cannot open the log: {e}")));
+        // Epochs other shards logged but this one lost: empty here, and
+        // written as such so the logs agree before anything new is logged.
+        let last_lc = start.batches.last().map_or(0, |b| b.lc);
+        let mut filled = false;
+        for epoch in start.tail.last_epoch() + 1..=durable.recovered_epoch {
+            let empty = Batch {
+                epoch,
+                shard: id,
+                lc: last_lc,
+                now_us: 0,
+                txns: Vec::new(),
+            };
+            writer
+                .append(&empty)
+                .await
+                .unwrap_or_else(|e| fatal(id, &format!("log append: {e}")));
+            filled = true;
+        }
+        if filled {
+            writer
+                .sync()
+                .await
+                .unwrap_or_else(|e| fatal(id, &format!("log sync: {e}")));
+        }
+        durable.log_durable[id as usize].store(durable.recovered_epoch, Relaxed);
+        shard.replay(start.batches);
+        let log = Rc::new(RefCell::new(LogState {
+            queue: VecDeque::new(),
+            durable: None,
+            writer_waker: None,
+            closing: false,
+            closed: false,
+        }));
+        glommio::spawn_local(log_task(
+            durable.clone(),
+            id,
+            writer,
+            log.clone(),
+            loop_waker,
+            metrics.clone(),
+        ))
+        .detach();
+        if id == 0 {
+            glommio::spawn_local(committer_task(durable.clone())).detach();
+        }
+        ShardDurable {
+            durable,
+            shard: id,
+            log,
+            parent_epoch,
+            chunks: Vec::new(),
+            writing: Rc::new(RefCell::new(0)),
+            metrics,
+        }
+    }
+
+    /// Hands the log task the batches the shard sealed.
+    pub(crate) fn log(&mut self, batches: &mut Vec<Batch>) {
+        if batches.is_empty() {
+            return;
+        }
+        let mut l = self.log.borrow_mut();
+        l.queue.extend(batches.drain(..));
+        if let Some(w) = l.writer_waker.take() {
+            w.wake();
+        }
+    }
+
+    /// The newest epoch made durable since the last call.
+    pub(crate) fn durable(&mut self) -> Option<Epoch> {
+        self.log.borrow_mut().durable.take()
+    }
+
+    /// Collects snapshot chunks; writes a shard's file once it has them all.
+    pub(crate) fn snapshot(&mut self, chunks: &mut Vec<SnapshotChunk>) {
+        for c in chunks.drain(..) {
+            self.chunks.extend(c.entries);
+            if !c.last {
+                continue;
+            }
+            let entries = std::mem::take(&mut self.chunks);
+            let (dir, shard, epoch, parent) = (self.durable.dir.clone(), self.shard, c.epoch, self.parent_epoch);
+            self.parent_epoch = epoch;
+            let meta = c.meta;
+            let durable = self.durable.clone();
+            let writing = self.writing.clone();
+            let metrics = self.metrics.clone();
+            *writing.borrow_mut() += 1;
+            glommio::spawn_local(async move {
+                let started = Instant::now();
+                let file = glommio::executor()
+                    .spawn_blocking(move || {
+                        let mut entries = entries;
+                        styx_storage::snapshot::write_entities(&dir, shard, epoch, parent, &meta, &mut entries)
+                    })
+                    .await
+                    .unwrap_or_else(|e| fatal(shard, &format!("cannot write snapshot {epoch}: {e}")));
+                if let Some(m) = &metrics {
+                    m.snapshot_bytes.fetch_add(file.bytes, Relaxed);
+                    m.snapshot_write_us_sum
+                        .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+                }
+                let mut c = durable.committer.lock().expect("committer lock");
+                c.files.entry(epoch).or_default().push(file);
+                drop(c);
+                *writing.borrow_mut() -= 1;
+            })
+            .detach();
+        }
+    }
+
+    /// Whether snapshot files are still being written.
+    pub(crate) fn busy(&self) -> bool {
+        *self.writing.borrow() > 0 || !self.log.borrow().queue.is_empty()
+    }
+
+    /// Flushes and closes the log (graceful stop).
+    pub(crate) async fn close(self) {
+        {
+            let mut l = self.log.borrow_mut();
+            l.closing = true;
+            if let Some(w) = l.writer_waker.take() {
+                w.wake();
+            }
+        }
+        while !self.log.borrow().closed || *self.writing.borrow() > 0 {
+            glommio::timer::sleep(Duration::from_millis(1)).await;
+        }
+    }
+}
+
+fn fatal(shard: ShardId, message: &str) -> ! {
+    tracing::error!(shard, "{message}");
+    eprintln!("styx: shard {shard}: {message}; stopping (restart to recover from the log)");
+    std::process::exit(70);
+}
+
+async fn log_task(
+    durable: Arc<Durable>,
+    shard: ShardId,
+    mut writer: wal::Writer,
+    state: Rc<RefCell<LogState>>,
+    loop_waker: Rc<RefCell<Option<Waker>>>,
+    metrics: Option<Arc<ShardMetrics>>,
+) {
+    loop {
+        let (batches, closing) = futures_lite::future::poll_fn(|cx| {
+            let mut s = state.borrow_mut();
+            if s.queue.is_empty() && !s.closing {
+                s.writer_waker = Some(cx.waker().clone());
+                return std::task::Poll::Pending;
+            }
+            std::task::Poll::Ready((s.queue.drain(..).collect::<Vec<_>>(), s.closing))
+        })
+        .await;
+        if !batches.is_empty() {
+            let before = writer.stats();
+            for b in &batches {
+                writer
+                    .append(b)
+                    .await
+                    .unwrap_or_else(|e| fatal(shard, &format!("log append: {e}")));
+            }
+            let started = Instant::now();
+            let epoch = writer
+                .sync()
+                .await
+                .unwrap_or_else(|e| fatal(shard, &format!("log sync: {e}")));
+            if let Some(m) = &metrics {
+                let after = writer.stats();
+                m.log_syncs.fetch_add(1, Relaxed);
+                m.log_bytes
+                    .fetch_add(after.record_bytes.saturating_sub(before.record_bytes), Relaxed);
+                m.log_sync_us_sum
+                    .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+                m.log_durable_epoch.store(epoch, Relaxed);
+            }
+            durable.log_durable[shard as usize].store(epoch, Relaxed);
+            state.borrow_mut().durable = Some(epoch);
+            if let Some(w) = loop_waker.borrow_mut().take() {
+                w.wake();
+            }
+        }
+        if closing && state.borrow().queue.is_empty() {
+            let _ = writer.close().await;
+            state.borrow_mut().closed = true;
+            return;
+        }
+    }
+}
+
+/// On shard 0: commits a snapshot's manifest once every shard wrote its file
+/// and every shard's log is durable through its epoch; then trims logs and
+/// old files and compacts long chains.
+async fn committer_task(durable: Arc<Durable>) {
+    loop {
+        glommio::timer::sleep(COMMIT_POLL).await;
+        // A manifest may only name epochs every shard's log holds durably.
+        let logged = durable.log_durable.iter().map(|e| e.load(Relaxed)).min().unwrap_or(0);
+        let ready = {
+            let c = durable.committer.lock().expect("committer lock");
+            c.files
+                .iter()
+                .find(|(e, f)| f.len() == c.shards && **e <= logged)
+                .map(|(e, _)| *e)
+        };
+        let Some(epoch) = ready else {
+            continue;
+        };
+        let d = durable.clone();
+        glommio::executor()
+            .spawn_blocking(move || commit(&d, epoch))
+            .await
+            .unwrap_or_else(|e| fatal(0, &format!("cannot commit snapshot {epoch}: {e}")));
+    }
+}
+
+fn commit(durable: &Durable, epoch: Epoch) -> Result<(), Error> {
+    let mut c = durable.committer.lock().expect("committer lock");
+    let files = c.files.remove(&epoch).expect("ready files");
+    // Older snapshots still pending can never commit after this one.
+    c.files.retain(|e, _| *e > epoch);
+    let manifest = Manifest::snapshot(c.catalog.latest(), epoch, files)?;
+    let manifest = c.catalog.commit(manifest)?.clone();
+    for s in &manifest.shards {
+        wal::remove_through(&durable.dir, s.shard, s.log_after)?;
+    }
+    for s in &manifest.shards {
+        if s.files.len() > COMPACT_AFTER_FILES
+            && let Some(base) = styx_storage::snapshot::compact(&durable.dir, &manifest, s.shard)?
+        {
+            let latest = c.catalog.latest().expect("just committed").clone();
+            c.catalog.commit(latest.compacted(base)?)?;
+        }
+    }
+    c.catalog.gc()?;
+    tracing::info!(epoch, "snapshot committed");
+    Ok(())
+}

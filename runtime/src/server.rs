@@ -1,0 +1,619 @@
+//! The TCP front of a shard: client connections speaking the wire protocol
+//! (`docs/protocol.md`), and the HTTP endpoint for `/metrics` and `/health`.
+//!
+//! Every shard listens on the same port (SO_REUSEPORT: the kernel spreads
+//! connections over shards). A connection has a reader task and a writer
+//! task on its shard's executor; they meet the shard loop in a shared,
+//! single-threaded [`Hub`]: readers queue requests there and wake the loop,
+//! the loop's [`TcpFrontend`] submits them to the shard and routes replies
+//! back to each connection's outgoing queue.
+//!
+//! Limits hold per connection (in-flight requests: the reader stops reading
+//! when a connection has `in_flight_max` answers outstanding, so one slow or
+//! stalled client only ever stalls itself) and per server (connections). A
+//! framing error closes only its connection, after an ERROR frame.
+
+use crate::Frontend;
+use crate::metrics::{Metrics, ShardMetrics};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::{TcpListener, TcpStream};
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+use styx_engine::{App, Reply, Shard, Token};
+use styx_net::frame::{Status, Welcome};
+use styx_net::{Body, Decoder, ErrorCode, Frame, Limits, error_frame};
+
+/// Bytes a connection reads from its socket at a time.
+const READ_CHUNK_BYTES: usize = 64 << 10;
+/// A connection that sends nothing for this long before HELLO is closed.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the server of every shard shares.
+pub struct ServerShared {
+    pub app: Arc<App>,
+    pub limits: Limits,
+    pub metrics: Arc<Metrics>,
+    /// Set to stop: new requests get `SHUTTING_DOWN`, in-flight ones finish.
+    pub shutdown: Arc<AtomicBool>,
+    /// Open connections, all shards together.
+    pub connections: AtomicUsize,
+    pub started: std::time::Instant,
+    pub server_name: String,
+}
+
+/// A request on its way from a connection to the shard.
+struct Inbound {
+    conn: u64,
+    corr: u32,
+    request: styx_engine::Request,
+    /// A GET: answer with a STATE frame.
+    get: bool,
+}
+
+/// One connection's side of the hub.
+#[derive(Default)]
+struct Conn {
+    out: VecDeque<Frame>,
+    writer: Option<Waker>,
+    reader: Option<Waker>,
+    /// Requests sent to the shard and not answered yet.
+    in_flight: usize,
+    /// Correlation ids in flight (a duplicate is a protocol error).
+    corrs: std::collections::HashSet<u32>,
+    /// Close after the queued frames are written.
+    closing: bool,
+    closed: bool,
+}
+
+/// Where connection tasks and the shard loop meet (one per shard).
+#[derive(Default)]
+pub struct Hub {
+    inbox: VecDeque<Inbound>,
+    conns: HashMap<u64, Conn>,
+    next_conn: u64,
+    loop_waker: Option<Waker>,
+}
+
+impl Hub {
+    fn push_out(&mut self, conn: u64, frame: Frame) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.out.push_back(frame);
+            if let Some(w) = c.writer.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// The shard loop's side: submits requests, routes replies.
+pub struct TcpFrontend {
+    hub: Rc<RefCell<Hub>>,
+    shared: Arc<ServerShared>,
+    /// Engine token → (connection, correlation id, is a GET).
+    tokens: HashMap<Token, (u64, u32, bool)>,
+    next_token: Token,
+    metrics: Arc<ShardMetrics>,
+}
+
+impl TcpFrontend {
+    /// Starts the shard's listener (and, on shard 0, the HTTP endpoint) and
+    /// returns the frontend for the shard loop. `listen` must name a real
+    /// port (shard 0 resolves port 0 before the others bind).
+    pub fn start(
+        shard: &Shard,
+        shared: Arc<ServerShared>,
+        listen: SocketAddr,
+        http: Option<SocketAddr>,
+    ) -> TcpFrontend {
+        let hub = Rc::new(RefCell::new(Hub::default()));
+        let listener = TcpListener::bind(listen).unwrap_or_else(|e| panic!("cannot listen on {listen}: {e}"));
+        let metrics = shared.metrics.shards[shard.id() as usize].clone();
+        glommio::spawn_local(accept_loop(listener, hub.clone(), shared.clone(), metrics.clone())).detach();
+        if let Some(addr) = http {
+            let l = TcpListener::bind(addr).unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
+            glommio::spawn_local(http_loop(l, shared.clone())).detach();
+        }
+        TcpFrontend {
+            hub,
+            shared,
+            tokens: HashMap::new(),
+            next_token: 1,
+            metrics,
+        }
+    }
+}
+
+impl Frontend for TcpFrontend {
+    type Output = ();
+
+    fn pump(&mut self, shard: &mut Shard, _now_us: u64) -> bool {
+        if shard.is_replaying() {
+            // Recovery first: requests wait until the log is replayed.
+            return false;
+        }
+        let inbound: Vec<Inbound> = self.hub.borrow_mut().inbox.drain(..).collect();
+        if inbound.is_empty() {
+            return false;
+        }
+        for i in inbound {
+            let token = self.next_token;
+            self.next_token += 1;
+            match shard.submit(token, i.request) {
+                Ok(()) => {
+                    self.tokens.insert(token, (i.conn, i.corr, i.get));
+                }
+                Err(abort) => {
+                    self.metrics.rejected.fetch_add(1, Relaxed);
+                    let frame = styx_net::outcome_frame(i.corr, 0, &styx_engine::Outcome::Aborted(abort));
+                    let mut hub = self.hub.borrow_mut();
+                    finish_request(&mut hub, i.conn, i.corr);
+                    hub.push_out(i.conn, frame);
+                }
+            }
+        }
+        true
+    }
+
+    fn deliver(&mut self, replies: &mut Vec<Reply>, _now_us: u64) {
+        let mut hub = self.hub.borrow_mut();
+        for r in replies.drain(..) {
+            let Some((conn, corr, get)) = self.tokens.remove(&r.token) else {
+                continue;
+            };
+            finish_request(&mut hub, conn, corr);
+            let frame = match (&r.outcome, get) {
+                (styx_engine::Outcome::Committed(p), true) => match p.decode::<Option<Vec<u8>>>() {
+                    Ok(v) => styx_net::state_frame(corr, v.as_deref()),
+                    Err(e) => error_frame(corr, ErrorCode::INTERNAL, &format!("GET result: {e}")),
+                },
+                _ => styx_net::reply_frame(corr, &r),
+            };
+            hub.push_out(conn, frame);
+        }
+    }
+
+    fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        let mut hub = self.hub.borrow_mut();
+        if hub.inbox.is_empty() {
+            hub.loop_waker = Some(cx.waker().clone());
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        self.shared.shutdown.load(Relaxed) && self.tokens.is_empty() && self.hub.borrow().inbox.is_empty()
+    }
+
+    fn finish(self, _shard: &Shard) {
+        let mut hub = self.hub.borrow_mut();
+        for c in hub.conns.values_mut() {
+            c.closing = true;
+            if let Some(w) = c.writer.take() {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// A request of `conn` was answered: one more may come in.
+fn finish_request(hub: &mut Hub, conn: u64, corr: u32) {
+    if let Some(c) = hub.conns.get_mut(&conn) {
+        c.in_flight -= 1;
+        c.corrs.remove(&corr);
+        if let Some(w) = c.reader.take() {
+            w.wake();
+        }
+    }
+}
+
+async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>, m: Arc<ShardMetrics>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        if shared.connections.fetch_add(1, Relaxed) >= shared.limits.connections_max {
+            shared.connections.fetch_sub(1, Relaxed);
+            glommio::spawn_local(refuse(stream)).detach();
+            continue;
+        }
+        m.connections.fetch_add(1, Relaxed);
+        m.connections_total.fetch_add(1, Relaxed);
+        let id = {
+            let mut h = hub.borrow_mut();
+            h.next_conn += 1;
+            let id = h.next_conn;
+            h.conns.insert(id, Conn::default());
+            id
+        };
+        let (hub, shared, m) = (hub.clone(), shared.clone(), m.clone());
+        glommio::spawn_local(async move {
+            serve(id, stream, hub.clone(), shared.clone()).await;
+            hub.borrow_mut().conns.remove(&id);
+            shared.connections.fetch_sub(1, Relaxed);
+            m.connections.fetch_sub(1, Relaxed);
+        })
+        .detach();
+    }
+}
+
+async fn refuse(mut stream: TcpStream) {
+    let mut buf = Vec::new();
+    let frame = error_frame(
+        0,
+        ErrorCode::TOO_MANY_CONNECTIONS,
+        "the server has too many connections; retry later",
+    );
+    if styx_net::encode(&frame, &mut buf).is_ok() {
+        let _ = stream.write_all(&buf).await;
+        let _ = stream.flush().await;
+    }
+    let _ = stream.close().await;
+}
+
+/// Runs one connection until it closes.
+async fn serve(id: u64, stream: TcpStream, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>) {
+    let (reader, writer) = futures_lite::io::split(stream);
+    let write_task = glommio::spawn_local(write_loop(id, writer, hub.clone()));
+    read_loop(id, reader, &hub, &shared).await;
+    {
+        let mut h = hub.borrow_mut();
+        if let Some(c) = h.conns.get_mut(&id) {
+            c.closing = true;
+            if let Some(w) = c.writer.take() {
+                w.wake();
+            }
+        }
+    }
+    write_task.await;
+}
+
+async fn read_loop(
+    id: u64,
+    mut reader: futures_lite::io::ReadHalf<TcpStream>,
+    hub: &Rc<RefCell<Hub>>,
+    shared: &Arc<ServerShared>,
+) {
+    let mut decoder = Decoder::new(shared.limits.frame_len_max);
+    let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    let mut welcomed = false;
+    loop {
+        // Back-pressure: with `in_flight_max` outstanding, read nothing more.
+        futures_lite::future::poll_fn(|cx| {
+            let mut h = hub.borrow_mut();
+            let Some(c) = h.conns.get_mut(&id) else {
+                return Poll::Ready(());
+            };
+            if c.in_flight < shared.limits.in_flight_max || c.closing {
+                Poll::Ready(())
+            } else {
+                c.reader = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        })
+        .await;
+        if hub.borrow().conns.get(&id).is_none_or(|c| c.closing) {
+            return;
+        }
+        let read = if welcomed {
+            reader.read(&mut buf).await
+        } else {
+            let timeout = async {
+                glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
+                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO"))
+            };
+            futures_lite::future::or(reader.read(&mut buf), timeout).await
+        };
+        let n = match read {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        let mut input = &buf[..n];
+        while let Some(decoded) = decoder.decode(&mut input) {
+            let frame = match decoded {
+                Ok(f) => f,
+                Err(e) => {
+                    let fatal = e.is_fatal();
+                    let mut h = hub.borrow_mut();
+                    h.push_out(id, e.to_frame());
+                    if fatal {
+                        close(&mut h, id);
+                        return;
+                    }
+                    continue;
+                }
+            };
+            if !handle(id, frame, &mut welcomed, hub, shared) {
+                close(&mut hub.borrow_mut(), id);
+                return;
+            }
+        }
+    }
+}
+
+fn close(h: &mut Hub, id: u64) {
+    if let Some(c) = h.conns.get_mut(&id) {
+        c.closing = true;
+        if let Some(w) = c.writer.take() {
+            w.wake();
+        }
+    }
+}
+
+/// Handles one frame; false closes the connection (after queued frames).
+fn handle(id: u64, frame: Frame, welcomed: &mut bool, hub: &Rc<RefCell<Hub>>, shared: &Arc<ServerShared>) -> bool {
+    let corr = frame.corr;
+    let mut h = hub.borrow_mut();
+    if !*welcomed {
+        let Body::Hello {
+            version_min,
+            version_max,
+            ..
+        } = frame.body
+        else {
+            h.push_out(
+                id,
+                error_frame(corr, ErrorCode::HANDSHAKE_REQUIRED, "the first frame must be HELLO"),
+            );
+            return false;
+        };
+        let Some(version) = styx_net::negotiate(version_min, version_max) else {
+            h.push_out(
+                id,
+                error_frame(
+                    corr,
+                    ErrorCode::UNSUPPORTED_VERSION,
+                    &format!(
+                        "the server speaks versions {}..={}, the client {}..={}",
+                        styx_net::VERSION_MIN,
+                        styx_net::VERSION_MAX,
+                        version_min,
+                        version_max
+                    ),
+                ),
+            );
+            return false;
+        };
+        h.push_out(
+            id,
+            Frame {
+                corr,
+                body: Body::Welcome(Welcome {
+                    version,
+                    frame_len_max: shared.limits.frame_len_max as u32,
+                    in_flight_max: shared.limits.in_flight_max as u32,
+                    payload_len_max: styx_engine::PAYLOAD_LEN_MAX as u32,
+                    server: shared.server_name.clone(),
+                }),
+            },
+        );
+        *welcomed = true;
+        return true;
+    }
+    let shutting_down = shared.shutdown.load(Relaxed);
+    match frame.body {
+        Body::Ping { data } => h.push_out(
+            id,
+            Frame {
+                corr,
+                body: Body::Pong { data },
+            },
+        ),
+        Body::Status => {
+            let status = status(shared);
+            h.push_out(
+                id,
+                Frame {
+                    corr,
+                    body: Body::StatusReply(status),
+                },
+            );
+        }
+        Body::Request(_) | Body::Get { .. } if shutting_down => {
+            h.push_out(
+                id,
+                error_frame(
+                    corr,
+                    ErrorCode::SHUTTING_DOWN,
+                    "the server is shutting down; retry elsewhere",
+                ),
+            );
+        }
+        Body::Request(req) => match req.resolve(corr, &shared.app) {
+            Ok(request) => {
+                if !admit(&mut h, id, corr) {
+                    return false;
+                }
+                h.inbox.push_back(Inbound {
+                    conn: id,
+                    corr,
+                    request,
+                    get: false,
+                });
+                wake_loop(&mut h);
+            }
+            Err(e) => h.push_out(id, e.to_frame()),
+        },
+        Body::Get { operator, key } => match styx_net::resolve_operator(corr, &shared.app, &operator) {
+            Ok(op) => {
+                let name = shared.app.operator_info(op).name().to_string();
+                let function = shared
+                    .app
+                    .resolve(&name, styx_engine::GET_FUNCTION)
+                    .expect("every operator has __get");
+                if !admit(&mut h, id, corr) {
+                    return false;
+                }
+                let request = styx_engine::Request {
+                    function,
+                    address: styx_engine::Address::Entity(key),
+                    args: styx_engine::Payload::EMPTY,
+                    client: None,
+                };
+                h.inbox.push_back(Inbound {
+                    conn: id,
+                    corr,
+                    request,
+                    get: true,
+                });
+                wake_loop(&mut h);
+            }
+            Err(e) => h.push_out(id, e.to_frame()),
+        },
+        Body::Hello { .. } => {
+            h.push_out(
+                id,
+                error_frame(corr, ErrorCode::UNEXPECTED_FRAME, "HELLO after the handshake"),
+            );
+        }
+        _ => {
+            h.push_out(
+                id,
+                error_frame(
+                    corr,
+                    ErrorCode::UNEXPECTED_FRAME,
+                    "a server-to-client frame sent by the client",
+                ),
+            );
+        }
+    }
+    true
+}
+
+/// Counts a request in flight on `id`; false (and an error queued) for a
+/// correlation id already in flight.
+fn admit(h: &mut Hub, id: u64, corr: u32) -> bool {
+    let c = h.conns.get_mut(&id).expect("open connection");
+    if !c.corrs.insert(corr) {
+        let frame = error_frame(
+            corr,
+            ErrorCode::DUPLICATE_CORR,
+            &format!("correlation id {corr} is already in flight"),
+        );
+        h.push_out(id, frame);
+        return false;
+    }
+    c.in_flight += 1;
+    true
+}
+
+fn wake_loop(h: &mut Hub) {
+    if let Some(w) = h.loop_waker.take() {
+        w.wake();
+    }
+}
+
+fn status(shared: &ServerShared) -> Status {
+    let m = &shared.metrics;
+    let uptime_ms = shared.started.elapsed().as_millis() as u64;
+    let secs = (uptime_ms as f64 / 1000.0).max(1e-3);
+    let committed = m.total(|s| &s.committed);
+    let aborted = m.total(|s| &s.aborted);
+    let epochs = m.shards.iter().map(|s| s.epochs.load(Relaxed)).max().unwrap_or(0);
+    Status {
+        shards: m.shards.len() as u16,
+        epoch: m.shards.iter().map(|s| s.epoch.load(Relaxed)).max().unwrap_or(0),
+        uptime_ms,
+        committed,
+        aborted,
+        committed_per_s: (committed as f64 / secs) as u64,
+        aborted_per_s: (aborted as f64 / secs) as u64,
+        epochs_per_s: (epochs as f64 / secs) as u64,
+        connections: shared.connections.load(Relaxed) as u32,
+        in_flight: m.total(|s| &s.pending) as u32,
+    }
+}
+
+async fn write_loop(id: u64, mut writer: futures_lite::io::WriteHalf<TcpStream>, hub: Rc<RefCell<Hub>>) {
+    let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
+    loop {
+        let (frames, closing) = futures_lite::future::poll_fn(|cx| {
+            let mut h = hub.borrow_mut();
+            let Some(c) = h.conns.get_mut(&id) else {
+                return Poll::Ready((Vec::new(), true));
+            };
+            if c.out.is_empty() && !c.closing {
+                c.writer = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            Poll::Ready((c.out.drain(..).collect::<Vec<_>>(), c.closing))
+        })
+        .await;
+        buf.clear();
+        for f in &frames {
+            if let Err(e) = styx_net::encode(f, &mut buf) {
+                // Only a result over the limits can fail here: say so.
+                let _ = styx_net::encode(&error_frame(f.corr, ErrorCode::INTERNAL, &e.to_string()), &mut buf);
+            }
+        }
+        if !buf.is_empty() && (writer.write_all(&buf).await.is_err() || writer.flush().await.is_err()) {
+            break;
+        }
+        if closing {
+            break;
+        }
+    }
+    let _ = writer.close().await;
+    if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
+        c.closed = true;
+        c.closing = true;
+        if let Some(w) = c.reader.take() {
+            w.wake();
+        }
+    }
+}
+
+/// A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text) and
+/// `GET /health`.
+async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
+    loop {
+        let Ok(mut stream) = listener.accept().await else {
+            continue;
+        };
+        let shared = shared.clone();
+        glommio::spawn_local(async move {
+            let mut buf = vec![0u8; 4096];
+            let mut len = 0;
+            // Read the request head (bounded).
+            while len < buf.len() {
+                match stream.read(&mut buf[len..]).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => len += n,
+                }
+                if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+                    break;
+                }
+            }
+            let head = String::from_utf8_lossy(&buf[..len]);
+            let path = head.split_whitespace().nth(1).unwrap_or("");
+            let (status, body, kind) = match path {
+                "/metrics" => ("200 OK", shared.metrics.render(), "text/plain; version=0.0.4"),
+                "/health" if shared.shutdown.load(Relaxed) => {
+                    ("503 Service Unavailable", "stopping\n".into(), "text/plain")
+                }
+                "/health" => ("200 OK", "ok\n".into(), "text/plain"),
+                _ => ("404 Not Found", "try /metrics or /health\n".into(), "text/plain"),
+            };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(response.as_bytes()).await;
+            let _ = stream.close().await;
+        })
+        .detach();
+    }
+}

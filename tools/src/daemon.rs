@@ -1,0 +1,315 @@
+//! The daemon: settings, start-up (lock, recovery), serving, graceful stop.
+//!
+//! A user builds a daemon around their own functions by calling
+//! [`main`] with their application:
+//!
+//! ```no_run
+//! use std::sync::Arc;
+//! use styx_engine::App;
+//!
+//! fn main() -> std::process::ExitCode {
+//!     let mut app = App::new("hello");
+//!     let greeter = app.operator("greeter", 16);
+//!     app.function(greeter, "greet", |ctx, name: String| async move {
+//!         let n = ctx.get::<u64>()?.unwrap_or(0) + 1;
+//!         ctx.put(&n)?;
+//!         Ok(format!("hello {name}, #{n}"))
+//!     });
+//!     styx_tools::daemon::main(Arc::new(app))
+//! }
+//! ```
+//!
+//! Settings come from a TOML file (`--config`), then `STYX_*` environment
+//! variables, then flags, each overriding the one before; every setting has
+//! an embedded default, so `styxd` alone serves on 127.0.0.1:7400 with its
+//! data in `./data`.
+
+use clap::Parser;
+use serde::Deserialize;
+use std::net::{SocketAddr, TcpListener as StdListener, ToSocketAddrs};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use styx_engine::{App, Config, Durability};
+use styx_runtime::durable::Durable;
+use styx_runtime::server::{ServerShared, TcpFrontend};
+use styx_runtime::{Metrics, Options};
+use styx_storage::DataDir;
+use styx_storage::wal::{self, FsyncMode};
+
+/// How the input log reaches the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Fsync {
+    /// One fdatasync per epoch; replies wait for it (durable).
+    Epoch,
+    /// No fdatasync: UNSAFE, a machine crash loses acknowledged work. For
+    /// experiments only.
+    None,
+}
+
+/// The settings file (every field optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub metrics: Option<String>,
+    pub shards: Option<u16>,
+    pub fsync: Option<Fsync>,
+    pub snapshot_interval_ms: Option<u64>,
+    pub epoch_txns_max: Option<usize>,
+    pub epoch_gather_us: Option<u64>,
+    pub frame_len_max: Option<usize>,
+    pub in_flight_max: Option<usize>,
+    pub connections_max: Option<usize>,
+    pub log: Option<String>,
+}
+
+/// `styxd`: the Styx engine as a local daemon.
+#[derive(Debug, Parser)]
+#[command(name = "styxd", version, about, long_about = None)]
+pub struct Args {
+    /// A TOML file with any of the settings below (flags and environment
+    /// variables override it).
+    #[arg(long, env = "STYX_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Where the input log and snapshots live [default: ./data]. Locked
+    /// while the daemon runs.
+    #[arg(long, env = "STYX_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address for clients [default: 127.0.0.1:7400]; port 0 picks a free one.
+    #[arg(long, env = "STYX_LISTEN")]
+    pub listen: Option<String>,
+    /// Address for /metrics and /health [default: 127.0.0.1:7401]; "off" disables.
+    #[arg(long, env = "STYX_METRICS")]
+    pub metrics: Option<String>,
+    /// Shards, one per core [default: the number of CPUs]. A data directory
+    /// keeps the shard count it was written with.
+    #[arg(long, env = "STYX_SHARDS")]
+    pub shards: Option<u16>,
+    /// When the input log is made durable [default: epoch]. `none` is UNSAFE.
+    #[arg(long, env = "STYX_FSYNC", value_enum)]
+    pub fsync: Option<Fsync>,
+    /// Milliseconds between incremental snapshots [default: 1000]; 0 disables.
+    #[arg(long, env = "STYX_SNAPSHOT_INTERVAL_MS")]
+    pub snapshot_interval_ms: Option<u64>,
+    /// Transactions a shard seals into one epoch [default: 2000].
+    #[arg(long, env = "STYX_EPOCH_TXNS_MAX")]
+    pub epoch_txns_max: Option<usize>,
+    /// Least microseconds between epoch starts [default: 0].
+    #[arg(long, env = "STYX_EPOCH_GATHER_US")]
+    pub epoch_gather_us: Option<u64>,
+    /// Largest frame a client may send, bytes [default: 1 MiB + 4 KiB].
+    #[arg(long, env = "STYX_FRAME_LEN_MAX")]
+    pub frame_len_max: Option<usize>,
+    /// Requests in flight per connection [default: 1024].
+    #[arg(long, env = "STYX_IN_FLIGHT_MAX")]
+    pub in_flight_max: Option<usize>,
+    /// Client connections, all shards together [default: 1024].
+    #[arg(long, env = "STYX_CONNECTIONS_MAX")]
+    pub connections_max: Option<usize>,
+    /// Log filter (tracing's env-filter syntax) [default: info].
+    #[arg(long, env = "STYX_LOG")]
+    pub log: Option<String>,
+}
+
+/// The settings in force, after file < environment < flags < defaults.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub listen: String,
+    pub metrics: Option<String>,
+    pub shards: u16,
+    pub fsync: Fsync,
+    pub snapshot_interval_ms: u64,
+    pub epoch_txns_max: usize,
+    pub epoch_gather_us: u64,
+    pub limits: styx_net::Limits,
+    pub log: String,
+}
+
+impl Settings {
+    pub fn resolve(args: Args) -> Result<Settings, String> {
+        let file: FileSettings = match &args.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+            }
+            None => FileSettings::default(),
+        };
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u16;
+        let defaults = styx_net::Limits::default();
+        let metrics = args.metrics.or(file.metrics).unwrap_or_else(|| "127.0.0.1:7401".into());
+        let limits = styx_net::Limits {
+            frame_len_max: args
+                .frame_len_max
+                .or(file.frame_len_max)
+                .unwrap_or(defaults.frame_len_max),
+            in_flight_max: args
+                .in_flight_max
+                .or(file.in_flight_max)
+                .unwrap_or(defaults.in_flight_max),
+            connections_max: args
+                .connections_max
+                .or(file.connections_max)
+                .unwrap_or(defaults.connections_max),
+        };
+        limits.validate().map_err(|e| e.to_string())?;
+        let shards = args.shards.or(file.shards).unwrap_or(cpus);
+        if shards == 0 || shards as usize > styx_engine::SHARDS_MAX {
+            return Err(format!("--shards {shards}: between 1 and {}", styx_engine::SHARDS_MAX));
+        }
+        Ok(Settings {
+            data_dir: args.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from("data")),
+            listen: args.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:7400".into()),
+            metrics: (metrics != "off").then_some(metrics),
+            shards,
+            fsync: args.fsync.or(file.fsync).unwrap_or(Fsync::Epoch),
+            snapshot_interval_ms: args.snapshot_interval_ms.or(file.snapshot_interval_ms).unwrap_or(1_000),
+            epoch_txns_max: args.epoch_txns_max.or(file.epoch_txns_max).unwrap_or(2_000),
+            epoch_gather_us: args.epoch_gather_us.or(file.epoch_gather_us).unwrap_or(0),
+            limits,
+            log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
+        })
+    }
+}
+
+/// Resolves an address; port 0 becomes a free port (every shard then binds
+/// that same port with SO_REUSEPORT).
+fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    let a = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("address {addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("address {addr} resolves to nothing"))?;
+    if a.port() != 0 {
+        return Ok(a);
+    }
+    let l = StdListener::bind(a).map_err(|e| format!("cannot find a free port on {a}: {e}"))?;
+    l.local_addr().map_err(|e| e.to_string())
+}
+
+/// Runs a daemon serving `app` with settings from the command line,
+/// environment and settings file; returns when stopped (SIGTERM/SIGINT).
+pub fn main(app: Arc<App>) -> ExitCode {
+    main_with_args(app, std::env::args().collect())
+}
+
+/// [`main`] with explicit command-line arguments (the first is the program).
+pub fn main_with_args(app: Arc<App>, args: Vec<String>) -> ExitCode {
+    let args = match Args::try_parse_from(args) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
+    let settings = match Settings::resolve(args) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("styxd: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(app, settings) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("styxd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Starts, recovers, serves until a signal, then stops gracefully: new
+/// requests are refused, those in flight finish, the log is flushed.
+pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
+    let started = Instant::now();
+    let listen = resolve(&settings.listen)?;
+    let metrics_addr = settings.metrics.as_deref().map(resolve).transpose()?;
+    let dir = DataDir::open(&settings.data_dir).map_err(|e| e.to_string())?;
+    let fsync = match settings.fsync {
+        Fsync::Epoch => FsyncMode::Epoch,
+        Fsync::None => FsyncMode::None,
+    };
+    let options = wal::Options {
+        fsync,
+        ..wal::Options::default()
+    };
+    let (durable, recovered) =
+        Durable::open(dir, settings.shards as usize, options).map_err(|e| format!("recovery: {e}"))?;
+    for t in &recovered.truncated {
+        tracing::warn!("torn log tail cut at start: {t}");
+    }
+    tracing::info!(
+        data_dir = %settings.data_dir.display(),
+        snapshot_epoch = ?recovered.snapshot_epoch,
+        replay_batches = recovered.replay_batches,
+        recovered_epoch = recovered.recovered_epoch,
+        "recovered"
+    );
+    if settings.fsync == Fsync::None {
+        tracing::warn!("fsync = none: acknowledged transactions can be lost in a crash of the machine");
+    }
+    let metrics = Metrics::new(settings.shards as usize);
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| format!("signal handler: {e}"))?;
+    }
+    let shared = Arc::new(ServerShared {
+        app: app.clone(),
+        limits: settings.limits,
+        metrics: metrics.clone(),
+        shutdown: shutdown.clone(),
+        connections: AtomicUsize::new(0),
+        started,
+        server_name: format!("styxd {} ({})", env!("CARGO_PKG_VERSION"), app.name()),
+    });
+    let engine = Config {
+        epoch_txns_max: settings.epoch_txns_max,
+        epoch_gather_us: settings.epoch_gather_us,
+        durability: Durability::Log,
+        snapshot_interval_us: settings.snapshot_interval_ms * 1_000,
+        ..Config::default()
+    };
+    let opts = Options {
+        shards: settings.shards,
+        engine,
+        metrics: Some(metrics),
+        durable: Some(durable),
+        ..Options::default()
+    };
+    // Announce once every shard listens; tests and scripts read this line.
+    let ready = Arc::new(AtomicUsize::new(0));
+    let n = settings.shards as usize;
+    {
+        let ready = ready.clone();
+        let data_dir = settings.data_dir.clone();
+        std::thread::spawn(move || {
+            while ready.load(Ordering::Acquire) < n {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            let m = metrics_addr.map_or("off".to_string(), |a| a.to_string());
+            println!(
+                "styxd listening on {listen} (metrics {m}), data in {}",
+                data_dir.display()
+            );
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        });
+    }
+    tracing::info!(%listen, shards = n, "serving");
+    styx_runtime::run(app, opts, move |shard| {
+        let http = if shard.id() == 0 { metrics_addr } else { None };
+        let frontend = TcpFrontend::start(shard, shared.clone(), listen, http);
+        ready.fetch_add(1, Ordering::AcqRel);
+        frontend
+    })
+    .map_err(|e| e.to_string())?;
+    tracing::info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,5 @@
+//! The binaries' shared code: the daemon (`styxd`, and daemons users build
+//! around their own functions) and the applications it ships with.
+
+pub mod apps;
+pub mod daemon;

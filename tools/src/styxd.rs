@@ -1,0 +1,32 @@
+//! `styxd`: the engine as a local daemon, serving the built-in applications.
+//!
+//! `styxd` alone serves YCSB-T on 127.0.0.1:7400 with its data in ./data;
+//! `styxd --help` lists every setting. Pick another built-in application
+//! with `STYX_APP=tpcc|movie|travel` (or `--app` as the first argument).
+
+use std::process::ExitCode;
+
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+fn main() -> ExitCode {
+    // `--app NAME` is taken here; the rest are the daemon's settings.
+    let mut args: Vec<String> = std::env::args().collect();
+    let mut name = std::env::var("STYX_APP").unwrap_or_else(|_| "ycsbt".into());
+    if let Some(i) = args.iter().position(|a| a == "--app") {
+        if i + 1 >= args.len() {
+            eprintln!("styxd: --app needs one of {:?}", styx_tools::apps::NAMES);
+            return ExitCode::from(2);
+        }
+        name = args.remove(i + 1);
+        args.remove(i);
+    }
+    let Some(app) = styx_tools::apps::by_name(&name) else {
+        eprintln!(
+            "styxd: unknown application {name:?}; one of {:?}",
+            styx_tools::apps::NAMES
+        );
+        return ExitCode::from(2);
+    };
+    styx_tools::daemon::main_with_args(app, args)
+}
