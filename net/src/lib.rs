@@ -1,11 +1,11 @@
 //! The wire protocol between clients and the engine, as a sans-I/O codec.
 //!
 //! The byte-exact specification is `docs/protocol.md`; this crate is its
-//! reference implementation. Nothing here touches a socket: a server or a
-//! client reads bytes however it likes, hands each chunk to a [`Decoder`]
-//! and writes what [`encode`] produces. That keeps the codec deterministic
-//! and testable byte by byte, and lets the glommio server and any client
-//! share it.
+//! reference implementation. The codec touches no socket (only the
+//! [`client`] module does): a server or a client reads bytes however it
+//! likes, hands each chunk to a [`Decoder`] and writes what [`encode`]
+//! produces. That keeps the codec deterministic and testable byte by byte,
+//! and lets the glommio server and any client share it.
 //!
 //! - [`frame`]: the frames as values ([`Frame`], [`Body`]).
 //! - [`encode()`]: frames to bytes, checking every cap first.
@@ -15,6 +15,8 @@
 //! - [`Error`], [`ErrorCode`]: what went wrong, and whether the connection
 //!   survives it.
 //! - `convert`: between frames and the engine's requests and outcomes.
+//! - [`client`]: the client library on glommio: pipelined connections and
+//!   exactly-once calls with retries and deadlines.
 //!
 //! ```
 //! use styx_engine::{Address, Key, Payload};
@@ -49,6 +51,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod client;
 mod convert;
 mod decode;
 mod encode;

@@ -1,0 +1,333 @@
+//! The `styxd` binary end to end, over TCP.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use styx_engine::{AbortKind, Key, Outcome, Payload};
+use styx_net::{Body, ErrorCode, Frame};
+
+const START: i64 = 1_000;
+
+fn styxd() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_styxd"))
+}
+
+fn balance_bytes(v: &[u8]) -> i64 {
+    i64::from_le_bytes(v.try_into().expect("an i64 archive"))
+}
+
+/// Deposits `START` into accounts `0..keys` (exactly-once client 1).
+fn load(d: &Daemon, keys: u64) {
+    let mut c = d.connect();
+    for k in 0..keys {
+        c.send(request(
+            1,
+            k + 1,
+            "account",
+            "deposit",
+            Key::from(k),
+            Payload::encode(&START),
+        ));
+    }
+    for _ in 0..keys {
+        let f = c.recv().unwrap();
+        assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+    }
+}
+
+/// Every balance, read with GET.
+fn balances(d: &Daemon, keys: u64) -> BTreeMap<u64, i64> {
+    let mut c = d.connect();
+    let mut out = BTreeMap::new();
+    for k in 0..keys {
+        c.send(Body::Get {
+            operator: "account".into(),
+            key: Key::from(k),
+        });
+    }
+    for k in 0..keys {
+        let f = c.recv().unwrap();
+        let Body::State { value } = f.body else { panic!("{f:?}") };
+        out.insert(k, value.map_or(0, |v| balance_bytes(&v)));
+    }
+    out
+}
+
+#[test]
+fn ycsbt_over_tcp_from_several_connections_keeps_every_balance_exact() {
+    let dir = data_dir("ycsbt");
+    let d = Daemon::start(styxd(), &dir, &["--shards", "2", "--snapshot-interval-ms", "200"]);
+    let keys = 100;
+    load(&d, keys);
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let addr = d.addr.clone();
+            std::thread::spawn(move || {
+                let mut c = Conn::connect(&addr);
+                let mut rng = styx_engine::rng::Rng::new(t);
+                let mut deltas: BTreeMap<u64, i64> = BTreeMap::new();
+                let mut sent = BTreeMap::new();
+                let client = 100 + t;
+                for round in 0..20u64 {
+                    // A pipeline of 25 transfers, then their 25 answers.
+                    for i in 0..25u64 {
+                        let seq = round * 25 + i + 1;
+                        let debtor = rng.below(keys);
+                        let creditor = (debtor + 1 + rng.below(keys - 1)) % keys;
+                        let amount = 1 + rng.below(300) as i64;
+                        let corr = c.send(request(
+                            client,
+                            seq,
+                            "account",
+                            "transfer",
+                            Key::from(debtor),
+                            Payload::encode(&(creditor, amount)),
+                        ));
+                        sent.insert(corr, (debtor, creditor, amount));
+                    }
+                    for _ in 0..25 {
+                        let f = c.recv().unwrap();
+                        let (debtor, creditor, amount) = sent.remove(&f.corr).expect("answers a request");
+                        match outcome(&f).1 {
+                            Outcome::Committed(_) => {
+                                *deltas.entry(debtor).or_default() -= amount;
+                                *deltas.entry(creditor).or_default() += amount;
+                            }
+                            Outcome::Aborted(a) => {
+                                assert_eq!(a.kind(), AbortKind::User);
+                                assert_eq!(a.message(), "insufficient credit");
+                            }
+                        }
+                    }
+                }
+                deltas
+            })
+        })
+        .collect();
+    let mut expected: BTreeMap<u64, i64> = (0..keys).map(|k| (k, START)).collect();
+    for t in threads {
+        for (k, d) in t.join().unwrap() {
+            *expected.get_mut(&k).unwrap() += d;
+        }
+    }
+    let got = balances(&d, keys);
+    assert_eq!(got, expected, "every balance is its start plus the committed transfers");
+    assert_eq!(got.values().sum::<i64>(), START * keys as i64, "money is conserved");
+    assert!(got.values().all(|b| *b >= 0));
+    let metrics = d.http_get("/metrics");
+    assert!(metrics.contains("styx_log_syncs_total"), "{metrics}");
+    assert!(d.http_get("/health").contains("ok"));
+}
+
+#[test]
+fn protocol_errors_get_their_codes_and_other_connections_keep_working() {
+    let dir = data_dir("errors");
+    let d = Daemon::start(styxd(), &dir, &["--shards", "2"]);
+    load(&d, 4);
+    let mut good = d.connect();
+    let mut healthy = |c: &mut Conn| {
+        let f = c.call(0, 0, "account", "balance", Key::from(1u64), Payload::EMPTY);
+        assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+    };
+    let error_code = |f: &Frame| match &f.body {
+        Body::Error { code, .. } => *code,
+        other => panic!("not an error: {other:?}"),
+    };
+
+    // Unknown operator, unknown function, malformed arguments: answered,
+    // the connection stays.
+    let mut c = d.connect();
+    let f = c.call(0, 0, "nowhere", "x", Key::from(1u64), Payload::EMPTY);
+    assert_eq!(error_code(&f), ErrorCode::UNKNOWN_OPERATOR);
+    let f = c.call(0, 0, "account", "nope", Key::from(1u64), Payload::EMPTY);
+    assert_eq!(error_code(&f), ErrorCode::UNKNOWN_FUNCTION);
+    let f = c.call(
+        0,
+        0,
+        "account",
+        "transfer",
+        Key::from(1u64),
+        Payload::from_bytes(&[1, 2, 3]),
+    );
+    let (_, o) = outcome(&f);
+    assert!(matches!(o, Outcome::Aborted(a) if a.kind() == AbortKind::BadArguments));
+    healthy(&mut c);
+    healthy(&mut good);
+
+    // Wrong version: an error, then the connection closes.
+    let mut c = d.connect();
+    let mut bytes = Vec::new();
+    styx_net::encode(
+        &Frame {
+            corr: 9,
+            body: Body::Ping { data: 1 },
+        },
+        &mut bytes,
+    )
+    .unwrap();
+    bytes[4] = 77;
+    c.stream.write_all(&bytes).unwrap();
+    assert_eq!(error_code(&c.recv().unwrap()), ErrorCode::BAD_VERSION);
+    assert!(c.recv().is_none(), "closed after a framing error");
+    healthy(&mut good);
+
+    // Oversized frame: refused from its length prefix alone.
+    let mut c = d.connect();
+    c.stream.write_all(&(64u32 << 20).to_le_bytes()).unwrap();
+    assert_eq!(error_code(&c.recv().unwrap()), ErrorCode::FRAME_TOO_LARGE);
+    assert!(c.recv().is_none());
+    healthy(&mut good);
+
+    // Truncated frame, then the client goes away: nothing breaks.
+    let mut c = d.connect();
+    c.stream.write_all(&[40, 0, 0, 0, 1, 0x10, 1]).unwrap();
+    drop(c);
+    healthy(&mut good);
+
+    // Random bytes: some error or a close, never a crash.
+    let mut rng = styx_engine::rng::Rng::new(5);
+    for _ in 0..20 {
+        let mut c = d.connect();
+        let junk: Vec<u8> = (0..rng.below(200) + 1).map(|_| rng.next_u64() as u8).collect();
+        let _ = c.stream.write_all(&junk);
+        let _ = c.stream.shutdown(std::net::Shutdown::Write);
+        while c.recv().is_some() {}
+    }
+    healthy(&mut good);
+    // No HELLO first: refused.
+    let mut raw = std::net::TcpStream::connect(&d.addr).unwrap();
+    let mut bytes = Vec::new();
+    styx_net::encode(
+        &Frame {
+            corr: 1,
+            body: Body::Status,
+        },
+        &mut bytes,
+    )
+    .unwrap();
+    raw.write_all(&bytes).unwrap();
+    healthy(&mut good);
+}
+
+#[test]
+fn a_stalled_client_does_not_stall_the_others() {
+    let dir = data_dir("stall");
+    let d = Daemon::start(styxd(), &dir, &["--shards", "2", "--in-flight-max", "64"]);
+    load(&d, 10);
+    // This client sends far more than it reads and never reads.
+    let mut stalled = d.connect();
+    for i in 0..5_000u64 {
+        stalled.send(request(0, 0, "account", "balance", Key::from(i % 10), Payload::EMPTY));
+    }
+    let mut good = d.connect();
+    let begin = Instant::now();
+    for _ in 0..200 {
+        let f = good.call(0, 0, "account", "balance", Key::from(3u64), Payload::EMPTY);
+        assert!(matches!(outcome(&f).1, Outcome::Committed(_)));
+    }
+    assert!(
+        begin.elapsed() < Duration::from_secs(10),
+        "the healthy client was held up"
+    );
+}
+
+#[test]
+fn a_client_that_disconnects_mid_pipeline_loses_nothing_acknowledged() {
+    let dir = data_dir("disconnect");
+    let d = Daemon::start(styxd(), &dir, &["--shards", "2"]);
+    let keys = 10;
+    load(&d, keys);
+    let transfer = |seq: u64| {
+        let debtor = seq % keys;
+        request(
+            77,
+            seq,
+            "account",
+            "transfer",
+            Key::from(debtor),
+            Payload::encode(&((debtor + 1) % keys, 1i64)),
+        )
+    };
+    let mut c = d.connect();
+    for seq in 1..=100 {
+        c.send(transfer(seq));
+    }
+    let mut first = BTreeMap::new();
+    for _ in 0..50 {
+        let f = c.recv().unwrap();
+        first.insert(f.corr, outcome(&f));
+    }
+    drop(c);
+    // The same requests again on a new connection: the 50 answered ones
+    // return their first outcome, the rest run (or ran) once.
+    let mut c = d.connect();
+    let mut all = BTreeMap::new();
+    for seq in 1..=100 {
+        let corr = c.send(transfer(seq));
+        assert_eq!(corr, seq as u32 + 1, "corr = seq + 1 on this connection");
+    }
+    for _ in 0..100 {
+        let f = c.recv().unwrap();
+        all.insert(f.corr - 1, outcome(&f));
+    }
+    for (corr, o) in &first {
+        // The first connection's corr 2..=101 carried seqs 1..=100 too.
+        assert_eq!(
+            all[&(*corr - 1)],
+            *o,
+            "retry of seq {} returned another outcome",
+            corr - 1
+        );
+    }
+    let applied = all.values().filter(|(_, o)| matches!(o, Outcome::Committed(_))).count() as i64;
+    assert_eq!(applied, 100, "every transfer of 1 from a 1000 balance commits");
+    let got = balances(&d, keys);
+    assert_eq!(got.values().sum::<i64>(), START * keys as i64);
+    // Each account sent and received 10 transfers of 1: unchanged. Had any
+    // applied twice, some would differ.
+    assert!(got.values().all(|b| *b == START), "{got:?}");
+}
+
+#[test]
+fn graceful_shutdown_leaves_a_directory_that_restarts_with_the_same_state() {
+    let dir = data_dir("restart");
+    let mut d = Daemon::start(styxd(), &dir, &["--shards", "2", "--snapshot-interval-ms", "100"]);
+    let keys = 30;
+    load(&d, keys);
+    let mut c = d.connect();
+    for seq in 1..=300u64 {
+        let debtor = seq % keys;
+        c.send(request(
+            5,
+            seq,
+            "account",
+            "transfer",
+            Key::from(debtor),
+            Payload::encode(&((seq * 7) % keys, 3i64)),
+        ));
+    }
+    for _ in 0..300 {
+        c.recv().unwrap();
+    }
+    let before = balances(&d, keys);
+    let status = d.terminate();
+    assert!(status.success(), "styxd exits cleanly on SIGTERM: {status}");
+    let d2 = d.restart();
+    assert_eq!(balances(&d2, keys), before);
+    // And a retry of an old request still returns its recorded outcome.
+    let mut c = d2.connect();
+    let f = c.call(
+        5,
+        300,
+        "account",
+        "transfer",
+        Key::from(0u64),
+        Payload::encode(&(1u64, 3i64)),
+    );
+    assert!(matches!(outcome(&f).1, Outcome::Committed(_)));
+    assert_eq!(balances(&d2, keys), before, "the retry applied nothing");
+}
