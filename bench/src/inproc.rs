@@ -1,30 +1,633 @@
-//! YCSB-T run in-process: the engine on its production runtime, a load
-//! generator on every shard's own thread.
+//! The benchmark workloads as the in-process [`runner`](crate::runner)
+//! drives them: YCSB-T, TPC-C, movie review and travel reservation.
 //!
-//! Each shard's generator submits transfers whose debtor that shard owns
-//! (a client that knows the partition map does the same), so the root runs
-//! where it is sequenced and only the creditor's deposit hops. Closed loop
-//! keeps a fixed number of requests outstanding per shard (maximum
-//! throughput); open loop sends at a fixed rate and measures latency from
-//! each request's scheduled time, so a stall is charged to every request it
-//! delayed (no coordinated omission).
+//! Each adapter says which requests a shard may send (their root entity on
+//! that shard), how it splits its load into lanes, and what it checks at
+//! the end:
+//!
+//! - [`Ycsbt`]: debtors drawn among the accounts the shard owns; checks that
+//!   every balance is its start plus the committed transfers that touched it
+//!   (so the total is conserved) and that none is negative.
+//! - [`Tpcc`]: one lane per district the shard owns, as a TPC-C terminal
+//!   bound to that district (see below); checks the consistency conditions
+//!   of [`tpcc::check`] and that exactly the NewOrders naming an unused item
+//!   rolled back.
+//! - [`Movie`], [`Travel`]: request ids (the root entities of compose,
+//!   search, recommend and reserve) are taken among the ids the shard owns;
+//!   a login, keyed by its user, is drawn again until the shard owns it.
+//!   Check: [`movie::check`], [`travel::check`], and no abort a valid
+//!   request should not have.
+//!
+//! # TPC-C's terminals
+//!
+//! NewOrders of one district serialize (they share D_NEXT_O_ID, and their
+//! write sets depend on it: see [`crate::tpcc`]), so offering a district
+//! many at once only queues them behind each other in phase 3. TPC-C bounds
+//! the load instead: ten terminals per warehouse, one transaction
+//! outstanding each. Here a terminal is bound to one district, so a
+//! warehouse's ten terminals are its ten districts and closed loop keeps
+//! `in_flight` requests outstanding per district (default one). The drawn
+//! transaction keeps every input TPC-C gives it except the district, which
+//! is the terminal's (and, for a local Payment, the customer's district).
+//!
+//! [`run`] and [`Params`] keep the YCSB-T interface the CLI and tests had.
 
-use crate::report::{Latency, Report, histogram};
-use crate::sys;
-use crate::ycsbt::{self, Functions, START_BALANCE, Workload};
-use hdrhistogram::Histogram;
-use std::time::{Duration, Instant};
-use styx_engine::{CallLimits, Config, Key, Outcome, Reply, Serial, Shard, Stats};
-use styx_runtime::{Frontend, Options};
+use crate::deathstar::{movie, travel};
+use crate::report::Report;
+pub use crate::runner::Load;
+use crate::runner::{self, Source, State, Workload};
+use crate::tpcc;
+use crate::ycsbt::{self, START_BALANCE};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+use styx_engine::{AbortKind, Address, App, Config, Key, OpId, Outcome, Request, Shard, Value, mix64};
 
-/// How load is offered.
-#[derive(Clone, Copy, Debug)]
-pub enum Load {
-    /// This many requests outstanding per shard.
-    Closed { in_flight: usize },
-    /// This many transactions per second in total.
-    Open { rate: f64 },
+fn ok_or_failure(failures: &mut Vec<String>, unexpected: &mut u64, what: &str, outcome: &Outcome) {
+    if let Outcome::Aborted(a) = outcome {
+        *unexpected += 1;
+        if failures.len() < runner::FAILURES_KEPT_MAX {
+            failures.push(format!("{what}: {a}"));
+        }
+    }
 }
+
+/// Unexpected outcomes a source saw.
+#[derive(Debug, Default)]
+pub struct Surprises {
+    pub count: u64,
+    pub first: Vec<String>,
+}
+
+impl Surprises {
+    fn report(tallies: impl IntoIterator<Item = Surprises>, errors: &mut Vec<String>) {
+        let (mut count, mut first) = (0, Vec::new());
+        for t in tallies {
+            count += t.count;
+            first.extend(t.first);
+        }
+        if count > 0 {
+            first.truncate(runner::FAILURES_KEPT_MAX);
+            errors.push(format!("{count} unexpected outcomes: {}", first.join("; ")));
+        }
+    }
+}
+
+/// The owner of `root` for `request`'s function.
+fn root_owner(app: &App, shards: u16, request: &Request) -> u16 {
+    match &request.address {
+        Address::Entity(key) => Shard::owner(app, shards, request.function.op, key),
+        Address::Partition(p) => styx_engine::partition_owner(*p, shards),
+    }
+}
+
+/// Ids `0, 1, 2, …` of one operator's entities that one shard owns: shards
+/// scanning the same sequence take disjoint ids.
+struct OwnedIds {
+    next: u64,
+    shard: u16,
+    shards: u16,
+}
+
+impl OwnedIds {
+    fn new(shard: u16, shards: u16) -> OwnedIds {
+        OwnedIds { next: 0, shard, shards }
+    }
+
+    fn take(&mut self, app: &App, op: OpId) -> u64 {
+        loop {
+            let id = self.next;
+            self.next += 1;
+            if Shard::owner(app, self.shards, op, &Key::from(id)) == self.shard {
+                return id;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// YCSB-T.
+
+/// Bank transfers over `keys` accounts.
+#[derive(Clone, Debug)]
+pub struct Ycsbt {
+    pub keys: u64,
+    /// Creditor skew; uniform when `None`.
+    pub zipf: Option<f64>,
+    pub partitions: u32,
+}
+
+pub struct YcsbtSource {
+    workload: ycsbt::Workload,
+    functions: ycsbt::Functions,
+    deltas: Vec<i32>,
+}
+
+impl Source for YcsbtSource {
+    type Tag = (u32, u32);
+    type Tally = Vec<i32>;
+
+    fn lanes(&self) -> usize {
+        1
+    }
+
+    fn next(&mut self, _lane: usize) -> (Request, (u32, u32)) {
+        let (debtor, creditor) = self.workload.next();
+        let request = ycsbt::transfer(&self.functions, debtor, creditor, 1);
+        (request, (debtor as u32, creditor as u32))
+    }
+
+    fn record(&mut self, (debtor, creditor): (u32, u32), outcome: &Outcome) {
+        if let Outcome::Committed(_) = outcome {
+            self.deltas[debtor as usize] -= 1;
+            self.deltas[creditor as usize] += 1;
+        }
+    }
+
+    fn finish(self) -> Vec<i32> {
+        self.deltas
+    }
+}
+
+impl Workload for Ycsbt {
+    type Source = YcsbtSource;
+
+    fn name(&self) -> &'static str {
+        "ycsbt"
+    }
+
+    fn parameters(&self) -> BTreeMap<String, serde_json::Value> {
+        let mut p = BTreeMap::new();
+        p.insert("keys".into(), self.keys.into());
+        p.insert("zipf".into(), self.zipf.map_or(serde_json::Value::Null, Into::into));
+        p.insert("partitions".into(), self.partitions.into());
+        p
+    }
+
+    fn app(&self) -> Arc<App> {
+        ycsbt::app(self.partitions)
+    }
+
+    fn load(&self, app: &App, emit: &mut dyn FnMut(OpId, Key, Value)) {
+        let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
+        let start = ycsbt::start_value();
+        for k in 0..self.keys {
+            emit(account, Key::from(k), start.clone());
+        }
+    }
+
+    fn source(&self, app: &Arc<App>, shard: u16, shards: u16, seed: u64) -> YcsbtSource {
+        assert!(
+            self.keys >= 2 && self.keys <= u64::from(u32::MAX),
+            "{} accounts",
+            self.keys
+        );
+        let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
+        let debtors: Vec<u64> = (0..self.keys)
+            .filter(|k| Shard::owner(app, shards, account, &Key::from(*k)) == shard)
+            .collect();
+        YcsbtSource {
+            workload: ycsbt::Workload::new(self.keys, debtors, self.zipf, seed),
+            functions: ycsbt::Functions::of(app),
+            deltas: vec![0; self.keys as usize],
+        }
+    }
+
+    fn lanes_of(&self, _app: &Arc<App>, _shard: u16, _shards: u16) -> usize {
+        1
+    }
+
+    /// Each balance is its start plus the committed transfers that touched
+    /// it; hence the total is conserved.
+    fn check(&self, app: &App, state: &State, tallies: Vec<Vec<i32>>) -> Vec<String> {
+        let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
+        let mut deltas = vec![0i64; self.keys as usize];
+        for t in tallies {
+            for (d, x) in deltas.iter_mut().zip(t) {
+                *d += i64::from(x);
+            }
+        }
+        let mut errors = Vec::new();
+        let mut total: i64 = 0;
+        for (k, delta) in deltas.iter().enumerate() {
+            let got = state
+                .get(&(account, Key::from(k as u64)))
+                .map_or(0, |v| v.decode::<i64>().expect("balances are i64"));
+            total += got;
+            let want = START_BALANCE + delta;
+            if got != want && errors.len() < 10 {
+                errors.push(format!("account {k}: balance {got}, expected {want}"));
+            }
+            if got < 0 && errors.len() < 10 {
+                errors.push(format!("account {k} is overdrawn: {got}"));
+            }
+        }
+        let want_total = START_BALANCE * self.keys as i64;
+        if total != want_total {
+            errors.push(format!("total {total}, expected {want_total}"));
+        }
+        errors
+    }
+}
+
+// ---------------------------------------------------------------------------
+// TPC-C.
+
+/// TPC-C NewOrder and Payment.
+#[derive(Clone, Debug)]
+pub struct Tpcc {
+    pub scale: tpcc::Scale,
+    pub mix: tpcc::Mix,
+    pub partitions: u32,
+    /// The seed of the initial database.
+    pub load_seed: u64,
+}
+
+impl Tpcc {
+    /// The districts shard `shard` of `shards` owns (their roots are there).
+    fn districts(&self, app: &App, shard: u16, shards: u16) -> Vec<(u32, u8)> {
+        let t = tpcc::Tables::of(app);
+        let mut out = Vec::new();
+        for w in 1..=self.scale.warehouses {
+            for d in 1..=tpcc::schema::DISTRICTS {
+                let key = tpcc::schema::district_key(w, d);
+                // Both transactions are rooted on this key, in two tables of
+                // the same partition count: one owner.
+                let owner = Shard::owner(app, shards, t.district, &key);
+                assert_eq!(owner, Shard::owner(app, shards, t.district_next_o_id, &key));
+                if owner == shard {
+                    out.push((w, d));
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Whether a request named an unused item (it must roll back).
+#[derive(Clone, Copy)]
+pub struct TpccTag {
+    new_order: bool,
+    rolls_back: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct TpccTally {
+    pub new_orders: u64,
+    pub payments: u64,
+    pub rolled_back: u64,
+    pub surprises: Surprises,
+}
+
+pub struct TpccSource {
+    functions: tpcc::Functions,
+    items: u32,
+    lanes: Vec<(u32, u8)>,
+    /// The generator of each warehouse this shard has a district of.
+    generators: BTreeMap<u32, tpcc::Generator>,
+    tally: TpccTally,
+}
+
+impl Source for TpccSource {
+    type Tag = TpccTag;
+    type Tally = TpccTally;
+
+    fn lanes(&self) -> usize {
+        self.lanes.len()
+    }
+
+    fn next(&mut self, lane: usize) -> (Request, TpccTag) {
+        let (w, d) = self.lanes[lane];
+        let generator = self.generators.get_mut(&w).expect("a generator per warehouse");
+        let mut txn = generator.next_txn();
+        let rolls_back = txn.names_unused_item(self.items);
+        let new_order = match &mut txn {
+            tpcc::Txn::NewOrder(o) => {
+                o.d_id = d;
+                true
+            }
+            tpcc::Txn::Payment(p) => {
+                if p.c_w_id == p.w_id && p.c_d_id == p.d_id {
+                    p.c_d_id = d;
+                }
+                p.d_id = d;
+                false
+            }
+        };
+        (txn.request(&self.functions), TpccTag { new_order, rolls_back })
+    }
+
+    fn record(&mut self, tag: TpccTag, outcome: &Outcome) {
+        let t = &mut self.tally;
+        match (outcome, tag.rolls_back) {
+            (Outcome::Committed(_), false) if tag.new_order => t.new_orders += 1,
+            (Outcome::Committed(_), false) => t.payments += 1,
+            (Outcome::Aborted(a), true) if a.kind() == AbortKind::User && a.message() == tpcc::ITEM_NOT_VALID => {
+                t.rolled_back += 1
+            }
+            (Outcome::Committed(_), true) => {
+                t.surprises.count += 1;
+                if t.surprises.first.len() < runner::FAILURES_KEPT_MAX {
+                    t.surprises
+                        .first
+                        .push("a NewOrder naming an unused item committed".into());
+                }
+            }
+            (Outcome::Aborted(_), _) => {
+                let what = if tag.new_order { "NewOrder" } else { "Payment" };
+                ok_or_failure(&mut t.surprises.first, &mut t.surprises.count, what, outcome);
+            }
+        }
+    }
+
+    fn finish(self) -> TpccTally {
+        self.tally
+    }
+}
+
+impl Workload for Tpcc {
+    type Source = TpccSource;
+
+    fn name(&self) -> &'static str {
+        "tpcc"
+    }
+
+    fn parameters(&self) -> BTreeMap<String, serde_json::Value> {
+        let mut p = BTreeMap::new();
+        p.insert("warehouses".into(), self.scale.warehouses.into());
+        p.insert(
+            "customers_per_district".into(),
+            self.scale.customers_per_district.into(),
+        );
+        p.insert("items".into(), self.scale.items.into());
+        p.insert("new_order_percent".into(), self.mix.new_order.into());
+        p.insert("partitions".into(), self.partitions.into());
+        p
+    }
+
+    fn app(&self) -> Arc<App> {
+        tpcc::app(self.partitions)
+    }
+
+    fn load(&self, app: &App, emit: &mut dyn FnMut(OpId, Key, Value)) {
+        tpcc::load_each(app, &self.scale, self.load_seed, emit);
+    }
+
+    fn source(&self, app: &Arc<App>, shard: u16, shards: u16, seed: u64) -> TpccSource {
+        let lanes = self.districts(app, shard, shards);
+        let functions = tpcc::Functions::of(app);
+        let mut generators = BTreeMap::new();
+        for &(w, _) in &lanes {
+            generators.entry(w).or_insert_with(|| {
+                let mut g = tpcc::Generator::new(functions, self.scale, mix64(seed ^ mix64(u64::from(w)))).home(w);
+                g.mix = self.mix;
+                g
+            });
+        }
+        TpccSource {
+            functions,
+            items: self.scale.items,
+            lanes,
+            generators,
+            tally: TpccTally::default(),
+        }
+    }
+
+    fn lanes_of(&self, app: &Arc<App>, shard: u16, shards: u16) -> usize {
+        self.districts(app, shard, shards).len()
+    }
+
+    fn check(&self, app: &App, state: &State, tallies: Vec<TpccTally>) -> Vec<String> {
+        let mut errors = tpcc::check(app, state);
+        Surprises::report(tallies.into_iter().map(|t| t.surprises), &mut errors);
+        errors
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Movie review.
+
+/// DeathStarBench's movie review write path.
+#[derive(Clone, Debug)]
+pub struct Movie {
+    pub scale: movie::Scale,
+    pub partitions: u32,
+}
+
+pub struct MovieSource {
+    app: Arc<App>,
+    generator: movie::Generator,
+    functions: movie::Functions,
+    compose_review: OpId,
+    ids: OwnedIds,
+    surprises: Surprises,
+}
+
+impl Source for MovieSource {
+    type Tag = ();
+    type Tally = Surprises;
+
+    fn lanes(&self) -> usize {
+        1
+    }
+
+    fn next(&mut self, _lane: usize) -> (Request, ()) {
+        let draw = self.generator.draw();
+        let req_id = self.ids.take(&self.app, self.compose_review);
+        (self.functions.compose_request(req_id, &draw.compose), ())
+    }
+
+    fn record(&mut self, (): (), outcome: &Outcome) {
+        ok_or_failure(&mut self.surprises.first, &mut self.surprises.count, "compose", outcome);
+    }
+
+    fn finish(self) -> Surprises {
+        self.surprises
+    }
+}
+
+impl Workload for Movie {
+    type Source = MovieSource;
+
+    fn name(&self) -> &'static str {
+        "movie"
+    }
+
+    fn parameters(&self) -> BTreeMap<String, serde_json::Value> {
+        let mut p = BTreeMap::new();
+        p.insert("users".into(), self.scale.users.into());
+        p.insert("movies".into(), self.scale.movies.into());
+        p.insert("partitions".into(), self.partitions.into());
+        p
+    }
+
+    fn app(&self) -> Arc<App> {
+        movie::app(self.partitions)
+    }
+
+    fn load(&self, app: &App, emit: &mut dyn FnMut(OpId, Key, Value)) {
+        for (op, key, value) in movie::load(app, &self.scale, 1) {
+            emit(op, key, value);
+        }
+    }
+
+    fn source(&self, app: &Arc<App>, shard: u16, shards: u16, seed: u64) -> MovieSource {
+        let functions = movie::Functions::of(app);
+        MovieSource {
+            app: app.clone(),
+            generator: movie::Generator::new(functions, self.scale, seed, 0),
+            functions,
+            compose_review: movie::Services::of(app).compose_review,
+            ids: OwnedIds::new(shard, shards),
+            surprises: Surprises::default(),
+        }
+    }
+
+    fn lanes_of(&self, _app: &Arc<App>, _shard: u16, _shards: u16) -> usize {
+        1
+    }
+
+    fn check(&self, app: &App, state: &State, tallies: Vec<Surprises>) -> Vec<String> {
+        let mut errors = movie::check(app, state);
+        Surprises::report(tallies, &mut errors);
+        errors
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Travel reservation.
+
+/// DeathStarBench's hotel reservation with flights.
+#[derive(Clone, Debug)]
+pub struct Travel {
+    pub scale: travel::Scale,
+    pub partitions: u32,
+    /// Partitions of the geo and recommendation data: a search's fan-out.
+    pub geo_partitions: u32,
+}
+
+/// Which action a request was.
+#[derive(Clone, Copy)]
+pub struct TravelTag {
+    reserve: bool,
+}
+
+pub struct TravelSource {
+    app: Arc<App>,
+    generator: travel::Generator,
+    functions: travel::Functions,
+    services: travel::Services,
+    shard: u16,
+    shards: u16,
+    ids: OwnedIds,
+    surprises: Surprises,
+}
+
+impl Source for TravelSource {
+    type Tag = TravelTag;
+    type Tally = Surprises;
+
+    fn lanes(&self) -> usize {
+        1
+    }
+
+    fn next(&mut self, _lane: usize) -> (Request, TravelTag) {
+        loop {
+            let mut draw = self.generator.draw();
+            let reserve = match &mut draw.action {
+                travel::Action::Search { .. } | travel::Action::Recommend { .. } => {
+                    draw.req_id = self.ids.take(&self.app, self.services.frontend);
+                    false
+                }
+                travel::Action::Reserve { order_id, .. } => {
+                    *order_id = self.ids.take(&self.app, self.services.order);
+                    draw.req_id = *order_id;
+                    true
+                }
+                travel::Action::Login { .. } => false,
+            };
+            let request = draw.request(&self.functions);
+            if root_owner(&self.app, self.shards, &request) == self.shard {
+                return (request, TravelTag { reserve });
+            }
+        }
+    }
+
+    fn record(&mut self, tag: TravelTag, outcome: &Outcome) {
+        if let Outcome::Aborted(a) = outcome
+            && tag.reserve
+            && a.kind() == AbortKind::User
+            && (a.message() == travel::HOTEL_FULL || a.message() == travel::FLIGHT_FULL)
+        {
+            return;
+        }
+        let what = if tag.reserve {
+            "reserve"
+        } else {
+            "search/recommend/login"
+        };
+        ok_or_failure(&mut self.surprises.first, &mut self.surprises.count, what, outcome);
+    }
+
+    fn finish(self) -> Surprises {
+        self.surprises
+    }
+}
+
+impl Workload for Travel {
+    type Source = TravelSource;
+
+    fn name(&self) -> &'static str {
+        "travel"
+    }
+
+    fn parameters(&self) -> BTreeMap<String, serde_json::Value> {
+        let mut p = BTreeMap::new();
+        p.insert("hotels".into(), self.scale.hotels.into());
+        p.insert("flights".into(), self.scale.flights.into());
+        p.insert("users".into(), self.scale.users.into());
+        p.insert("partitions".into(), self.partitions.into());
+        p.insert("geo_partitions".into(), self.geo_partitions.into());
+        p
+    }
+
+    fn app(&self) -> Arc<App> {
+        travel::app(self.partitions, self.geo_partitions)
+    }
+
+    fn load(&self, app: &App, emit: &mut dyn FnMut(OpId, Key, Value)) {
+        for (op, key, value) in travel::load(app, &self.scale, 1) {
+            emit(op, key, value);
+        }
+    }
+
+    fn source(&self, app: &Arc<App>, shard: u16, shards: u16, seed: u64) -> TravelSource {
+        let functions = travel::Functions::of(app);
+        TravelSource {
+            app: app.clone(),
+            generator: travel::Generator::new(functions, self.scale, seed, 0),
+            functions,
+            services: travel::Services::of(app),
+            shard,
+            shards,
+            ids: OwnedIds::new(shard, shards),
+            surprises: Surprises::default(),
+        }
+    }
+
+    fn lanes_of(&self, _app: &Arc<App>, _shard: u16, _shards: u16) -> usize {
+        1
+    }
+
+    fn check(&self, app: &App, state: &State, tallies: Vec<Surprises>) -> Vec<String> {
+        let mut errors = travel::check(app, state);
+        Surprises::report(tallies, &mut errors);
+        errors
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The YCSB-T interface of before.
 
 /// Parameters of an in-process YCSB-T run.
 #[derive(Clone, Debug)]
@@ -64,364 +667,102 @@ impl Default for Params {
     }
 }
 
-struct Slot {
-    debtor: u64,
-    creditor: u64,
-    intended_us: u64,
-}
-
-struct Generator {
-    workload: Workload,
-    functions: Functions,
-    load: Load,
-    interval_us: f64,
-    next_send_us: f64,
-    slots: Vec<Slot>,
-    free: Vec<u32>,
-    outstanding: usize,
-    warmup_us: u64,
-    duration_us: u64,
-    warm_at: u64,
-    stop_at: u64,
-    now: u64,
-    hist: Histogram<u64>,
-    committed: u64,
-    aborted: u64,
-    rejected: u64,
-    deltas: Vec<i32>,
-    /// Peak RSS when the measurement window closed: the engine's footprint
-    /// before the harness collects balances for the invariant check.
-    rss_at_stop: u64,
-    stats_warm: Option<(Stats, u64)>,
-    stats_stop: Option<(Stats, u64)>,
-}
-
-/// What one shard's generator measured.
-struct Measured {
-    hist: Histogram<u64>,
-    committed: u64,
-    aborted: u64,
-    rejected: u64,
-    deltas: Vec<i32>,
-    rss_at_stop: u64,
-    balances: Vec<(u64, i64)>,
-    stats: Stats,
-    cpu_us: u64,
-}
-
-impl Generator {
-    fn submit(&mut self, shard: &mut Shard, intended_us: u64) {
-        let (debtor, creditor) = self.workload.next();
-        let slot = Slot {
-            debtor,
-            creditor,
-            intended_us,
-        };
-        let token = match self.free.pop() {
-            Some(t) => {
-                self.slots[t as usize] = slot;
-                t
-            }
-            None => {
-                self.slots.push(slot);
-                (self.slots.len() - 1) as u32
-            }
-        };
-        match shard.submit(u64::from(token), ycsbt::transfer(&self.functions, debtor, creditor, 1)) {
-            Ok(()) => self.outstanding += 1,
-            Err(_) => {
-                self.rejected += 1;
-                self.free.push(token);
-            }
-        }
-    }
-}
-
-impl Frontend for Generator {
-    type Output = Measured;
-
-    fn pump(&mut self, shard: &mut Shard, now: u64) -> bool {
-        self.now = now;
-        if self.warm_at == 0 {
-            self.warm_at = now + self.warmup_us;
-            self.stop_at = self.warm_at + self.duration_us;
-            self.next_send_us = now as f64;
-        }
-        if now >= self.warm_at && self.stats_warm.is_none() {
-            self.stats_warm = Some((shard.stats(), sys::thread_cpu_us()));
-        }
-        if now >= self.stop_at {
-            if self.stats_stop.is_none() {
-                self.stats_stop = Some((shard.stats(), sys::thread_cpu_us()));
-                self.rss_at_stop = sys::peak_rss_bytes();
-            }
-            return false;
-        }
-        let before = self.outstanding;
-        match self.load {
-            Load::Closed { in_flight } => {
-                while self.outstanding < in_flight {
-                    self.submit(shard, now);
-                }
-            }
-            Load::Open { .. } => {
-                while self.next_send_us <= now as f64 {
-                    let intended = self.next_send_us as u64;
-                    self.next_send_us += self.interval_us;
-                    self.submit(shard, intended);
-                }
-            }
-        }
-        self.outstanding != before
-    }
-
-    fn deliver(&mut self, replies: &mut Vec<Reply>, now: u64) {
-        self.now = now;
-        for r in replies.drain(..) {
-            let slot = &self.slots[r.token as usize];
-            let in_window = slot.intended_us >= self.warm_at && slot.intended_us < self.stop_at;
-            match r.outcome {
-                Outcome::Committed(_) => {
-                    self.deltas[slot.debtor as usize] -= 1;
-                    self.deltas[slot.creditor as usize] += 1;
-                    if in_window {
-                        self.committed += 1;
-                    }
-                }
-                Outcome::Aborted(_) => {
-                    if in_window {
-                        self.aborted += 1;
-                    }
-                }
-            }
-            if in_window {
-                self.hist.saturating_record(now.saturating_sub(slot.intended_us).max(1));
-            }
-            self.free.push(r.token as u32);
-            self.outstanding -= 1;
-        }
-    }
-
-    fn next_wakeup_us(&self) -> Option<u64> {
-        match self.load {
-            Load::Open { .. } if self.now < self.stop_at => Some(self.next_send_us as u64),
-            _ => None,
-        }
-    }
-
-    fn is_done(&self) -> bool {
-        self.warm_at != 0 && self.now >= self.stop_at && self.outstanding == 0
-    }
-
-    fn finish(self, shard: &Shard) -> Measured {
-        let mut balances = Vec::new();
-        shard.for_each_entity(|_, key, value| {
-            let k = key.as_u64().expect("account keys are u64");
-            balances.push((k, value.decode::<i64>().expect("balances are i64")));
-        });
-        let (stats, cpu_us) = match (self.stats_warm, self.stats_stop) {
-            (Some((w, cw)), Some((s, cs))) => (
-                Stats {
-                    epochs: s.epochs - w.epochs,
-                    committed: s.committed - w.committed,
-                    aborted: s.aborted - w.aborted,
-                    reexecuted: s.reexecuted - w.reexecuted,
-                    serialized: s.serialized - w.serialized,
-                    invocations: s.invocations - w.invocations,
-                    snapshots: s.snapshots - w.snapshots,
-                },
-                cs - cw,
-            ),
-            _ => (Stats::default(), 0),
-        };
-        Measured {
-            hist: self.hist,
-            committed: self.committed,
-            aborted: self.aborted,
-            rejected: self.rejected,
-            deltas: self.deltas,
-            rss_at_stop: self.rss_at_stop,
-            balances,
-            stats,
-            cpu_us,
-        }
-    }
-}
-
 /// Runs YCSB-T in-process and reports what it measured.
 pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
-    let app = ycsbt::app(params.partitions);
-    let functions = Functions::of(&app);
-    let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
-    let opts = Options {
-        shards: params.shards,
-        engine: Config {
-            epoch_txns_max: params.epoch_txns_max,
-            epoch_gather_us: params.epoch_gather_us,
-            step_messages_max: params.step_messages_max,
-            ..Config::default()
-        },
-        ..Options::default()
-    };
-    let p = params.clone();
-    let n = params.shards;
-    let app2 = app.clone();
-    let outputs = styx_runtime::run(app.clone(), opts, move |shard: &mut Shard| {
-        let id = shard.id();
-        let start = ycsbt::start_value();
-        let mut debtors = Vec::new();
-        for k in 0..p.keys {
-            let key = Key::from(k);
-            if Shard::owner(&app2, n, account, &key) == id {
-                shard.load(account, &key, Some(start.clone()));
-                debtors.push(k);
-            }
-        }
-        let interval_us = match p.load {
-            Load::Open { rate } => 1e6 / (rate / f64::from(n)),
-            Load::Closed { .. } => 0.0,
-        };
-        Generator {
-            workload: Workload::new(p.keys, debtors, p.zipf, p.seed.wrapping_mul(1_000_003) + u64::from(id)),
-            functions,
-            load: p.load,
-            interval_us,
-            next_send_us: 0.0,
-            slots: Vec::new(),
-            free: Vec::new(),
-            outstanding: 0,
-            warmup_us: p.warmup.as_micros() as u64,
-            duration_us: p.duration.as_micros() as u64,
-            warm_at: 0,
-            stop_at: 0,
-            now: 0,
-            hist: histogram(),
-            committed: 0,
-            aborted: 0,
-            rejected: 0,
-            deltas: vec![0; p.keys as usize],
-            rss_at_stop: 0,
-            stats_warm: None,
-            stats_stop: None,
-        }
-    })?;
-
-    let mut hist = histogram();
-    let mut report = Report {
-        workload: "ycsbt".into(),
-        mode: match params.load {
-            Load::Closed { .. } => "closed".into(),
-            Load::Open { .. } => "open".into(),
-        },
-        shards: params.shards,
+    let workload = Ycsbt {
         keys: params.keys,
         zipf: params.zipf,
-        offered_tps: match params.load {
-            Load::Open { rate } => Some(rate),
-            Load::Closed { .. } => None,
-        },
-        in_flight: match params.load {
-            Load::Closed { in_flight } => Some(in_flight),
-            Load::Open { .. } => None,
-        },
+        partitions: params.partitions,
+    };
+    let p = runner::Params {
+        shards: params.shards,
+        warmup: params.warmup,
+        duration: params.duration,
+        load: params.load,
         epoch_txns_max: params.epoch_txns_max,
-        warmup_s: params.warmup.as_secs_f64(),
-        duration_s: params.duration.as_secs_f64(),
-        ..Report::default()
+        epoch_gather_us: params.epoch_gather_us,
+        step_messages_max: params.step_messages_max,
+        seed: params.seed,
+        serial: if params.serial {
+            Duration::from_secs(2)
+        } else {
+            Duration::ZERO
+        },
+        progress: false,
     };
-    let mut deltas = vec![0i64; params.keys as usize];
-    let mut rss = 0;
-    let mut balances = vec![None; params.keys as usize];
-    let mut cpu_us = 0;
-    let mut rejected = 0;
-    for m in outputs {
-        hist.add(&m.hist).expect("same histogram bounds");
-        report.committed += m.committed;
-        report.aborted += m.aborted;
-        report.reexecuted += m.stats.reexecuted;
-        report.serialized += m.stats.serialized;
-        report.epochs = report.epochs.max(m.stats.epochs);
-        cpu_us += m.cpu_us;
-        rss = rss.max(m.rss_at_stop);
-        rejected += m.rejected;
-        for (d, x) in deltas.iter_mut().zip(&m.deltas) {
-            *d += i64::from(*x);
-        }
-        for (k, b) in m.balances {
-            balances[k as usize] = Some(b);
-        }
-    }
-    report.peak_rss_mb = rss as f64 / (1024.0 * 1024.0);
-    report.latency_us = Latency::of(&hist);
-    report.tps = report.committed as f64 / params.duration.as_secs_f64();
-    report.tps_per_core = report.tps / f64::from(params.shards);
-    report.cpu_us_per_txn = if report.committed > 0 {
-        cpu_us as f64 / report.committed as f64
-    } else {
-        0.0
-    };
-    // Invariants: each balance is its start plus the committed transfers
-    // that touched it; hence the total is conserved.
-    let mut errors = Vec::new();
-    let mut total: i64 = 0;
-    for k in 0..params.keys as usize {
-        let got = balances[k].unwrap_or(0);
-        total += got;
-        let want = START_BALANCE + deltas[k];
-        if got != want && errors.len() < 10 {
-            errors.push(format!("account {k}: balance {got}, expected {want}"));
-        }
-        if got < 0 && errors.len() < 10 {
-            errors.push(format!("account {k} is overdrawn: {got}"));
-        }
-    }
-    let want_total = START_BALANCE * params.keys as i64;
-    if total != want_total {
-        errors.push(format!("total {total}, expected {want_total}"));
-    }
-    if rejected > 0 {
-        errors.push(format!("{rejected} requests were refused as overload"));
-    }
-    report.invariants_ok = errors.is_empty();
-    report.invariant_errors = errors;
-    if params.serial {
-        report.serial_tps = serial_tps(
-            params.keys,
-            params.zipf,
-            params.partitions,
-            Duration::from_secs(2),
-            params.seed,
-        );
-        report.efficiency = report.tps_per_core / report.serial_tps;
-    }
-    Ok(report)
+    runner::run(Arc::new(workload), &p)
 }
 
-/// The serial ceiling: the same transfer functions run one after another on
-/// this thread with no concurrency control and no I/O, for about `time`.
+/// The YCSB-T serial ceiling (see [`runner::serial_tps`]).
 pub fn serial_tps(keys: u64, zipf: Option<f64>, partitions: u32, time: Duration, seed: u64) -> f64 {
-    let app = ycsbt::app(partitions);
-    let functions = Functions::of(&app);
-    let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
-    let mut serial = Serial::new(app, CallLimits::default());
-    let start = ycsbt::start_value();
-    for k in 0..keys {
-        serial.load(account, Key::from(k), Some(start.clone()));
-    }
-    let mut workload = Workload::new(keys, (0..keys).collect(), zipf, seed);
-    let mut run = |n: u64, tid0: u64| {
-        for i in 0..n {
-            let (d, c) = workload.next();
-            let outcome = serial.execute(tid0 + i, 0, &ycsbt::transfer(&functions, d, c, 1));
-            debug_assert!(matches!(outcome, Outcome::Committed(_)));
+    runner::serial_tps(&Ycsbt { keys, zipf, partitions }, time, seed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tpcc_districts_split_over_shards_without_overlap() {
+        let w = Tpcc {
+            scale: tpcc::Scale::small(3),
+            mix: tpcc::Mix::default(),
+            partitions: 8,
+            load_seed: 1,
+        };
+        let app = w.app();
+        let mut all: Vec<(u32, u8)> = (0..3).flat_map(|s| w.districts(&app, s, 3)).collect();
+        all.sort();
+        let want: Vec<(u32, u8)> = (1..=3).flat_map(|wh| (1..=10).map(move |d| (wh, d))).collect();
+        assert_eq!(all, want);
+        // A lane's requests are rooted on its own district, on its shard.
+        let mut source = w.source(&app, 1, 3, 5);
+        for lane in 0..source.lanes() {
+            for _ in 0..20 {
+                let (request, _) = source.next(lane);
+                assert_eq!(root_owner(&app, 3, &request), 1);
+                let Address::Entity(key) = &request.address else {
+                    panic!()
+                };
+                assert_eq!(tpcc::schema::parse_district(key), Some(source.lanes[lane]));
+            }
         }
-    };
-    run(100_000, 1); // warm caches and the allocator
-    let begin = Instant::now();
-    let mut done = 0u64;
-    while begin.elapsed() < time {
-        run(16_384, 1_000_000 + done);
-        done += 16_384;
     }
-    done as f64 / begin.elapsed().as_secs_f64()
+
+    #[test]
+    fn request_ids_are_owned_and_disjoint_across_shards() {
+        let app = movie::app(8);
+        let op = movie::Services::of(&app).compose_review;
+        let mut seen = std::collections::BTreeSet::new();
+        for shard in 0..3 {
+            let mut ids = OwnedIds::new(shard, 3);
+            for _ in 0..100 {
+                let id = ids.take(&app, op);
+                assert_eq!(Shard::owner(&app, 3, op, &Key::from(id)), shard);
+                assert!(seen.insert(id), "id {id} taken twice");
+            }
+        }
+    }
+
+    #[test]
+    fn the_ycsbt_check_finds_a_lost_deposit() {
+        let w = Ycsbt {
+            keys: 4,
+            zipf: None,
+            partitions: 2,
+        };
+        let app = w.app();
+        let mut state = State::new();
+        w.load(&app, &mut |op, k, v| {
+            state.insert((op, k), v);
+        });
+        assert!(w.check(&app, &state, vec![vec![0; 4]]).is_empty());
+        // A transfer 0 -> 1 committed, but only the debit is in the state.
+        let account = app.op_id(ycsbt::OPERATOR).unwrap();
+        let debited = Value::encode(&(START_BALANCE - 1), &mut Default::default()).unwrap();
+        state.insert((account, Key::from(0u64)), debited);
+        let errors = w.check(&app, &state, vec![vec![-1, 1, 0, 0]]);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].starts_with("account 1") && errors[1].starts_with("total"));
+    }
 }

@@ -3,3 +3,4 @@
 
 pub mod apps;
 pub mod daemon;
+pub mod remote;

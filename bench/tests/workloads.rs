@@ -1,0 +1,106 @@
+//! Every workload run in-process for a moment on the production runtime,
+//! closed and open loop, with its invariants checked on the final state.
+
+use std::sync::Arc;
+use std::time::Duration;
+use styx_bench::deathstar::{movie, travel};
+use styx_bench::inproc::{Movie, Tpcc, Travel, Ycsbt};
+use styx_bench::report::Report;
+use styx_bench::runner::{self, Load, Workload};
+use styx_bench::tpcc;
+
+fn params(load: Load) -> runner::Params {
+    runner::Params {
+        shards: 2,
+        warmup: Duration::from_millis(200),
+        duration: Duration::from_millis(400),
+        load,
+        epoch_txns_max: 500,
+        serial: Duration::ZERO,
+        ..runner::Params::default()
+    }
+}
+
+fn run<W: Workload>(workload: W, load: Load) -> Report {
+    let r = runner::run(Arc::new(workload), &params(load)).unwrap();
+    assert!(r.invariants_ok, "{}: {:?}", r.workload, r.invariant_errors);
+    assert!(r.committed > 0, "{}: nothing committed", r.workload);
+    assert_eq!(r.failed, 0);
+    assert!(r.latency_us.p50 > 0 && r.latency_us.p50 <= r.latency_us.p99);
+    // 600 ms in 100 ms buckets, something committed in the measured window.
+    assert_eq!(r.timeline.len(), 6, "{:?}", r.timeline);
+    assert_eq!(r.timeline[5].0, 500);
+    assert!(r.timeline[2..].iter().any(|(_, c)| *c > 0.0), "{:?}", r.timeline);
+    r
+}
+
+fn tpcc() -> Tpcc {
+    Tpcc {
+        scale: tpcc::Scale::small(2),
+        mix: tpcc::Mix::default(),
+        partitions: 16,
+        load_seed: 3,
+    }
+}
+
+#[test]
+fn ycsbt_keeps_every_balance_exact() {
+    let w = Ycsbt {
+        keys: 1_000,
+        zipf: Some(0.9),
+        partitions: 16,
+    };
+    let r = run(w, Load::Closed { in_flight: 200 });
+    assert_eq!(r.parameters["keys"], 1_000);
+}
+
+#[test]
+fn tpcc_keeps_the_consistency_conditions_with_one_terminal_per_district() {
+    let r = run(tpcc(), Load::Closed { in_flight: 1 });
+    assert_eq!(r.parameters["warehouses"], 2);
+    assert_eq!(r.in_flight, Some(1));
+}
+
+#[test]
+fn tpcc_open_loop_keeps_the_consistency_conditions() {
+    let r = run(tpcc(), Load::Open { rate: 500.0 });
+    // 500/s for 0.4 s, less what scheduling slack delays past the window.
+    assert!((100..=200).contains(&(r.committed + r.aborted)), "{}", r.committed);
+}
+
+#[test]
+fn movie_reviews_are_stored_and_listed_once() {
+    let w = Movie {
+        scale: movie::Scale {
+            users: 100,
+            movies: 100,
+        },
+        partitions: 16,
+    };
+    run(w, Load::Closed { in_flight: 50 });
+}
+
+#[test]
+fn travel_never_overbooks() {
+    let w = Travel {
+        scale: travel::Scale {
+            rooms_per_hotel: 2,
+            seats_per_flight: 2,
+            ..travel::Scale::default()
+        },
+        partitions: 16,
+        geo_partitions: 2,
+    };
+    run(w, Load::Closed { in_flight: 50 });
+}
+
+#[test]
+fn the_serial_ceiling_runs_every_workload() {
+    let time = Duration::from_millis(50);
+    assert!(runner::serial_tps(&tpcc(), time, 1) > 0.0);
+    let m = Movie {
+        scale: movie::Scale { users: 10, movies: 10 },
+        partitions: 4,
+    };
+    assert!(runner::serial_tps(&m, time, 1) > 0.0);
+}

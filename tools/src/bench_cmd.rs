@@ -1,0 +1,383 @@
+//! `styx bench`: runs a workload in-process and prints its figures, or
+//! plots figures from earlier runs.
+//!
+//! ```text
+//! styx bench ycsbt  [--keys N] [--zipf θ] …        bank transfers
+//! styx bench tpcc   [--warehouses W] [--scale spec|small] …
+//! styx bench movie  [--users N] [--movies N] …      Deathstar movie review
+//! styx bench travel [--hotels N] [--geo-partitions P] …
+//! styx bench plot --input results.jsonl --out docs/
+//! ```
+//!
+//! Every run takes the same load flags (`--shards`, `--duration`,
+//! `--warmup`, `--rate` for open loop or `--in-flight` for closed loop,
+//! `--json`, `--out FILE` to append the JSON line to a file) and prints one
+//! JSON object or a short table (benchmarks.md); it exits non-zero when the
+//! workload's invariants do not hold at the end.
+
+use clap::{Args, Subcommand, ValueEnum};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use styx_bench::deathstar::{movie, travel};
+use styx_bench::inproc::{Movie, Tpcc, Travel, Ycsbt};
+use styx_bench::report::Report;
+use styx_bench::runner::{self, Load, Workload};
+use styx_bench::{plot, tpcc};
+
+#[derive(Args)]
+pub struct BenchArgs {
+    #[command(subcommand)]
+    command: BenchCommand,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// YCSB-T bank transfers (closed loop by default; --rate for open loop).
+    Ycsbt {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        workload: YcsbtArgs,
+    },
+    /// TPC-C NewOrder and Payment; closed loop keeps --in-flight requests
+    /// outstanding per district (TPC-C's terminals).
+    Tpcc {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        workload: TpccArgs,
+    },
+    /// Deathstar movie review: compose_review over eight services.
+    Movie {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        workload: MovieArgs,
+    },
+    /// Deathstar travel reservation: search, recommend, login, reserve.
+    Travel {
+        #[command(flatten)]
+        run: RunArgs,
+        #[command(flatten)]
+        workload: TravelArgs,
+    },
+    /// Draw SVG plots from JSON-lines reports (--out of earlier runs).
+    Plot(PlotArgs),
+}
+
+/// Flags every workload run takes.
+#[derive(Args)]
+struct RunArgs {
+    /// Shards (one per core); default: the number of CPUs.
+    #[arg(long)]
+    shards: Option<u16>,
+    /// Measured seconds (after the warm-up).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Warm-up seconds, not measured.
+    #[arg(long, default_value_t = 2.0)]
+    warmup: f64,
+    /// Offered load in transactions per second (open loop, latency measured
+    /// from each request's scheduled time); without it the run is closed
+    /// loop at maximum throughput.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Requests outstanding per lane in closed loop (a lane is a shard, or
+    /// a district for TPC-C). Default: 20 000 for YCSB-T, 1 for TPC-C,
+    /// 1 000 for movie and travel.
+    #[arg(long)]
+    in_flight: Option<usize>,
+    /// Transactions one shard seals into one epoch.
+    #[arg(long, default_value_t = 10_000)]
+    epoch_txns: usize,
+    /// Least µs between epoch starts (lets batches gather).
+    #[arg(long, default_value_t = 0)]
+    epoch_gather_us: u64,
+    /// Local messages a shard handles per step before shipping batches.
+    #[arg(long, default_value_t = styx_engine::Config::default().step_messages_max)]
+    step_messages: usize,
+    /// Seed of the load generators.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Skip measuring the serial ceiling.
+    #[arg(long)]
+    no_serial: bool,
+    /// Seconds the serial ceiling is measured for.
+    #[arg(long, default_value_t = 2.0)]
+    serial_s: f64,
+    /// Print one JSON object on stdout (the table goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Also append the JSON object as one line to this file.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// No progress line on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+struct YcsbtArgs {
+    /// Accounts.
+    #[arg(long, default_value_t = 10_000)]
+    keys: u64,
+    /// Creditor skew (Zipf theta in (0, 1)); uniform when absent.
+    #[arg(long)]
+    zipf: Option<f64>,
+    /// Partitions of the account operator.
+    #[arg(long, default_value_t = 64)]
+    partitions: u32,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum TpccScale {
+    /// TPC-C's cardinalities: 100 000 items, 3 000 customers per district.
+    Spec,
+    /// 1 000 items, 30 customers per district: loads in a blink.
+    Small,
+}
+
+#[derive(Args)]
+struct TpccArgs {
+    /// Warehouses.
+    #[arg(long, default_value_t = 1)]
+    warehouses: u32,
+    /// How much to load per warehouse.
+    #[arg(long, value_enum, default_value_t = TpccScale::Spec)]
+    scale: TpccScale,
+    /// Percent of NewOrders in the mix (the rest are Payments).
+    #[arg(long, default_value_t = 50)]
+    new_order_percent: u32,
+    /// Partitions of every table.
+    #[arg(long, default_value_t = 64)]
+    partitions: u32,
+}
+
+#[derive(Args)]
+struct MovieArgs {
+    #[arg(long, default_value_t = movie::Scale::default().users)]
+    users: u64,
+    #[arg(long, default_value_t = movie::Scale::default().movies)]
+    movies: u64,
+    /// Partitions of every service.
+    #[arg(long, default_value_t = 64)]
+    partitions: u32,
+}
+
+#[derive(Args)]
+struct TravelArgs {
+    #[arg(long, default_value_t = travel::Scale::default().hotels)]
+    hotels: u64,
+    #[arg(long, default_value_t = travel::Scale::default().flights)]
+    flights: u64,
+    #[arg(long, default_value_t = travel::Scale::default().users)]
+    users: u64,
+    /// Rooms per hotel.
+    #[arg(long, default_value_t = travel::Scale::default().rooms_per_hotel)]
+    rooms: i64,
+    /// Seats per flight.
+    #[arg(long, default_value_t = travel::Scale::default().seats_per_flight)]
+    seats: i64,
+    /// Partitions of every service but geo and recommend.
+    #[arg(long, default_value_t = 64)]
+    partitions: u32,
+    /// Partitions of the geo and recommendation data (a search's fan-out);
+    /// default: one per shard.
+    #[arg(long)]
+    geo_partitions: Option<u32>,
+}
+
+#[derive(Args)]
+struct PlotArgs {
+    /// JSON lines written by `--out` (other lines are skipped).
+    #[arg(long)]
+    input: PathBuf,
+    /// Directory for the SVG files.
+    #[arg(long, default_value = "docs")]
+    out: PathBuf,
+}
+
+/// Runs `styx bench …`.
+pub fn run(args: BenchArgs) -> ExitCode {
+    let result = match args.command {
+        BenchCommand::Ycsbt { run, workload: w } => {
+            if let Some(z) = w.zipf
+                && !(z > 0.0 && z < 1.0)
+            {
+                return usage(&format!("--zipf must be in (0, 1), got {z}"));
+            }
+            if w.keys < 2 || w.keys > u64::from(u32::MAX) {
+                return usage("--keys must be in 2..=4294967295");
+            }
+            let workload = Ycsbt {
+                keys: w.keys,
+                zipf: w.zipf,
+                partitions: w.partitions,
+            };
+            execute(workload, run, 20_000)
+        }
+        BenchCommand::Tpcc { run, workload: w } => {
+            if w.warehouses == 0 {
+                return usage("--warehouses must be at least 1");
+            }
+            if w.new_order_percent > 100 {
+                return usage("--new-order-percent must be at most 100");
+            }
+            let scale = match w.scale {
+                TpccScale::Spec => tpcc::Scale::spec(w.warehouses),
+                TpccScale::Small => tpcc::Scale::small(w.warehouses),
+            };
+            let workload = Tpcc {
+                scale,
+                mix: tpcc::Mix {
+                    new_order: w.new_order_percent,
+                    ..tpcc::Mix::default()
+                },
+                partitions: w.partitions,
+                load_seed: 1,
+            };
+            execute(workload, run, 1)
+        }
+        BenchCommand::Movie { run, workload: w } => {
+            if w.users == 0 || w.movies == 0 {
+                return usage("--users and --movies must be at least 1");
+            }
+            let workload = Movie {
+                scale: movie::Scale {
+                    users: w.users,
+                    movies: w.movies,
+                },
+                partitions: w.partitions,
+            };
+            execute(workload, run, 1_000)
+        }
+        BenchCommand::Travel { run, workload: w } => {
+            if w.hotels == 0 || w.flights == 0 || w.users == 0 {
+                return usage("--hotels, --flights and --users must be at least 1");
+            }
+            let shards = run.shards.unwrap_or_else(default_shards);
+            let workload = Travel {
+                scale: travel::Scale {
+                    hotels: w.hotels,
+                    flights: w.flights,
+                    users: w.users,
+                    rooms_per_hotel: w.rooms,
+                    seats_per_flight: w.seats,
+                },
+                partitions: w.partitions,
+                geo_partitions: w.geo_partitions.unwrap_or(u32::from(shards)).max(1),
+            };
+            execute(workload, run, 1_000)
+        }
+        BenchCommand::Plot(p) => return plot_cmd(p),
+    };
+    result.unwrap_or_else(|message| {
+        eprintln!("error: {message}");
+        ExitCode::FAILURE
+    })
+}
+
+fn usage(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(2)
+}
+
+fn default_shards() -> u16 {
+    runner::Params::default().shards
+}
+
+fn execute<W: Workload>(workload: W, args: RunArgs, in_flight_default: usize) -> Result<ExitCode, String> {
+    let in_flight = args.in_flight.unwrap_or(in_flight_default);
+    if in_flight == 0 {
+        return Err("--in-flight must be at least 1".into());
+    }
+    if !(args.duration > 0.0 && args.warmup >= 0.0 && args.serial_s >= 0.0) {
+        return Err("--duration must be positive, --warmup and --serial-s not negative".into());
+    }
+    let load = match args.rate {
+        Some(rate) if rate > 0.0 && rate.is_finite() => Load::Open { rate },
+        Some(rate) => return Err(format!("--rate must be positive, got {rate}")),
+        None => Load::Closed { in_flight },
+    };
+    let params = runner::Params {
+        shards: args.shards.unwrap_or_else(default_shards),
+        warmup: Duration::from_secs_f64(args.warmup),
+        duration: Duration::from_secs_f64(args.duration),
+        load,
+        epoch_txns_max: args.epoch_txns,
+        epoch_gather_us: args.epoch_gather_us,
+        step_messages_max: args.step_messages,
+        seed: args.seed,
+        serial: if args.no_serial {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(args.serial_s)
+        },
+        progress: !args.quiet,
+    };
+    let workload = Arc::new(workload);
+    eprintln!(
+        "{}: {} shards, {}, {:.0}s warm-up + {:.0}s measured…",
+        workload.name(),
+        params.shards,
+        match load {
+            Load::Open { rate } => format!("open loop at {rate:.0}/s"),
+            Load::Closed { in_flight } => format!("closed loop, {in_flight} in flight per lane"),
+        },
+        args.warmup,
+        args.duration
+    );
+    let report = runner::run(workload, &params).map_err(|e| e.to_string())?;
+    print(&report, args.json, args.out.as_deref())?;
+    for e in &report.invariant_errors {
+        eprintln!("invariant violated: {e}");
+    }
+    Ok(if report.invariants_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn print(report: &Report, json: bool, out: Option<&std::path::Path>) -> Result<(), String> {
+    if json {
+        eprint!("{}", report.table());
+        println!("{}", report.to_json());
+    } else {
+        print!("{}", report.table());
+    }
+    if let Some(path) = out {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        writeln!(f, "{}", report.to_json()).map_err(|e| format!("cannot append to {}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn plot_cmd(p: PlotArgs) -> ExitCode {
+    let drawn = plot::read_reports(&p.input).and_then(|reports| {
+        let files = plot::plot_all(&reports, &p.out)?;
+        if files.is_empty() {
+            return Err(plot::Error::Nothing(p.input.clone()));
+        }
+        Ok(files)
+    });
+    match drawn {
+        Ok(files) => {
+            for f in files {
+                println!("{}", f.display());
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
