@@ -53,6 +53,49 @@ pub const NAME_LEN_MAX: usize = 128;
 /// bytes (`Option<Vec<u8>>`), read like any transaction. Names starting
 /// with `__` are reserved for such built-ins.
 pub const GET_FUNCTION: &str = "__get";
+/// The partition function every operator has: one page of a partition's
+/// entities in key order, for tools that read a whole state over the wire
+/// (`styx verify`, the remote benchmark's final check). Arguments
+/// `(after: Option<Vec<u8>>, limit: u32)`: the entities whose key bytes
+/// sort after `after` (all when `None`), at most `limit` of them (at least
+/// one, at most [`SCAN_LIMIT_MAX`]). Result `(Vec<(key, value)>, more)`:
+/// key bytes and the value's archive bytes, and whether entities remain
+/// after the page. It reads like any partition scan, so a page is a
+/// serializable read; pages taken one after another are each consistent,
+/// not all together.
+pub const SCAN_FUNCTION: &str = "__scan";
+/// Entities in one [`SCAN_FUNCTION`] page at most.
+pub const SCAN_LIMIT_MAX: u32 = 4_096;
+/// A [`SCAN_FUNCTION`] page stops before its encoded entities pass this
+/// many bytes (it always holds at least one), so it stays well within the
+/// wire's payload cap.
+pub const SCAN_PAGE_BYTES_MAX: usize = 512 << 10;
+
+/// A page of [`SCAN_FUNCTION`]: key and value bytes, and whether more follow.
+type ScanPage = (Vec<(Vec<u8>, Vec<u8>)>, bool);
+
+/// The body of [`SCAN_FUNCTION`].
+fn scan_page(ctx: &Ctx, after: Option<&[u8]>, limit: u32) -> Result<ScanPage, Abort> {
+    let limit = limit.clamp(1, SCAN_LIMIT_MAX) as usize;
+    let mut page = Vec::new();
+    let mut bytes = 0usize;
+    let mut more = false;
+    ctx.scan_raw(|key, value| {
+        let key = key.as_bytes();
+        if more || after.is_some_and(|a| key <= a) {
+            return;
+        }
+        // Two u32 lengths and the bytes, as the result encodes them.
+        let cost = 8 + key.len() + value.len();
+        if page.len() == limit || (!page.is_empty() && bytes + cost > SCAN_PAGE_BYTES_MAX) {
+            more = true;
+            return;
+        }
+        bytes += cost;
+        page.push((key.to_vec(), value.to_vec()));
+    })?;
+    Ok((page, more))
+}
 
 /// What a function runs on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -175,6 +218,12 @@ impl App {
         self.register(id, GET_FUNCTION, FnKind::Entity, |ctx: Ctx, (): ()| async move {
             ctx.get_raw()
         });
+        self.register(
+            id,
+            SCAN_FUNCTION,
+            FnKind::Partition,
+            |ctx: Ctx, args: (Option<Vec<u8>>, u32)| async move { scan_page(&ctx, args.0.as_deref(), args.1) },
+        );
         id
     }
 

@@ -18,11 +18,28 @@ pub enum Durability {
     Log,
 }
 
+/// The smallest epoch adaptive sizing goes down to: below it, the barriers
+/// cost more than the conflicts they avoid.
+pub const EPOCH_TXNS_MIN: usize = 64;
+/// The size adaptive sizing starts from.
+pub const EPOCH_TXNS_START: usize = 1_024;
+/// Adaptive sizing shrinks an epoch whose share of transactions that fell
+/// back to phase 2 exceeded this, in percent …
+pub const EPOCH_FALLBACK_HIGH_PCT: u64 = 10;
+/// … and grows a full one whose share stayed below this.
+pub const EPOCH_FALLBACK_LOW_PCT: u64 = 3;
+
 /// The core's settings. Every bound has a name and a default.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Transactions one shard seals into one epoch.
+    /// Transactions one shard seals into one epoch, at most.
     pub epoch_txns_max: usize,
+    /// Size epochs by their conflicts, within `EPOCH_TXNS_MIN ..=
+    /// epoch_txns_max`: an epoch whose fallback share was high makes the
+    /// next one smaller, a full one without conflicts the next one larger.
+    /// (Larger epochs amortize barriers; smaller ones conflict less.) Off,
+    /// every epoch seals up to `epoch_txns_max`.
+    pub epoch_txns_adaptive: bool,
     /// Least time between the starts of two epochs, in microseconds: lets a
     /// batch gather when latency matters less than throughput. 0 starts an
     /// epoch as soon as the previous one ends and work is waiting.
@@ -47,6 +64,7 @@ impl Default for Config {
     fn default() -> Config {
         Config {
             epoch_txns_max: 10_000,
+            epoch_txns_adaptive: true,
             epoch_gather_us: 0,
             pending_txns_max: 1_000_000,
             step_messages_max: 64,

@@ -340,6 +340,22 @@ impl Ctx {
         }
     }
 
+    /// [`Ctx::scan`] with each entity's state as archive bytes (for tools
+    /// that do not know the operator's state type).
+    pub fn scan_raw(&self, mut f: impl FnMut(&Key, &[u8])) -> Result<(), Abort> {
+        if self.frame.kind() != FnKind::Partition {
+            let abort = Abort::unknown(format!(
+                "scan needs a partition function; {} runs on an entity",
+                self.frame.host.app().describe(self.frame.function)
+            ));
+            self.frame.force(abort.clone());
+            return Err(abort);
+        }
+        self.frame
+            .host
+            .scan(&self.frame, &mut |key, value| value.with_aligned(|bytes| f(key, bytes)))
+    }
+
     /// Calls `op.function` on entity `key` and returns its result.
     pub fn call<R: Decode>(&self, op: &str, key: impl Into<Key>, function: &str, args: impl Encode) -> Call<R> {
         match self.resolve(op, function, FnKind::Entity) {

@@ -32,10 +32,16 @@ mod store;
 mod value;
 
 pub use abort::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind};
-pub use app::{App, BodyFuture, FnKind, Function, GET_FUNCTION, NAME_LEN_MAX, Operator, PARTITIONS_MAX};
+pub use app::{
+    App, BodyFuture, FnKind, Function, GET_FUNCTION, NAME_LEN_MAX, Operator, PARTITIONS_MAX, SCAN_FUNCTION,
+    SCAN_LIMIT_MAX, SCAN_PAGE_BYTES_MAX,
+};
 pub use bytes::{mix64, stable_hash};
 pub use codec::{Decode, DecodeError, Encode, PAYLOAD_LEN_MAX, Payload, Writer};
-pub use config::{Batch, ClientSeq, Config, Durability, Outcome, Reply, Request, SnapshotChunk, Token};
+pub use config::{
+    Batch, ClientSeq, Config, Durability, EPOCH_FALLBACK_HIGH_PCT, EPOCH_FALLBACK_LOW_PCT, EPOCH_TXNS_MIN,
+    EPOCH_TXNS_START, Outcome, Reply, Request, SnapshotChunk, Token,
+};
 pub use ctx::{Call, CallLimits, Ctx};
 pub use history::{EpochRecord, serial_order};
 pub use ids::{Address, Epoch, FnId, OpId, SHARDS_MAX, ShardId, ShardSet, Tid, partition_owner};

@@ -376,6 +376,11 @@ struct Machine {
     lc_max: u64,
     now_us: u64,
     last_start_us: u64,
+    /// How many pending requests the next epoch seals (see
+    /// `Config::epoch_txns_adaptive`).
+    epoch_cap: usize,
+    /// `stats.reexecuted` when the current epoch started.
+    reexecuted_at_start: u64,
     pending: VecDeque<(ReplyTo, Request)>,
     replay: Option<VecDeque<Batch>>,
     coords: Vec<Coordinated>,
@@ -391,6 +396,11 @@ struct Machine {
     /// Phase 3: the queue position allowed to run.
     serial_index: u32,
     deferred: VecDeque<(ShardId, Message)>,
+    /// Requests peers forwarded while this shard still replayed: admitted
+    /// once replay ends, when the client table holds every logged outcome
+    /// (admitted earlier, a retry of a request being replayed would miss
+    /// its outcome and run a second time).
+    submitted_in_replay: Vec<(ReplyTo, Request)>,
     held: VecDeque<(Epoch, Vec<Release>)>,
     clients: Map<u64, ClientState>,
     durable_local: Epoch,
@@ -452,6 +462,11 @@ impl Shard {
         assert!(config.epoch_txns_max >= 1);
         assert!(config.step_messages_max >= 1);
         let store = Store::new(&app, id, n_shards);
+        let epoch_cap = if config.epoch_txns_adaptive {
+            config.epoch_txns_max.min(crate::config::EPOCH_TXNS_START)
+        } else {
+            config.epoch_txns_max
+        };
         let exec = Rc::new(Exec {
             limits: config.limits,
             app,
@@ -479,6 +494,8 @@ impl Shard {
                 lc_max: 0,
                 now_us: 0,
                 last_start_us: 0,
+                epoch_cap,
+                reexecuted_at_start: 0,
                 pending: VecDeque::new(),
                 replay: None,
                 coords: Vec::new(),
@@ -492,6 +509,7 @@ impl Shard {
                 serial_queue: Vec::new(),
                 serial_index: 0,
                 deferred: VecDeque::new(),
+                submitted_in_replay: Vec::new(),
                 held: VecDeque::new(),
                 clients: new_map(),
                 durable_local: 0,
@@ -750,10 +768,21 @@ impl Shard {
             *d = (*d).max(epoch);
         }
         // A peer that had nothing to replay went live before us: tell it.
-        let mut st = self.exec.st.borrow_mut();
-        for peer in 0..self.exec.n_shards {
-            if peer != self.exec.id {
-                self.exec.route(&mut st, peer, Message::Durable { epoch });
+        {
+            let mut st = self.exec.st.borrow_mut();
+            for peer in 0..self.exec.n_shards {
+                if peer != self.exec.id {
+                    self.exec.route(&mut st, peer, Message::Durable { epoch });
+                }
+            }
+        }
+        for (to, request) in std::mem::take(&mut self.m.submitted_in_replay) {
+            if let Err(abort) = self.accept(to, request) {
+                self.emit(Release {
+                    to,
+                    tid: 0,
+                    outcome: Outcome::Aborted(abort),
+                });
             }
         }
     }
@@ -869,7 +898,7 @@ impl Shard {
                 !self.m.pending.is_empty()
                     && (self.m.epoch == 0
                         || self.m.now_us >= self.m.last_start_us.saturating_add(self.config.epoch_gather_us)
-                        || self.m.pending.len() >= self.config.epoch_txns_max)
+                        || self.m.pending.len() >= self.m.epoch_cap)
             }
         }
     }
@@ -890,6 +919,7 @@ impl Shard {
         self.m.epoch = epoch;
         self.m.stage = Stage::Exec1;
         self.m.last_start_us = self.m.now_us;
+        self.m.reexecuted_at_start = self.m.stats.reexecuted;
         {
             let mut guard = self.exec.st.borrow_mut();
             let st = &mut *guard;
@@ -906,7 +936,7 @@ impl Shard {
             Some(queue) => match queue.front() {
                 Some(b) if b.epoch == epoch => {
                     let b = queue.pop_front().expect("front");
-                    self.m.lc = b.lc;
+                    self.m.lc = self.m.lc.max(b.lc);
                     (
                         b.now_us,
                         b.txns
@@ -918,7 +948,7 @@ impl Shard {
                 _ => (self.m.now_us, Vec::new()),
             },
             None => {
-                let take = self.m.pending.len().min(self.config.epoch_txns_max);
+                let take = self.m.pending.len().min(self.m.epoch_cap);
                 let mut sealed = Vec::with_capacity(take);
                 for (to, request) in self.m.pending.drain(..take) {
                     self.m.lc += 1;
@@ -1209,12 +1239,40 @@ impl Shard {
         }
     }
 
+    /// Sizes the next epoch by this one: `sealed` transactions of which
+    /// `fallen_back` fell back to phase 2. Only the cut depends on it, and
+    /// cuts are logged, so replay never needs it.
+    fn adapt_epoch_size(&mut self, sealed: usize, fallen_back: u64) {
+        use crate::config::{EPOCH_FALLBACK_HIGH_PCT, EPOCH_FALLBACK_LOW_PCT, EPOCH_TXNS_MIN};
+        if !self.config.epoch_txns_adaptive || sealed == 0 {
+            return;
+        }
+        let max = self.config.epoch_txns_max;
+        let pct = fallen_back * 100 / sealed as u64;
+        if pct > EPOCH_FALLBACK_HIGH_PCT {
+            self.m.epoch_cap = (sealed * 3 / 4).clamp(EPOCH_TXNS_MIN.min(max), max);
+        } else if pct < EPOCH_FALLBACK_LOW_PCT && sealed >= self.m.epoch_cap {
+            self.m.epoch_cap = (self.m.epoch_cap + self.m.epoch_cap / 4 + 1).min(max);
+        }
+    }
+
+    /// How many pending requests the next epoch seals.
+    pub fn epoch_size(&self) -> usize {
+        self.m.epoch_cap
+    }
+
     fn end_epoch(&mut self) {
         assert!(
             self.tasks.iter().all(Option::is_none),
             "tasks alive at the end of an epoch"
         );
         let epoch = self.m.epoch;
+        if self.m.replay.is_none() {
+            self.adapt_epoch_size(
+                self.m.coords.len(),
+                self.m.stats.reexecuted - self.m.reexecuted_at_start,
+            );
+        }
         let mut replies = Vec::with_capacity(self.m.coords.len());
         let mut recorded: Vec<(Tid, crate::ClientSeq, Outcome)> = Vec::new();
         for c in self.m.coords.drain(..) {
@@ -1584,7 +1642,9 @@ impl Shard {
             Message::Next { index, .. } => self.on_next(index),
             Message::Submit { origin, token, request } => {
                 let to = ReplyTo::Remote { shard: origin, token };
-                if let Err(abort) = self.accept(to, request) {
+                if self.m.replay.is_some() {
+                    self.m.submitted_in_replay.push((to, request));
+                } else if let Err(abort) = self.accept(to, request) {
                     self.emit(Release {
                         to,
                         tid: 0,

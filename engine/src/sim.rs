@@ -5,6 +5,18 @@
 //! link delivers next, how much of a batch it delivers, when the clock moves
 //! and when a log write becomes durable are all drawn from the seed. A
 //! failing seed therefore replays the same run exactly: print it, rerun it.
+//!
+//! **The disk.** The sim keeps a journal of what a production driver would
+//! have put on disk, in order ([`DiskEvent`]): each shard's log is a
+//! sequence of per-epoch batch writes, each followed by its fsync; a
+//! snapshot is one delta file per shard (its chunks, in order), then a
+//! manifest, written as soon as every shard's file is complete and every
+//! shard's log is durable through the snapshot's epoch (the runtime's
+//! committer rule). A shard hears that its log is durable
+//! ([`Shard::log_durable`]) only right after the `LogSync` event, so every
+//! reply is released after the fsyncs it waits for: a crash test cuts the
+//! journal at any event and knows exactly what survived and which replies
+//! had left ([`Sim::take_replies_at`]).
 
 use crate::abort::Abort;
 use crate::app::App;
@@ -22,6 +34,29 @@ use std::sync::Arc;
 /// Steps without progress after which a run is declared stuck.
 pub const STUCK_STEPS_MAX: u64 = 1_000_000;
 
+/// One event of the simulated disk (see the module comment).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskEvent {
+    /// `shard`'s batch of `epoch` appended to its log, not yet durable: a
+    /// crash before the next event loses it (or tears it, which the WAL
+    /// detects and truncates: the same).
+    LogWrite { shard: ShardId, epoch: Epoch },
+    /// `shard`'s log fsynced: durable through `epoch`.
+    LogSync { shard: ShardId, epoch: Epoch },
+    /// A chunk of `shard`'s snapshot at `epoch` written to its delta file;
+    /// `index` counts every chunk the sim emitted, in the order
+    /// [`Sim::take_snapshots`] returns them. The file is complete at `last`.
+    Chunk {
+        shard: ShardId,
+        epoch: Epoch,
+        index: usize,
+        last: bool,
+    },
+    /// The manifest of the snapshot at `epoch` committed: recovery starts
+    /// from it and replays only the logged epochs after it.
+    Manifest { epoch: Epoch },
+}
+
 /// A simulated engine.
 pub struct Sim {
     shards: Vec<Shard>,
@@ -30,12 +65,22 @@ pub struct Sim {
     rng: Rng,
     seed: u64,
     now_us: u64,
-    replies: Vec<Reply>,
+    /// Replies released, each with the number of disk events before it.
+    replies: Vec<(usize, Reply)>,
     history: Vec<EpochRecord>,
     logs: Vec<Vec<Batch>>,
     snapshots: Vec<SnapshotChunk>,
-    /// Log batches written but not yet durable: `(shard, epoch)`.
+    /// Log batches sealed but not yet written and synced: `(shard, epoch)`.
     unsynced: Vec<(ShardId, Epoch)>,
+    disk: Vec<DiskEvent>,
+    /// Snapshot chunks emitted so far (the next chunk's index).
+    chunks_emitted: usize,
+    /// Per shard, the epoch through which its log is synced.
+    synced: Vec<Epoch>,
+    /// Snapshots not yet committed: epoch -> shards whose file is complete.
+    snapshot_files: BTreeMap<Epoch, u16>,
+    /// See [`Sim::set_fsync_busy`].
+    fsync_busy: f64,
     out: Outputs,
     steps: u64,
 }
@@ -57,6 +102,11 @@ impl Sim {
             logs: vec![Vec::new(); n],
             snapshots: Vec::new(),
             unsynced: Vec::new(),
+            disk: Vec::new(),
+            chunks_emitted: 0,
+            synced: vec![0; n],
+            snapshot_files: BTreeMap::new(),
+            fsync_busy: 0.0,
             out: Outputs::default(),
             steps: 0,
         }
@@ -114,12 +164,41 @@ impl Sim {
                 self.links[shard as usize * n + to].push_back(std::mem::take(msgs));
             }
         }
-        self.replies.append(&mut self.out.replies);
+        let at = self.disk.len();
+        self.replies.extend(self.out.replies.drain(..).map(|r| (at, r)));
         self.history.append(&mut self.out.history);
+        for c in &self.out.snapshots {
+            self.disk.push(DiskEvent::Chunk {
+                shard: c.shard,
+                epoch: c.epoch,
+                index: self.chunks_emitted,
+                last: c.last,
+            });
+            self.chunks_emitted += 1;
+            if c.last {
+                *self.snapshot_files.entry(c.epoch).or_default() += 1;
+            }
+        }
         self.snapshots.append(&mut self.out.snapshots);
         for b in self.out.log.drain(..) {
             self.unsynced.push((b.shard, b.epoch));
             self.logs[shard as usize].push(b);
+        }
+        self.commit_manifests();
+    }
+
+    /// Writes the manifest of every snapshot whose files are all complete
+    /// and whose epoch every shard's log holds durably, oldest first.
+    fn commit_manifests(&mut self) {
+        let n = self.shards.len() as u16;
+        let logged = self.synced.iter().copied().min().unwrap_or(0);
+        while let Some((&epoch, &files)) = self.snapshot_files.first_key_value() {
+            assert!(files <= n, "snapshot {epoch} completed {files} times");
+            if files < n || epoch > logged {
+                break;
+            }
+            self.snapshot_files.pop_first();
+            self.disk.push(DiskEvent::Manifest { epoch });
         }
     }
 
@@ -162,12 +241,23 @@ impl Sim {
             let shard = working[pick - busy.len() - self.unsynced.len()];
             self.shards[shard].step();
             self.collect(shard as ShardId);
+        } else if self.fsync_busy > 0.0 && self.rng.chance(self.fsync_busy) {
+            // The disk is still busy: the log write waits.
         } else {
             // Log writes become durable in order per shard.
             let i = pick - busy.len();
             let (shard, _) = self.unsynced[i];
             let first = self.unsynced.iter().position(|(s, _)| *s == shard).expect("entry");
             let (shard, epoch) = self.unsynced.remove(first);
+            assert!(
+                epoch > self.synced[shard as usize],
+                "log batches of shard {shard} out of order"
+            );
+            self.disk.push(DiskEvent::LogWrite { shard, epoch });
+            self.disk.push(DiskEvent::LogSync { shard, epoch });
+            self.synced[shard as usize] = epoch;
+            self.commit_manifests();
+            // Only now, after the fsync, may the shard count the epoch durable.
             self.shards[shard as usize].log_durable(epoch);
             self.collect(shard);
         }
@@ -197,7 +287,29 @@ impl Sim {
 
     /// Replies released so far, taken.
     pub fn take_replies(&mut self) -> Vec<Reply> {
+        self.replies.drain(..).map(|(_, r)| r).collect()
+    }
+
+    /// Replies released so far, taken, each with the number of disk events
+    /// that happened before its release: a crash after `k` events happens
+    /// after every reply whose count is at most `k` left.
+    pub fn take_replies_at(&mut self) -> Vec<(usize, Reply)> {
         std::mem::take(&mut self.replies)
+    }
+
+    /// Makes the simulated disk slow: a step that would write and fsync a
+    /// log batch does nothing with chance `p`, so epochs end and peers run
+    /// ahead while logs lag (replies then wait longer for durability, and
+    /// crashes find the shards' logs at different epochs). The default, 0,
+    /// draws nothing extra from the seed.
+    pub fn set_fsync_busy(&mut self, p: f64) {
+        assert!((0.0..1.0).contains(&p), "fsync busy chance {p}");
+        self.fsync_busy = p;
+    }
+
+    /// The disk's journal so far (see [`DiskEvent`]).
+    pub fn disk_events(&self) -> &[DiskEvent] {
+        &self.disk
     }
 
     /// Epoch records released so far, taken (with `Config::record_history`).
@@ -250,6 +362,8 @@ impl Sim {
 pub fn test_config(epoch_txns_max: usize) -> Config {
     Config {
         epoch_txns_max,
+        // Tests choose their epochs' shape.
+        epoch_txns_adaptive: false,
         durability: Durability::Log,
         record_history: true,
         ..Config::default()

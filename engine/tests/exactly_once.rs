@@ -211,3 +211,83 @@ fn acknowledged_requests_are_forgotten_not_rerun() {
         "five transfers, once each"
     );
 }
+
+/// After a crash a retry can reach its client's home shard while that
+/// shard still replays the log (a peer that finished replaying first took
+/// the retry and forwarded it). The home shard must hold it until replay
+/// has rebuilt the client table, then answer the logged outcome — never
+/// run it a second time.
+#[test]
+fn a_retry_forwarded_to_a_shard_still_replaying_gets_the_logged_outcome() {
+    const CLIENT: u64 = 77;
+    const SEQS: u64 = 30;
+    const RETRY: u64 = 1_000_000;
+    let app = bank(16);
+    let initial: Vec<(Key, Value)> = (0..ACCOUNTS)
+        .map(|k| (Key::from(k), Value::encode(&100i64, &mut Default::default()).unwrap()))
+        .collect();
+    let home = styx_engine::client_home(CLIENT, 2);
+    let other = 1 - home;
+    let mut windows = 0;
+    for seed in 0..40 {
+        let mut live = Sim::new(app.clone(), test_config(8), 2, seed);
+        for (k, v) in &initial {
+            live.load(OpId(0), k, Some(v.clone()));
+        }
+        let mut rng = Rng::new(seed);
+        let mut sent = BTreeMap::new();
+        for seq in 1..=SEQS {
+            let d = rng.below(ACCOUNTS);
+            let c = (d + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS;
+            sent.insert(seq, (d, c));
+            let shard = rng.below(2) as u16;
+            live.submit(shard, seq, with_client(transfer(&app, d, c, 1), CLIENT, seq, 0))
+                .unwrap();
+        }
+        live.run();
+        let first: BTreeMap<u64, (Tid, Outcome)> = live
+            .take_replies()
+            .into_iter()
+            .map(|r| (r.token, (r.tid, r.outcome)))
+            .collect();
+        assert_eq!(first.len() as u64, SEQS);
+
+        let mut rec = Sim::new(app.clone(), test_config(8), 2, seed ^ 0x5eed);
+        for (k, v) in &initial {
+            rec.load(OpId(0), k, Some(v.clone()));
+        }
+        rec.replay(live.logs());
+        let mut window = false;
+        loop {
+            if !rec.shard(other).is_replaying() && rec.shard(home).is_replaying() {
+                window = true;
+                break;
+            }
+            if !rec.step() {
+                break;
+            }
+        }
+        if !window {
+            continue;
+        }
+        windows += 1;
+        for (seq, (d, c)) in &sent {
+            rec.submit(
+                other,
+                RETRY + seq,
+                with_client(transfer(&app, *d, *c, 1), CLIENT, *seq, 0),
+            )
+            .unwrap();
+        }
+        rec.run();
+        let retried: BTreeMap<u64, (Tid, Outcome)> = rec
+            .take_replies()
+            .into_iter()
+            .filter(|r| r.token >= RETRY)
+            .map(|r| (r.token - RETRY, (r.tid, r.outcome)))
+            .collect();
+        assert_eq!(retried, first, "seed {seed}: every retry gets the logged outcome");
+        assert_eq!(rec.state(), live.state(), "seed {seed}: nothing ran twice");
+    }
+    assert!(windows > 0, "no seed let a retry reach a shard still replaying");
+}

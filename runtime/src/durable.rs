@@ -211,7 +211,10 @@ impl ShardDurable {
             .unwrap_or_else(|e| fatal(id, &format!("cannot open the log: {e}")));
         // Epochs other shards logged but this one lost: empty here, and
         // written as such so the logs agree before anything new is logged.
-        let last_lc = start.batches.last().map_or(0, |b| b.lc);
+        // They are replayed too: the shard must not run them live (it would
+        // sequence new requests into them and log them a second time).
+        let mut batches = start.batches;
+        let last_lc = batches.last().map_or(0, |b| b.lc);
         let mut filled = false;
         for epoch in start.tail.last_epoch() + 1..=durable.recovered_epoch {
             let empty = Batch {
@@ -225,6 +228,7 @@ impl ShardDurable {
                 .append(&empty)
                 .await
                 .unwrap_or_else(|e| fatal(id, &format!("log append: {e}")));
+            batches.push(empty);
             filled = true;
         }
         if filled {
@@ -234,7 +238,7 @@ impl ShardDurable {
                 .unwrap_or_else(|e| fatal(id, &format!("log sync: {e}")));
         }
         durable.log_durable[id as usize].store(durable.recovered_epoch, Relaxed);
-        shard.replay(start.batches);
+        shard.replay(batches);
         let log = Rc::new(RefCell::new(LogState {
             queue: VecDeque::new(),
             durable: None,

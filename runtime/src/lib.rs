@@ -17,6 +17,7 @@ mod clock;
 pub mod durable;
 mod link;
 pub mod metrics;
+pub mod preload;
 pub mod server;
 
 pub use clock::Clock;
@@ -44,8 +45,13 @@ const DOORBELLS_MAX: usize = 1024;
 /// How often a shard publishes its counters, in µs.
 const METRICS_PUBLISH_US: u64 = 1_000;
 
-/// How long a shard keeps spinning after its last epoch before it parks.
-const SPIN_AFTER_EPOCH_US: u64 = 200;
+/// How long a shard spins without progress before it parks. While an epoch
+/// runs a peer's message is due any microsecond, and spinning (a few loads
+/// per check) answers it in ~1 µs where a parked shard takes ~80 µs to
+/// wake. But a peer that is not running (more threads than cores, or a slow
+/// fsync) never answers a spinner: past this budget the shard parks and
+/// gives the core away until a doorbell, its log or a client wakes it.
+const SPIN_US: u64 = 200;
 
 /// Errors of the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -257,7 +263,7 @@ async fn drive<F: Frontend>(
     let mut out = Outputs::default();
     let mut overflow: VecDeque<(usize, Vec<Message>)> = VecDeque::new();
     let mut counted = false;
-    let mut spin_until = 0;
+    let mut progress_us = 0;
     let mut busy_us = 0u64;
     let mut published_us = 0;
     // Per stage: [busy µs, idle µs], by the stage an iteration began in.
@@ -354,6 +360,7 @@ async fn drive<F: Frontend>(
             break;
         }
         if progress {
+            progress_us = now;
             if profile {
                 busy_us += clock.now_us() - iteration_start;
                 last.2 = true;
@@ -361,24 +368,23 @@ async fn drive<F: Frontend>(
             glommio::yield_if_needed().await;
             continue;
         }
-        // While an epoch runs, a peer's message is due any microsecond:
-        // spin (checking the inbox is a few loads) rather than park, which
-        // costs a timer, a membarrier and ~80 µs to wake.
-        if shard.stage() != Stage::Idle {
-            spin_until = now + SPIN_AFTER_EPOCH_US;
-        }
-        if !overflow.is_empty() || spin_until > now {
+        // No progress: spin a while (see `SPIN_US`), then park.
+        if !overflow.is_empty() || now < progress_us + SPIN_US {
             futures_lite::future::yield_now().await;
             continue;
         }
-        // Idle: park until a peer sends, or the frontend's next deadline
-        // (at most 1 ms, to re-check the clock and the done count).
+        // Park until a peer sends, the log or a client wakes the loop, or
+        // the frontend's next deadline (at most 1 ms, to re-check the clock,
+        // the epoch's timers and the done count).
         let wait_us = frontend
             .next_wakeup_us()
             .map_or(1_000, |t| t.saturating_sub(now).min(1_000));
         if wait_us > 0 && links.park(me) {
+            // Polled again only when woken: by a doorbell, the log task (an
+            // epoch became durable) or the frontend.
+            let mut woken = false;
             let arrival = futures_lite::future::poll_fn(|cx| {
-                if links.any_for(me) || frontend.poll_wake(cx).is_ready() {
+                if std::mem::replace(&mut woken, true) || links.any_for(me) || frontend.poll_wake(cx).is_ready() {
                     return Poll::Ready(());
                 }
                 *waiter.borrow_mut() = Some(cx.waker().clone());

@@ -81,7 +81,7 @@ impl Metrics {
     /// The Prometheus text exposition (version 0.0.4).
     pub fn render(&self) -> String {
         type Field = fn(&ShardMetrics) -> &AtomicU64;
-        let series: [(&str, &str, &str, Field); 19] = [
+        let series: [(&str, &str, &str, Field); 20] = [
             ("styx_epochs_total", "counter", "Epochs finished.", |s| &s.epochs),
             (
                 "styx_transactions_committed_total",
@@ -157,6 +157,12 @@ impl Metrics {
             ("styx_snapshot_bytes_total", "counter", "Snapshot bytes written.", |s| {
                 &s.snapshot_bytes
             }),
+            (
+                "styx_snapshot_write_seconds_sum",
+                "counter",
+                "Time spent writing snapshot files (off the shard's thread).",
+                |s| &s.snapshot_write_us_sum,
+            ),
             (
                 "styx_snapshot_epoch",
                 "gauge",

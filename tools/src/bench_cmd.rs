@@ -1,5 +1,6 @@
-//! `styx bench`: runs a workload in-process and prints its figures, or
-//! plots figures from earlier runs.
+//! `styx bench`: runs a workload in-process, or against a running daemon
+//! (`--connect ADDR`), and prints its figures; or plots figures from
+//! earlier runs.
 //!
 //! ```text
 //! styx bench ycsbt  [--keys N] [--zipf θ] …        bank transfers
@@ -14,6 +15,12 @@
 //! `--json`, `--out FILE` to append the JSON line to a file) and prints one
 //! JSON object or a short table (benchmarks.md); it exits non-zero when the
 //! workload's invariants do not hold at the end.
+//!
+//! With `--connect ADDR` the same workload runs against the daemon there
+//! (`styx_tools::remote_workload`): start it with `styxd --preload
+//! WORKLOAD` and the same knobs (or, for YCSB-T, pass `--load` to deposit
+//! the balances over the wire). `--shards` and the epoch flags are then the
+//! daemon's business and ignored.
 
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::Write;
@@ -26,6 +33,8 @@ use styx_bench::inproc::{Movie, Tpcc, Travel, Ycsbt};
 use styx_bench::report::Report;
 use styx_bench::runner::{self, Load, Workload};
 use styx_bench::{plot, tpcc};
+use styx_tools::apps::{GEO_PARTITIONS, PARTITIONS};
+use styx_tools::remote_workload::{self, Remote};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -117,6 +126,16 @@ struct RunArgs {
     /// No progress line on stderr.
     #[arg(long)]
     quiet: bool,
+    /// Run against the daemon at this address instead of in-process.
+    #[arg(long)]
+    connect: Option<String>,
+    /// With --connect: pipelined connections the lanes are spread over.
+    #[arg(long, default_value_t = 4)]
+    connections: usize,
+    /// With --connect: name every request for exactly-once (client id,
+    /// seq, ack), to measure the daemon's bookkeeping.
+    #[arg(long)]
+    exactly_once: bool,
 }
 
 #[derive(Args)]
@@ -128,8 +147,12 @@ struct YcsbtArgs {
     #[arg(long)]
     zipf: Option<f64>,
     /// Partitions of the account operator.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = PARTITIONS)]
     partitions: u32,
+    /// With --connect: deposit the start balance into every account first
+    /// (for a daemon not started with --preload ycsbt).
+    #[arg(long)]
+    load: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -152,7 +175,7 @@ struct TpccArgs {
     #[arg(long, default_value_t = 50)]
     new_order_percent: u32,
     /// Partitions of every table.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = PARTITIONS)]
     partitions: u32,
 }
 
@@ -163,7 +186,7 @@ struct MovieArgs {
     #[arg(long, default_value_t = movie::Scale::default().movies)]
     movies: u64,
     /// Partitions of every service.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = PARTITIONS)]
     partitions: u32,
 }
 
@@ -182,10 +205,10 @@ struct TravelArgs {
     #[arg(long, default_value_t = travel::Scale::default().seats_per_flight)]
     seats: i64,
     /// Partitions of every service but geo and recommend.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = PARTITIONS)]
     partitions: u32,
     /// Partitions of the geo and recommendation data (a search's fan-out);
-    /// default: one per shard.
+    /// default: one per shard, or the daemon's with --connect.
     #[arg(long)]
     geo_partitions: Option<u32>,
 }
@@ -212,12 +235,16 @@ pub fn run(args: BenchArgs) -> ExitCode {
             if w.keys < 2 || w.keys > u64::from(u32::MAX) {
                 return usage("--keys must be in 2..=4294967295");
             }
+            if w.load && run.connect.is_none() {
+                return usage("--load deposits over the wire: it needs --connect");
+            }
+            let deposit_keys = w.load.then_some(w.keys);
             let workload = Ycsbt {
                 keys: w.keys,
                 zipf: w.zipf,
                 partitions: w.partitions,
             };
-            execute(workload, run, 20_000)
+            execute(workload, run, 20_000, deposit_keys)
         }
         BenchCommand::Tpcc { run, workload: w } => {
             if w.warehouses == 0 {
@@ -239,7 +266,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 partitions: w.partitions,
                 load_seed: 1,
             };
-            execute(workload, run, 1)
+            execute(workload, run, 1, None)
         }
         BenchCommand::Movie { run, workload: w } => {
             if w.users == 0 || w.movies == 0 {
@@ -252,7 +279,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 },
                 partitions: w.partitions,
             };
-            execute(workload, run, 1_000)
+            execute(workload, run, 1_000, None)
         }
         BenchCommand::Travel { run, workload: w } => {
             if w.hotels == 0 || w.flights == 0 || w.users == 0 {
@@ -268,9 +295,16 @@ pub fn run(args: BenchArgs) -> ExitCode {
                     seats_per_flight: w.seats,
                 },
                 partitions: w.partitions,
-                geo_partitions: w.geo_partitions.unwrap_or(u32::from(shards)).max(1),
+                geo_partitions: w
+                    .geo_partitions
+                    .unwrap_or(if run.connect.is_some() {
+                        GEO_PARTITIONS
+                    } else {
+                        u32::from(shards)
+                    })
+                    .max(1),
             };
-            execute(workload, run, 1_000)
+            execute(workload, run, 1_000, None)
         }
         BenchCommand::Plot(p) => return plot_cmd(p),
     };
@@ -289,7 +323,14 @@ fn default_shards() -> u16 {
     runner::Params::default().shards
 }
 
-fn execute<W: Workload>(workload: W, args: RunArgs, in_flight_default: usize) -> Result<ExitCode, String> {
+/// Runs `workload` in-process, or against `--connect`; `deposit_keys`:
+/// YCSB-T's `--load`.
+fn execute<W: Workload>(
+    workload: W,
+    args: RunArgs,
+    in_flight_default: usize,
+    deposit_keys: Option<u64>,
+) -> Result<ExitCode, String> {
     let in_flight = args.in_flight.unwrap_or(in_flight_default);
     if in_flight == 0 {
         return Err("--in-flight must be at least 1".into());
@@ -319,18 +360,35 @@ fn execute<W: Workload>(workload: W, args: RunArgs, in_flight_default: usize) ->
         progress: !args.quiet,
     };
     let workload = Arc::new(workload);
-    eprintln!(
-        "{}: {} shards, {}, {:.0}s warm-up + {:.0}s measured…",
-        workload.name(),
-        params.shards,
-        match load {
-            Load::Open { rate } => format!("open loop at {rate:.0}/s"),
-            Load::Closed { in_flight } => format!("closed loop, {in_flight} in flight per lane"),
-        },
-        args.warmup,
-        args.duration
-    );
-    let report = runner::run(workload, &params).map_err(|e| e.to_string())?;
+    if args.exactly_once && args.connect.is_none() {
+        return Err("--exactly-once names requests on the wire: it needs --connect".into());
+    }
+    let report = match &args.connect {
+        Some(addr) => {
+            let remote = Remote {
+                addr: addr.clone(),
+                connections: args.connections,
+                load,
+                warmup: params.warmup,
+                duration: params.duration,
+                seed: args.seed,
+                exactly_once: args.exactly_once,
+                deposit_keys,
+                serial: params.serial,
+                progress: params.progress,
+            };
+            eprintln!(
+                "{} against {addr}: {} connections, {}, {:.0}s warm-up + {:.0}s measured…",
+                workload.name(),
+                args.connections,
+                describe(load),
+                args.warmup,
+                args.duration
+            );
+            remote_workload::run(workload, &remote)?
+        }
+        None => in_process(workload, &params, &args)?,
+    };
     print(&report, args.json, args.out.as_deref())?;
     for e in &report.invariant_errors {
         eprintln!("invariant violated: {e}");
@@ -340,6 +398,25 @@ fn execute<W: Workload>(workload: W, args: RunArgs, in_flight_default: usize) ->
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn describe(load: Load) -> String {
+    match load {
+        Load::Open { rate } => format!("open loop at {rate:.0}/s"),
+        Load::Closed { in_flight } => format!("closed loop, {in_flight} in flight per lane"),
+    }
+}
+
+fn in_process<W: Workload>(workload: Arc<W>, params: &runner::Params, args: &RunArgs) -> Result<Report, String> {
+    eprintln!(
+        "{}: {} shards, {}, {:.0}s warm-up + {:.0}s measured…",
+        workload.name(),
+        params.shards,
+        describe(params.load),
+        args.warmup,
+        args.duration
+    );
+    runner::run(workload, params).map_err(|e| e.to_string())
 }
 
 fn print(report: &Report, json: bool, out: Option<&std::path::Path>) -> Result<(), String> {

@@ -23,7 +23,18 @@
 //! variables, then flags, each overriding the one before; every setting has
 //! an embedded default, so `styxd` alone serves on 127.0.0.1:7400 with its
 //! data in `./data`.
+//!
+//! `--preload WORKLOAD` (with the workload's knobs, e.g. `--keys`) writes a
+//! built-in workload's initial state into a fresh data directory as its
+//! first snapshot before serving (`styx_runtime::preload`), so benchmarks
+//! against the daemon start from the same state as in-process ones, and a
+//! crash right after start keeps it. On a directory that already holds
+//! state, the preload is skipped if the directory came from the very same
+//! preload (the same workload and knobs: a restart), and refused otherwise:
+//! a benchmark's final check would compare against a state that is not the
+//! one it assumes.
 
+use crate::workloads::{self, Knobs, Visit};
 use clap::Parser;
 use serde::Deserialize;
 use std::net::{SocketAddr, TcpListener as StdListener, ToSocketAddrs};
@@ -32,6 +43,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use styx_bench::runner::Workload;
 use styx_engine::{App, Config, Durability};
 use styx_runtime::durable::Durable;
 use styx_runtime::server::{ServerShared, TcpFrontend};
@@ -114,6 +126,14 @@ pub struct Args {
     /// Log filter (tracing's env-filter syntax) [default: info].
     #[arg(long, env = "STYX_LOG")]
     pub log: Option<String>,
+    /// Before serving, write this built-in workload's initial state into a
+    /// fresh data directory (skipped on a restart of the same preload,
+    /// refused on other state). The application served must be the
+    /// workload's.
+    #[arg(long, env = "STYX_PRELOAD", value_enum)]
+    pub preload: Option<workloads::Name>,
+    #[command(flatten)]
+    pub knobs: Knobs,
 }
 
 /// The settings in force, after file < environment < flags < defaults.
@@ -129,6 +149,8 @@ pub struct Settings {
     pub epoch_gather_us: u64,
     pub limits: styx_net::Limits,
     pub log: String,
+    /// The workload to preload, and its knobs.
+    pub preload: Option<(workloads::Name, Knobs)>,
 }
 
 impl Settings {
@@ -173,6 +195,7 @@ impl Settings {
             epoch_gather_us: args.epoch_gather_us.or(file.epoch_gather_us).unwrap_or(0),
             limits,
             log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
+            preload: args.preload.map(|name| (name, args.knobs)),
         })
     }
 }
@@ -232,6 +255,16 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
     let listen = resolve(&settings.listen)?;
     let metrics_addr = settings.metrics.as_deref().map(resolve).transpose()?;
     let dir = DataDir::open(&settings.data_dir).map_err(|e| e.to_string())?;
+    if let Some((name, knobs)) = &settings.preload {
+        knobs.visit(
+            *name,
+            Preload {
+                app: &app,
+                dir: &dir,
+                shards: settings.shards,
+            },
+        )??;
+    }
     let fsync = match settings.fsync {
         Fsync::Epoch => FsyncMode::Epoch,
         Fsync::None => FsyncMode::None,
@@ -312,4 +345,58 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// `--preload`: the workload's initial state as the data directory's first
+/// snapshot (see the module comment).
+struct Preload<'a> {
+    app: &'a Arc<App>,
+    dir: &'a DataDir,
+    shards: u16,
+}
+
+impl Visit for Preload<'_> {
+    type Out = Result<(), String>;
+
+    fn visit<W: Workload>(self, workload: W) -> Result<(), String> {
+        let wapp = workload.app();
+        if workloads::layout(&wapp) != workloads::layout(self.app) || wapp.name() != self.app.name() {
+            return Err(format!(
+                "--preload {} needs the application {:?}, this daemon serves {:?} (start styxd with --app {})",
+                workload.name(),
+                wapp.name(),
+                self.app.name(),
+                workload.name()
+            ));
+        }
+        let label = workloads::label(&workload);
+        let fresh = styx_runtime::preload::is_fresh(self.dir).map_err(|e| format!("preload: {e}"))?;
+        if !fresh {
+            let found = styx_runtime::preload::marker(self.dir).map_err(|e| format!("preload: {e}"))?;
+            if found.as_deref() == Some(label.as_str()) {
+                tracing::info!(preload = %label, "the data directory already holds this preload: recovering it");
+                return Ok(());
+            }
+            return Err(format!(
+                "--preload {label}: the data directory {} already holds {}; use an empty directory",
+                self.dir.root().display(),
+                found.map_or("other state".to_string(), |f| format!("the preload {f}"))
+            ));
+        }
+        let started = Instant::now();
+        tracing::info!(preload = %label, shards = self.shards, "preloading");
+        let load =
+            |emit: &mut dyn FnMut(styx_engine::OpId, styx_engine::Key, styx_engine::Value)| workload.load(&wapp, emit);
+        let done = styx_runtime::preload::write(self.dir, &wapp, self.shards, &label, &load)
+            .map_err(|e| format!("preload: {e}"))?;
+        tracing::info!(
+            preload = %label,
+            entities = done.entities,
+            snapshot_mb = done.bytes as f64 / (1024.0 * 1024.0),
+            streamed = done.streamed,
+            seconds = started.elapsed().as_secs_f64(),
+            "preloaded"
+        );
+        Ok(())
+    }
 }

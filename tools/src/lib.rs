@@ -4,3 +4,5 @@
 pub mod apps;
 pub mod daemon;
 pub mod remote;
+pub mod remote_workload;
+pub mod workloads;

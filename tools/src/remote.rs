@@ -85,7 +85,7 @@ async fn drive(r: Remote) -> Result<Report, String> {
     }
     let started = Instant::now();
     if r.load {
-        load(&conns, r.keys).await?;
+        deposit(&conns, r.keys).await?;
     }
     let load_s = started.elapsed().as_secs_f64();
     let shared = Rc::new(RefCell::new(Shared {
@@ -164,27 +164,32 @@ async fn drive(r: Remote) -> Result<Report, String> {
     while conns.iter().any(|c| c.in_flight() > 0) && drained.elapsed() < Duration::from_secs(10) {
         glommio::timer::sleep(Duration::from_millis(5)).await;
     }
-    let s = shared.borrow();
-    let mut report = Report {
-        workload: "ycsbt".into(),
-        mode: if r.rate.is_some() {
-            "open".into()
-        } else {
-            "closed".into()
-        },
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        offered_tps: r.rate,
-        in_flight: r.rate.is_none().then_some(r.in_flight * r.connections),
-        load_s,
-        warmup_s: r.warmup.as_secs_f64(),
-        duration_s: r.duration.as_secs_f64(),
-        committed: s.committed,
-        aborted: s.aborted,
-        failed: s.failed,
-        latency_us: Latency::of(&s.hist),
-        timeline_bucket_ms: 100,
-        timeline: s.timeline.iter().map(|(b, n)| (*b * 100, *n as f64 * 10.0)).collect(),
-        ..Report::default()
+    // The borrow ends before the next await (the tasks are done, but the
+    // borrow checker of RefCells cannot know).
+    let mut report = {
+        let s = shared.borrow();
+        Report {
+            workload: "ycsbt".into(),
+            mode: if r.rate.is_some() {
+                "open".into()
+            } else {
+                "closed".into()
+            },
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            offered_tps: r.rate,
+            in_flight: r.rate.is_none().then_some(r.in_flight * r.connections),
+            load_s,
+            warmup_s: r.warmup.as_secs_f64(),
+            duration_s: r.duration.as_secs_f64(),
+            committed: s.committed,
+            aborted: s.aborted,
+            failed: s.failed,
+            latency_us: Latency::of(&s.hist),
+            timeline_bucket_ms: 100,
+            timeline: s.timeline.iter().map(|(b, n)| (*b * 100, *n as f64 * 10.0)).collect(),
+            tps: s.committed as f64 / r.duration.as_secs_f64(),
+            ..Report::default()
+        }
     };
     report.parameters.insert("keys".into(), r.keys.into());
     report.parameters.insert("connect".into(), r.addr.clone().into());
@@ -193,8 +198,6 @@ async fn drive(r: Remote) -> Result<Report, String> {
     if let Some(z) = r.zipf {
         report.parameters.insert("zipf".into(), z.into());
     }
-    report.tps = s.committed as f64 / r.duration.as_secs_f64();
-    drop(s);
     if let Ok(status) = conns[0].status().await {
         report.shards = status.shards;
         report.tps_per_core = report.tps / f64::from(status.shards.max(1));
@@ -249,7 +252,7 @@ fn record(
 
 /// Deposits the start balance into every account, pipelined over all
 /// connections (exactly-once client, so a retry cannot double a deposit).
-async fn load(conns: &[Connection], keys: u64) -> Result<(), String> {
+pub async fn deposit(conns: &[Connection], keys: u64) -> Result<(), String> {
     let client = 0x10ad_0000_0000_0001;
     let mut tasks = Vec::new();
     for (i, conn) in conns.iter().enumerate() {

@@ -1,9 +1,12 @@
 //! `styx`: the command-line tool.
 //!
-//! `styx bench WORKLOAD` runs a benchmark in-process and prints its
-//! figures; `styx bench plot` draws them (see `bench_cmd`).
+//! `styx bench WORKLOAD` runs a benchmark (in-process, or against a
+//! daemon with `--connect`) and prints its figures; `styx bench plot` draws
+//! them (see `bench_cmd`). `call`, `get`, `status`, `repl` and `verify` talk
+//! to a running daemon; `inspect` reads a data directory (see `cli`).
 
 mod bench_cmd;
+mod cli;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -24,11 +27,32 @@ struct Cli {
 enum Command {
     /// Run a benchmark and print its figures.
     Bench(bench_cmd::BenchArgs),
+    /// Run one transaction: `styx call OP KEY FN [TYPE:VALUE…]`.
+    Call(cli::CallArgs),
+    /// Print one entity's state.
+    Get(cli::GetArgs),
+    /// Print the daemon's shards, epoch, rates, log and snapshot positions.
+    Status(cli::StatusArgs),
+    /// Read commands from stdin (call, get, status, ping) on one connection.
+    Repl(cli::ReplArgs),
+    /// Check a running daemon's invariants; exits non-zero on a violation.
+    Verify(cli::VerifyArgs),
+    /// Describe a log or snapshots and verify every checksum (offline).
+    Inspect {
+        #[command(subcommand)]
+        what: cli::InspectCommand,
+    },
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Bench(args) => bench_cmd::run(args),
+        Command::Call(args) => cli::call(args),
+        Command::Get(args) => cli::get(args),
+        Command::Status(args) => cli::status(args),
+        Command::Repl(args) => cli::repl(args),
+        Command::Verify(args) => cli::verify(args),
+        Command::Inspect { what } => cli::inspect(what),
     }
 }

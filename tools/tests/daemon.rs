@@ -16,6 +16,36 @@ fn styxd() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_styxd"))
 }
 
+/// Runs the `styx` CLI; returns its exit code and stdout.
+fn styx(args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(args)
+        .output()
+        .expect("styx runs");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    (out.status.code().unwrap_or(-1), format!("{stdout}{stderr}"))
+}
+
+/// Runs `styx repl` with `input` on stdin.
+fn styx_repl(addr: &str, input: &str) -> (i32, String) {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["repl", "--connect", addr])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("styx repl runs");
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap_or(-1), text)
+}
+
 fn balance_bytes(v: &[u8]) -> i64 {
     i64::from_le_bytes(v.try_into().expect("an i64 archive"))
 }
@@ -121,6 +151,79 @@ fn ycsbt_over_tcp_from_several_connections_keeps_every_balance_exact() {
     let metrics = d.http_get("/metrics");
     assert!(metrics.contains("styx_log_syncs_total"), "{metrics}");
     assert!(d.http_get("/health").contains("ok"));
+
+    // `styx verify` agrees, and notices money made out of thin air.
+    let total = (START * keys as i64).to_string();
+    let verify = [
+        "verify",
+        "ycsbt",
+        "--connect",
+        &d.addr,
+        "--keys",
+        "100",
+        "--total",
+        &total,
+    ];
+    let (code, out) = styx(&verify);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("ycsbt: consistent"), "{out}");
+    let (code, out) = styx(&["call", "--connect", &d.addr, "account", "5", "deposit", "i64:1"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = styx(&verify);
+    assert_eq!(code, 1, "a violated total fails verify: {out}");
+    assert!(out.contains(&format!("expected {total}")), "{out}");
+}
+
+#[test]
+fn the_cli_calls_reads_reports_and_runs_a_repl() {
+    let dir = data_dir("cli");
+    let d = Daemon::start(styxd(), &dir, &["--shards", "2"]);
+    let a = d.addr.as_str();
+    let (code, out) = styx(&["call", "--connect", a, "account", "1", "deposit", "i64:50"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("committed (tid "), "{out}");
+    let (code, out) = styx(&["call", "--connect", a, "account", "1", "transfer", "u64:2", "i64:20"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = styx(&["call", "--connect", a, "account", "1", "balance", "--as", "i64"]);
+    assert_eq!((code, out.trim_end().ends_with(": 30")), (0, true), "{out}");
+    // An abort by the function's own logic has its own exit status.
+    let (code, out) = styx(&["call", "--connect", a, "account", "1", "transfer", "u64:2", "i64:31"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("insufficient credit"), "{out}");
+    let (code, out) = styx(&["get", "--connect", a, "account", "2", "--as", "i64"]);
+    assert_eq!((code, out.trim()), (0, "20"), "{out}");
+    let (code, out) = styx(&["get", "--connect", a, "account", "999"]);
+    assert_eq!((code, out.trim()), (0, "(absent)"), "{out}");
+    // Bad input: clear errors, usage status 2, or the server's error.
+    let (code, out) = styx(&["call", "--connect", a, "account", "1", "deposit", "int:5"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("unknown type"), "{out}");
+    let (code, out) = styx(&["call", "--connect", a, "nope", "1", "deposit", "i64:5"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("nope"), "{out}");
+    let (code, out) = styx(&["call", "--connect", a, "account", "1", "deposit", "str:x"]);
+    assert_eq!(code, 1, "malformed arguments are an error: {out}");
+    let metrics = d.metrics.clone().expect("a metrics address");
+    let (code, out) = styx(&["status", "--connect", a, "--metrics", &metrics]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("shards      2"), "{out}");
+    assert!(out.contains("durable epoch"), "{out}");
+    let (code, out) = styx(&["status", "--connect", "127.0.0.1:1", "--timeout", "0.5"]);
+    assert_eq!(code, 1, "{out}");
+
+    let (code, out) = styx_repl(
+        a,
+        "call account 7 deposit i64:5\nget account 7 --as i64\ncall account 7 transfer u64:8 \"i64:9\"\nstatus\nquit\n",
+    );
+    assert_eq!(code, 0, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("committed"), "{out}");
+    assert_eq!(lines[1], "5", "{out}");
+    assert!(lines[2].contains("insufficient credit"), "{out}");
+    assert!(lines[3].starts_with("shards 2 epoch"), "{out}");
+    let (code, out) = styx_repl(a, "frobnicate\n");
+    assert_eq!(code, 1, "a failed line fails a piped session: {out}");
+    assert!(out.contains("unknown command"), "{out}");
 }
 
 #[test]
@@ -129,7 +232,7 @@ fn protocol_errors_get_their_codes_and_other_connections_keep_working() {
     let d = Daemon::start(styxd(), &dir, &["--shards", "2"]);
     load(&d, 4);
     let mut good = d.connect();
-    let mut healthy = |c: &mut Conn| {
+    let healthy = |c: &mut Conn| {
         let f = c.call(0, 0, "account", "balance", Key::from(1u64), Payload::EMPTY);
         assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
     };

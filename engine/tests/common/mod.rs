@@ -202,7 +202,7 @@ pub fn programs() -> Arc<App> {
                     let m = read_u64(&prog, &mut at);
                     let k = read_u64(&prog, &mut at);
                     let p = read_sub(&prog, &mut at);
-                    if acc.unsigned_abs() % m == 0 {
+                    if acc.unsigned_abs().is_multiple_of(m) {
                         let v = ctx.call::<i64>("node", k, "run", p).await?;
                         acc = acc.wrapping_mul(31).wrapping_add(v);
                     }
@@ -224,13 +224,13 @@ pub fn programs() -> Arc<App> {
                 }
                 b'A' => {
                     let m = read_u64(&prog, &mut at);
-                    if acc.unsigned_abs() % m == 0 {
+                    if acc.unsigned_abs().is_multiple_of(m) {
                         return Err(Abort::new(format!("acc {acc} divisible by {m}")));
                     }
                 }
                 b'P' => {
                     let m = read_u64(&prog, &mut at);
-                    if acc.unsigned_abs() % m == 0 {
+                    if acc.unsigned_abs().is_multiple_of(m) {
                         panic!("expected: acc {acc} divisible by {m}");
                     }
                 }

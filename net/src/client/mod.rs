@@ -71,10 +71,12 @@
 
 mod connection;
 mod error;
+mod scan;
 mod sync;
 
 pub use connection::{ConnectOptions, Connection, Stats};
 pub use error::Error;
+pub use scan::{DUMP_PARTITIONS_IN_FLIGHT_MAX, Page};
 
 use crate::error::ErrorCode;
 use crate::frame::{Request, Status};

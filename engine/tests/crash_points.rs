@@ -1,0 +1,596 @@
+//! Crash at every disk event: a seeded workload of cross-shard transfers by
+//! exactly-once clients (with retries of the same `(client, seq)`) runs in
+//! the simulator, whose disk journal ([`DiskEvent`]) records every log batch
+//! write, its fsync, every snapshot chunk and every manifest. For every
+//! boundary `k` of that journal the test crashes there and recovers fresh
+//! shards from what survives, then requires:
+//!
+//! - (a) every reply released before the crash is in the recovered state,
+//!   with the outcome the client saw;
+//! - (b) the recovered state is the serial execution of exactly the
+//!   transactions in the surviving log (the snapshot's epochs, then each
+//!   replayed epoch in the engine's serial order): whole epochs, whole
+//!   transactions — logged but unanswered ones may be in, never part of one;
+//! - (c) money is conserved;
+//! - (d) retrying a request whose outcome survived returns that outcome with
+//!   the same tid, applies nothing and sequences nothing.
+//!
+//! The disk model: only what was fsynced before `k` survives. The write in
+//! progress at `k` (a `LogWrite` not yet followed by its `LogSync`) is torn
+//! or lost; the WAL detects a torn record by its checksum and truncates it
+//! (proved byte by byte in `storage/tests/wal.rs`), so either way it is
+//! absent. A snapshot counts only once its manifest is written, and the
+//! manifest comes after every shard's file and every log through its epoch.
+//! Logs can end at different epochs: the epochs a shard lost replay empty
+//! there, as in `runtime::durable`.
+//!
+//! A failure prints the seed, the shard count and the crash event index.
+
+mod common;
+
+use common::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use styx_engine::rng::Rng;
+use styx_engine::sim::{DiskEvent, Sim, test_config};
+use styx_engine::{
+    App, Batch, ClientSeq, Config, Epoch, EpochRecord, Key, OpId, Outcome, Reply, Request, Serial, ShardId,
+    SnapshotChunk, Tid, Token, Value, serial_order,
+};
+
+const ACCOUNTS: u64 = 24;
+const START: i64 = 6;
+const CLIENTS: u64 = 6;
+/// Requests submitted per run (new ones, retries and client-less ones).
+const REQUESTS: u64 = 160;
+const SEEDS: u64 = 8;
+/// Per seed, how slow the disk is (see [`Sim::set_fsync_busy`]).
+const FSYNC_BUSY: [f64; SEEDS as usize] = [0.0, 0.5, 0.8, 0.95, 0.0, 0.3, 0.7, 0.9];
+
+type State = BTreeMap<(OpId, Key), Value>;
+
+/// What the live run left: the disk journal and everything the journal's
+/// events point at, plus the serial oracle's view of the whole run.
+struct Live {
+    app: Arc<App>,
+    config: Config,
+    shards: u16,
+    seed: u64,
+    initial: Vec<(OpId, Key, Value)>,
+    events: Vec<DiskEvent>,
+    batches: BTreeMap<(ShardId, Epoch), Batch>,
+    chunks: Vec<SnapshotChunk>,
+    /// Every released reply with the number of disk events before it.
+    released: Vec<(usize, Reply)>,
+    /// Token -> the request's client seq, if it had one.
+    tokens: HashMap<Token, Option<(u64, u64)>>,
+    /// Tid -> (epoch, batch time, request), for every logged transaction.
+    logged: HashMap<Tid, (Epoch, u64, Request)>,
+    /// The serial oracle on the live run: the state after each epoch
+    /// (0: the initial load) and every transaction's outcome.
+    state_after: BTreeMap<Epoch, State>,
+    outcome: HashMap<Tid, Outcome>,
+}
+
+fn account(k: u64) -> (OpId, Key) {
+    (OpId(0), Key::from(k))
+}
+
+fn with_client(mut r: Request, client: u64, seq: u64) -> Request {
+    r.client = Some(ClientSeq { client, seq, ack: 0 });
+    r
+}
+
+/// Runs the workload to the end on `shards` shards and checks it against
+/// the serial oracle.
+/// `fsync_busy`: see [`Sim::set_fsync_busy`].
+/// `snapshot_interval_us`: see [`Config::snapshot_interval_us`].
+fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64) -> Live {
+    let app = bank(8);
+    let mut config = test_config(8);
+    config.snapshot_interval_us = snapshot_interval_us;
+    config.epoch_gather_us = 30;
+    config.step_messages_max = [2, 8, 64][(seed % 3) as usize];
+    let mut rng = Rng::new(seed);
+    let mut sim = Sim::new(app.clone(), config.clone(), shards, seed);
+    sim.set_fsync_busy(fsync_busy);
+    let initial: Vec<(OpId, Key, Value)> = (0..ACCOUNTS)
+        .map(|k| {
+            let (op, key) = account(k);
+            (op, key, Value::encode(&START, &mut Default::default()).unwrap())
+        })
+        .collect();
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let mut sent: BTreeMap<(u64, u64), Request> = BTreeMap::new();
+    let mut next_seq = [1u64; CLIENTS as usize];
+    let mut tokens = HashMap::new();
+    let mut released = Vec::new();
+    for token in 0..REQUESTS {
+        let client = rng.below(CLIENTS);
+        let (request, key) = if rng.chance(0.1) {
+            let d = rng.below(ACCOUNTS);
+            let c = (d + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS;
+            (transfer(&app, d, c, 1 + rng.below(4) as i64), None)
+        } else if rng.chance(0.7) || next_seq[client as usize] == 1 {
+            let seq = next_seq[client as usize];
+            next_seq[client as usize] += 1;
+            let d = rng.below(ACCOUNTS);
+            let c = (d + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS;
+            let r = with_client(transfer(&app, d, c, 1 + rng.below(4) as i64), client, seq);
+            sent.insert((client, seq), r.clone());
+            (r, Some((client, seq)))
+        } else {
+            // A retry, of a request maybe still in flight.
+            let seq = 1 + rng.below(next_seq[client as usize] - 1);
+            (sent[&(client, seq)].clone(), Some((client, seq)))
+        };
+        tokens.insert(token, key);
+        let shard = rng.below(u64::from(shards)) as ShardId;
+        sim.submit(shard, token, request).unwrap();
+        for _ in 0..rng.below(40) {
+            sim.step();
+        }
+        released.append(&mut sim.take_replies_at());
+    }
+    sim.run();
+    released.append(&mut sim.take_replies_at());
+    assert_eq!(
+        released.len() as u64,
+        REQUESTS,
+        "seed {seed}, {shards} shards: every attempt answered"
+    );
+
+    let batches: BTreeMap<(ShardId, Epoch), Batch> = sim.logs().into_iter().map(|b| ((b.shard, b.epoch), b)).collect();
+    let mut logged = HashMap::new();
+    let mut by_client = BTreeMap::new();
+    for b in batches.values() {
+        for (tid, r) in &b.txns {
+            assert!(
+                logged.insert(*tid, (b.epoch, b.now_us, r.clone())).is_none(),
+                "tid {tid} logged twice"
+            );
+            if let Some(c) = r.client {
+                assert!(
+                    by_client.insert((c.client, c.seq), *tid).is_none(),
+                    "seed {seed}, {shards} shards: ({}, {}) sequenced twice",
+                    c.client,
+                    c.seq
+                );
+            }
+        }
+    }
+    let events = sim.disk_events().to_vec();
+    check_journal(&events, shards, seed);
+    assert!(
+        events
+            .iter()
+            .filter(|e| matches!(e, DiskEvent::Manifest { .. }))
+            .count()
+            >= 2,
+        "seed {seed}, {shards} shards: too few snapshots committed to test recovery from one"
+    );
+
+    // The serial oracle on the whole run.
+    let mut history: BTreeMap<Epoch, Vec<EpochRecord>> = BTreeMap::new();
+    for r in sim.take_history() {
+        history.entry(r.epoch).or_default().push(r);
+    }
+    let mut serial = Serial::new(app.clone(), config.limits);
+    for (op, k, v) in &initial {
+        serial.load(*op, k.clone(), Some(v.clone()));
+    }
+    let mut state_after = BTreeMap::from([(0, serial.snapshot())]);
+    let mut outcome = HashMap::new();
+    for (epoch, records) in &history {
+        assert_eq!(
+            *epoch,
+            state_after.len() as Epoch,
+            "seed {seed}: epochs are consecutive"
+        );
+        for tid in serial_order(records) {
+            let (e, now, request) = &logged[&tid];
+            assert_eq!(e, epoch, "seed {seed}: tid {tid} ran outside its epoch");
+            outcome.insert(tid, serial.execute(tid, *now, request));
+        }
+        state_after.insert(*epoch, serial.snapshot());
+    }
+    assert_eq!(
+        outcome.len(),
+        logged.len(),
+        "seed {seed}: every logged transaction ran once"
+    );
+    for (_, r) in &released {
+        assert_eq!(
+            Some(&r.outcome),
+            outcome.get(&r.tid),
+            "seed {seed}, {shards} shards: live reply of tid {} differs from serial execution",
+            r.tid
+        );
+    }
+    assert!(
+        *state_after.last_key_value().unwrap().1 == sim.state(),
+        "seed {seed}, {shards} shards: live state differs from serial execution"
+    );
+    Live {
+        app,
+        config,
+        shards,
+        seed,
+        initial,
+        events,
+        batches,
+        chunks: sim.take_snapshots(),
+        released,
+        tokens,
+        logged,
+        state_after,
+        outcome,
+    }
+}
+
+/// The journal is what a log task and a committer would write: per shard,
+/// each batch write is followed by its fsync, epochs in order; a manifest
+/// names a snapshot complete on every shard and logged everywhere.
+fn check_journal(events: &[DiskEvent], shards: u16, seed: u64) {
+    let mut synced = vec![0; shards as usize];
+    let mut files: BTreeMap<Epoch, u16> = BTreeMap::new();
+    let mut manifest = 0;
+    for (i, e) in events.iter().enumerate() {
+        match *e {
+            DiskEvent::LogWrite { shard, epoch } => {
+                assert_eq!(epoch, synced[shard as usize] + 1, "seed {seed}: event {i}");
+                assert_eq!(
+                    events.get(i + 1),
+                    Some(&DiskEvent::LogSync { shard, epoch }),
+                    "seed {seed}: event {i}"
+                );
+            }
+            DiskEvent::LogSync { shard, epoch } => synced[shard as usize] = epoch,
+            DiskEvent::Chunk { epoch, last, .. } => {
+                if last {
+                    *files.entry(epoch).or_default() += 1;
+                }
+            }
+            DiskEvent::Manifest { epoch } => {
+                assert!(epoch > manifest, "seed {seed}: event {i}");
+                assert_eq!(files.get(&epoch), Some(&shards), "seed {seed}: event {i}");
+                assert!(synced.iter().all(|s| *s >= epoch), "seed {seed}: event {i}");
+                manifest = epoch;
+            }
+        }
+    }
+}
+
+/// What one crash point exercised.
+#[derive(Default)]
+struct Counts {
+    crash_points: usize,
+    /// Recovered from a snapshot rather than from the initial load.
+    from_snapshot: usize,
+    /// Some shard's log lost an epoch another shard's log kept.
+    partial_epochs: usize,
+    /// Logged transactions recovered though their reply had not left.
+    unanswered_recovered: usize,
+    released_checked: usize,
+    retries_checked: usize,
+    /// The most epochs one recovery replayed after its snapshot.
+    replayed_epochs_max: u64,
+}
+
+/// Crashes after the first `k` disk events, recovers and checks (a)–(d).
+fn crash_at(live: &Live, k: usize, counts: &mut Counts) {
+    let (seed, shards) = (live.seed, live.shards);
+    let at = format!("seed {seed}, {shards} shards, crash at event {k}");
+    let before = &live.events[..k];
+
+    // What the disk holds.
+    let snapshot = before
+        .iter()
+        .filter_map(|e| match e {
+            DiskEvent::Manifest { epoch } => Some(*epoch),
+            _ => None,
+        })
+        .next_back()
+        .unwrap_or(0);
+    let mut synced: Vec<Epoch> = vec![0; shards as usize];
+    for e in before {
+        if let DiskEvent::LogSync { shard, epoch } = e {
+            synced[*shard as usize] = *epoch;
+        }
+    }
+    assert!(synced.iter().all(|s| *s >= snapshot), "{at}: a manifest ahead of a log");
+    let survived: Vec<Batch> = (0..shards)
+        .flat_map(|s| (snapshot + 1..=synced[s as usize]).map(move |e| (s, e)))
+        .map(|key| {
+            live.batches
+                .get(&key)
+                .unwrap_or_else(|| panic!("{at}: no batch {key:?}"))
+                .clone()
+        })
+        .collect();
+    let last = synced.iter().copied().max().unwrap();
+    let complete = synced.iter().copied().min().unwrap();
+
+    // Recover: the snapshot, then the logs after it.
+    let mut rec = Sim::new(
+        live.app.clone(),
+        live.config.clone(),
+        shards,
+        seed * 1_000_003 + k as u64,
+    );
+    if snapshot == 0 {
+        for (op, key, v) in &live.initial {
+            rec.load(*op, key, Some(v.clone()));
+        }
+    } else {
+        counts.from_snapshot += 1;
+        let mut entities: Vec<State> = vec![State::new(); shards as usize];
+        let mut metas: Vec<Option<&[u8]>> = vec![None; shards as usize];
+        for e in before {
+            let DiskEvent::Chunk { index, epoch, .. } = e else {
+                continue;
+            };
+            if *epoch > snapshot {
+                continue;
+            }
+            let c = &live.chunks[*index];
+            let s = &mut entities[c.shard as usize];
+            for (op, key, v) in &c.entries {
+                match v {
+                    Some(v) => s.insert((*op, key.clone()), v.clone()),
+                    None => s.remove(&(*op, key.clone())),
+                };
+            }
+            if c.last && c.epoch == snapshot {
+                metas[c.shard as usize] = Some(&c.meta);
+            }
+        }
+        for (i, (entities, meta)) in entities.into_iter().zip(metas).enumerate() {
+            let shard = rec.shard_mut(i as ShardId);
+            for ((op, key), v) in entities {
+                shard.load_snapshot_entity(op, &key, v);
+            }
+            let meta = meta.unwrap_or_else(|| panic!("{at}: manifest without shard {i}'s file"));
+            assert_eq!(shard.restore(meta).unwrap(), snapshot, "{at}");
+        }
+    }
+    rec.replay(survived.clone());
+    rec.run();
+    // The logs agree again: a shard that lost epochs others kept logs them
+    // anew (empty) as it runs them, so every log holds every epoch once.
+    for s in 0..shards {
+        let relogged: Vec<(Epoch, usize)> = rec
+            .logs()
+            .iter()
+            .filter(|b| b.shard == s)
+            .map(|b| (b.epoch, b.txns.len()))
+            .collect();
+        let lost: Vec<(Epoch, usize)> = (synced[s as usize] + 1..=last).map(|e| (e, 0)).collect();
+        assert_eq!(relogged, lost, "{at}: shard {s} after recovery logged");
+    }
+    let recovered_replies: HashMap<Tid, Outcome> = rec
+        .take_replies()
+        .into_iter()
+        .map(|r| {
+            assert_eq!(r.token, r.tid, "{at}: a replayed transaction answers its own tid");
+            (r.tid, r.outcome)
+        })
+        .collect();
+
+    // (b) The serial oracle: the snapshot's epochs, then each replayed epoch
+    // in the recovered run's serial order, over exactly the surviving log.
+    let mut history: BTreeMap<Epoch, Vec<EpochRecord>> = BTreeMap::new();
+    for r in rec.take_history() {
+        history.entry(r.epoch).or_default().push(r);
+    }
+    assert_eq!(
+        history.keys().copied().collect::<Vec<_>>(),
+        (snapshot + 1..=last).collect::<Vec<_>>(),
+        "{at}: recovery ran exactly the logged epochs after the snapshot"
+    );
+    let survived_tids: BTreeSet<Tid> = survived.iter().flat_map(|b| b.txns.iter().map(|(t, _)| *t)).collect();
+    let mut serial = Serial::new(live.app.clone(), live.config.limits);
+    for ((op, key), v) in &live.state_after[&snapshot] {
+        serial.load(*op, key.clone(), Some(v.clone()));
+    }
+    let mut outcome: HashMap<Tid, Outcome> = HashMap::new();
+    for (epoch, records) in &history {
+        for tid in serial_order(records) {
+            assert!(survived_tids.contains(&tid), "{at}: tid {tid} ran but was not logged");
+            let (e, now, request) = &live.logged[&tid];
+            assert_eq!(e, epoch, "{at}: tid {tid} ran outside its epoch");
+            let expected = serial.execute(tid, *now, request);
+            assert_eq!(
+                recovered_replies.get(&tid),
+                Some(&expected),
+                "{at}: recovered reply of tid {tid} (epoch {epoch}) differs from serial execution"
+            );
+            if *epoch <= complete {
+                // Every shard kept this epoch: it replays as it ran.
+                assert_eq!(
+                    live.outcome.get(&tid),
+                    Some(&expected),
+                    "{at}: tid {tid} of complete epoch {epoch} changed outcome on replay"
+                );
+            }
+            outcome.insert(tid, expected);
+        }
+    }
+    assert_eq!(
+        outcome.len(),
+        survived_tids.len(),
+        "{at}: every logged transaction ran once, nothing else"
+    );
+    assert_eq!(
+        recovered_replies.len(),
+        survived_tids.len(),
+        "{at}: one reply per replayed transaction"
+    );
+    let state = rec.state();
+    if state != serial.snapshot() {
+        let expected = serial.snapshot();
+        let diffs: Vec<String> = expected
+            .keys()
+            .chain(state.keys())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .filter(|key| expected.get(key) != state.get(key))
+            .map(|key| {
+                format!(
+                    "{key:?}: serial {:?}, recovered {:?}",
+                    expected.get(key),
+                    state.get(key)
+                )
+            })
+            .collect();
+        panic!(
+            "{at}: recovered state differs from serial execution:\n{}",
+            diffs.join("\n")
+        );
+    }
+    if last > complete {
+        counts.partial_epochs += 1;
+    }
+    counts.replayed_epochs_max = counts.replayed_epochs_max.max(last - snapshot);
+
+    // (a) Every reply released before the crash survived, as the client saw it.
+    let mut answered = BTreeSet::new();
+    for (released_at, r) in &live.released {
+        if *released_at > k {
+            continue;
+        }
+        counts.released_checked += 1;
+        answered.insert(r.tid);
+        let (epoch, _, _) = live.logged[&r.tid];
+        assert!(
+            epoch <= complete,
+            "{at}: tid {} of epoch {epoch} was answered but its log is durable only through {synced:?}",
+            r.tid
+        );
+        let survived_as = if epoch <= snapshot {
+            live.outcome.get(&r.tid)
+        } else {
+            outcome.get(&r.tid)
+        };
+        assert_eq!(
+            survived_as,
+            Some(&r.outcome),
+            "{at}: answered tid {} (epoch {epoch}) lost or changed",
+            r.tid
+        );
+    }
+    counts.unanswered_recovered += survived_tids.difference(&answered).count();
+
+    // (c) Money is conserved.
+    let total: i64 = (0..ACCOUNTS)
+        .map(|a| {
+            let b = state.get(&account(a)).map(balance_of).unwrap_or(0);
+            assert!(b >= 0, "{at}: account {a} overdrawn: {b}");
+            b
+        })
+        .sum();
+    assert_eq!(total, ACCOUNTS as i64 * START, "{at}: money not conserved");
+
+    // (d) Retries after recovery: every request whose outcome survived
+    // (answered or not) gets it back, with its tid, and nothing runs.
+    let mut expect: HashMap<Token, (Tid, Outcome)> = HashMap::new();
+    let mut token = 0;
+    let mut rng = Rng::new(seed ^ ((k as u64) << 20));
+    let survived_requests = live
+        .logged
+        .iter()
+        .filter(|(tid, (epoch, _, _))| *epoch <= snapshot || survived_tids.contains(tid));
+    for (tid, (epoch, _, request)) in survived_requests {
+        if request.client.is_none() {
+            continue;
+        }
+        let o = if *epoch <= snapshot {
+            &live.outcome[tid]
+        } else {
+            &outcome[tid]
+        };
+        expect.insert(token, (*tid, o.clone()));
+        rec.submit(rng.below(u64::from(shards)) as ShardId, token, request.clone())
+            .unwrap();
+        token += 1;
+        for _ in 0..rng.below(4) {
+            rec.step();
+        }
+    }
+    let logged_before = rec.logs().len();
+    rec.run();
+    let replies = rec.take_replies();
+    assert_eq!(replies.len(), expect.len(), "{at}: every retry answered");
+    for r in replies {
+        assert_eq!(
+            (r.tid, r.outcome),
+            expect[&r.token].clone(),
+            "{at}: retry {token} after recovery",
+            token = r.token
+        );
+    }
+    counts.retries_checked += expect.len();
+    assert!(
+        rec.logs()[logged_before..].iter().all(|b| b.txns.is_empty()),
+        "{at}: a retry after recovery was sequenced again"
+    );
+    assert!(rec.state() == state, "{at}: a retry after recovery changed the state");
+    counts.crash_points += 1;
+}
+
+fn crash_everywhere(shards: u16) {
+    for i in 0..SEEDS {
+        let seed = i * 10 + u64::from(shards);
+        let live = live_run(shards, seed, FSYNC_BUSY[i as usize], [250, 1_500][i as usize / 4]);
+        let mut counts = Counts::default();
+        for k in 0..=live.events.len() {
+            crash_at(&live, k, &mut counts);
+        }
+        let retried_live =
+            live.tokens.values().flatten().count() - live.logged.values().filter(|l| l.2.client.is_some()).count();
+        println!(
+            "seed {seed}, {shards} shards: {} crash points ({} from a snapshot, {} with a partial epoch), \
+             up to {} epochs replayed, {} released replies and {} retries checked, \
+             {} logged-unanswered recoveries, {} live retries",
+            counts.crash_points,
+            counts.from_snapshot,
+            counts.partial_epochs,
+            counts.replayed_epochs_max,
+            counts.released_checked,
+            counts.retries_checked,
+            counts.unanswered_recovered,
+            retried_live,
+        );
+        assert!(
+            counts.from_snapshot > 0,
+            "seed {seed}: no crash recovered from a snapshot"
+        );
+        if shards > 1 {
+            assert!(
+                counts.partial_epochs > 0,
+                "seed {seed}: no crash split an epoch across logs"
+            );
+        }
+        assert!(
+            counts.unanswered_recovered > 0,
+            "seed {seed}: no logged-unanswered transaction recovered"
+        );
+    }
+}
+
+#[test]
+fn crash_at_every_disk_event_one_shard() {
+    crash_everywhere(1);
+}
+
+#[test]
+fn crash_at_every_disk_event_two_shards() {
+    crash_everywhere(2);
+}
+
+#[test]
+fn crash_at_every_disk_event_three_shards() {
+    crash_everywhere(3);
+}

@@ -1,0 +1,123 @@
+//! The built-in `__scan`: paging through a partition covers each of its
+//! entities exactly once, in key order, with their state's bytes, and reads
+//! like any transaction (it sees the writes committed before it).
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use styx_engine::sim::{Sim, test_config};
+use styx_engine::{Address, Key, OpId, Outcome, Payload, Request, SCAN_FUNCTION, SCAN_LIMIT_MAX, Value};
+
+type Page = (Vec<(Vec<u8>, Vec<u8>)>, bool);
+
+/// Runs one `__scan` of `partition` and returns its page.
+fn scan(sim: &mut Sim, token: u64, partition: u32, after: Option<Vec<u8>>, limit: u32) -> Page {
+    let app = bank(PARTITIONS);
+    let request = Request {
+        function: app
+            .resolve("account", SCAN_FUNCTION)
+            .expect("every operator has __scan"),
+        address: Address::Partition(partition),
+        args: Payload::encode(&(after, limit)),
+        client: None,
+    };
+    let shard = (token % u64::from(sim.n_shards())) as u16;
+    sim.submit(shard, token, request).unwrap();
+    sim.run();
+    let replies = sim.take_replies();
+    assert_eq!(replies.len(), 1);
+    match &replies[0].outcome {
+        Outcome::Committed(result) => result.decode::<Page>().expect("a page"),
+        Outcome::Aborted(a) => panic!("__scan aborted: {a}"),
+    }
+}
+
+/// Every entity of `partition`, page by page.
+fn dump(sim: &mut Sim, token: &mut u64, partition: u32, limit: u32) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut all = Vec::new();
+    let mut after = None;
+    loop {
+        *token += 1;
+        let (page, more) = scan(sim, *token, partition, after.clone(), limit);
+        assert!(page.len() <= limit.clamp(1, SCAN_LIMIT_MAX) as usize);
+        if let Some(last) = page.last() {
+            after = Some(last.0.clone());
+        }
+        assert!(!more || !page.is_empty(), "an empty page says more follow");
+        all.extend(page);
+        if !more {
+            return all;
+        }
+    }
+}
+
+const PARTITIONS: u32 = 4;
+
+fn loaded(shards: u16, accounts: u64, seed: u64) -> (Sim, BTreeMap<(OpId, Key), Value>) {
+    let app = bank(PARTITIONS);
+    let mut sim = Sim::new(app, test_config(100), shards, seed);
+    for k in 0..accounts {
+        let v = Value::encode(&(k as i64 * 3), &mut Default::default()).unwrap();
+        sim.load(OpId(0), &Key::from(k), Some(v));
+    }
+    let state = sim.state();
+    (sim, state)
+}
+
+#[test]
+fn pages_cover_every_partition_exactly_once_in_key_order() {
+    for (seed, shards, limit) in [(1, 1, 7), (2, 2, 1), (3, 3, 64), (4, 2, 10_000), (5, 2, 0)] {
+        let accounts = 500;
+        let (mut sim, state) = loaded(shards, accounts, seed);
+        let mut token = 0;
+        let mut seen = BTreeMap::new();
+        for p in 0..PARTITIONS {
+            let rows = dump(&mut sim, &mut token, p, limit);
+            assert!(
+                rows.windows(2).all(|w| w[0].0 < w[1].0),
+                "partition {p}: keys not strictly increasing"
+            );
+            for (k, v) in rows {
+                let key = Key::from_bytes(&k);
+                assert_eq!(key.partition(PARTITIONS), p, "key {key} paged from the wrong partition");
+                assert!(seen.insert(key, v).is_none(), "a key paged twice");
+            }
+        }
+        assert_eq!(seen.len(), state.len(), "seed {seed}: every entity paged");
+        for ((_, key), value) in &state {
+            assert_eq!(seen[key], value.to_vec(), "the bytes of {key}");
+        }
+    }
+}
+
+#[test]
+fn a_scan_sees_the_writes_committed_before_it() {
+    let (mut sim, _) = loaded(2, 50, 9);
+    let app = bank(PARTITIONS);
+    let request = Request {
+        function: app.resolve("account", "deposit").unwrap(),
+        address: Address::Entity(Key::from(1_000u64)),
+        args: Payload::encode(&42i64),
+        client: None,
+    };
+    sim.submit(0, 1, request).unwrap();
+    sim.run();
+    assert_eq!(sim.take_replies().len(), 1);
+    let partition = Key::from(1_000u64).partition(PARTITIONS);
+    let mut token = 10;
+    let rows = dump(&mut sim, &mut token, partition, 3);
+    let key = Key::from(1_000u64);
+    let found = rows
+        .iter()
+        .find(|(k, _)| k.as_slice() == key.as_bytes())
+        .expect("the new account");
+    assert_eq!(Value::from_bytes(&found.1).decode::<i64>().unwrap(), 42);
+}
+
+#[test]
+fn every_operator_has_scan_as_a_partition_function() {
+    let app = bank(PARTITIONS);
+    let f = app.resolve("account", SCAN_FUNCTION).unwrap();
+    assert_eq!(app.function_info(f).kind(), styx_engine::FnKind::Partition);
+}

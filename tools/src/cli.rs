@@ -1,0 +1,809 @@
+//! `styx call | get | status | repl | verify | inspect`: talking to a
+//! running daemon, and reading a data directory without one.
+//!
+//! Arguments and results use the engine's encoding (little-endian
+//! integers, length-prefixed strings and byte strings, tuples concatenated),
+//! written on the command line as `TYPE:VALUE`:
+//!
+//! ```text
+//! styx call account 7 transfer u64:9 i64:25     # (creditor, amount)
+//! styx call hotel partition:3 search str:paris  # a partition function
+//! styx get account 7 --as i64
+//! ```
+//!
+//! Exit status: 0 when the call committed (or the check passed), 1 on an
+//! error (connection, protocol, a violated invariant, a damaged file),
+//! 2 on bad usage, 3 when the transaction aborted by its own logic (an
+//! abort for bad arguments, a panic or a limit is an error: 1).
+
+use clap::{Args, Subcommand};
+use std::future::Future;
+use std::io::{BufRead, IsTerminal, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+use styx_engine::{Address, Key, Payload};
+use styx_net::client::{Client, ConnectOptions, Error as ClientError, Options, Outcome};
+use styx_tools::workloads::{Knobs, Name};
+
+/// Exit status of a call that aborted by its own logic.
+const EXIT_ABORTED: u8 = 3;
+
+/// Where the daemon is and how long to wait for it.
+#[derive(Args, Clone)]
+pub struct Connect {
+    /// The daemon's client address.
+    #[arg(long, default_value = "127.0.0.1:7400", env = "STYX_CONNECT")]
+    connect: String,
+    /// Seconds a command may take, retries included.
+    #[arg(long, default_value_t = 10.0)]
+    timeout: f64,
+}
+
+#[derive(Args)]
+pub struct CallArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// The operator (entity type), e.g. `account`.
+    operator: String,
+    /// The entity's key (`u64:N` or a bare number, `str:TEXT` or bare
+    /// text, `hex:BYTES`), or `partition:N` for a partition function.
+    key: String,
+    /// The function's name.
+    function: String,
+    /// Arguments as `TYPE:VALUE`, concatenated in order (see `styx call
+    /// --help`): i8 … i64, u8 … u64, f32, f64, bool, str, bytes (hex, with a
+    /// length), raw (hex, no length). A bare integer is an i64.
+    #[arg(allow_hyphen_values = true)]
+    args: Vec<String>,
+    /// Decode the result as these types (comma-separated, e.g. `i64` or
+    /// `u64,str`); without it the result is printed as hex.
+    #[arg(long = "as")]
+    returns: Option<String>,
+}
+
+#[derive(Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// The operator.
+    operator: String,
+    /// The entity's key (as for `styx call`).
+    key: String,
+    /// Decode the state as these types (comma-separated).
+    #[arg(long = "as")]
+    returns: Option<String>,
+}
+
+#[derive(Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// The daemon's metrics address, for log and snapshot positions
+    /// (skipped when unreachable).
+    #[arg(long, default_value = "127.0.0.1:7401")]
+    metrics: String,
+}
+
+#[derive(Args)]
+pub struct ReplArgs {
+    #[command(flatten)]
+    connect: Connect,
+}
+
+#[derive(Args)]
+pub struct VerifyArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// ycsbt: the total is conserved and no balance is negative; tpcc: the
+    /// four consistency conditions; movie: every review in both lists
+    /// exactly once; travel: no overbooking.
+    workload: Name,
+    /// The knobs the daemon's state was loaded with (`styxd --preload`).
+    #[command(flatten)]
+    knobs: Knobs,
+    /// ycsbt: the expected total when the accounts did not start at the
+    /// start balance; then accounts 0..KEYS are read one by one.
+    #[arg(long)]
+    total: Option<i64>,
+}
+
+#[derive(Subcommand)]
+pub enum InspectCommand {
+    /// The input log: segments, epochs, transactions; every checksum verified.
+    Log {
+        /// A data directory, its `wal/` directory or one segment file.
+        path: PathBuf,
+    },
+    /// The snapshots: manifests, files, entities; every checksum verified.
+    Snapshot {
+        /// A data directory, its `snapshot/` directory or one snapshot file.
+        path: PathBuf,
+    },
+}
+
+/// Runs `body` on a client executor of its own.
+fn on_client<T: Send + 'static, F, Fut>(body: F) -> Result<T, String>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = Result<T, String>> + 'static,
+{
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .name("styx-cli")
+        .spawn(move || async move { body().await })
+        .map_err(|e| format!("cannot start the client executor: {e}"))?
+        .join()
+        .map_err(|e| format!("client executor: {e}"))?
+}
+
+fn client(c: &Connect) -> Result<Client, String> {
+    if !(c.timeout > 0.0 && c.timeout.is_finite()) {
+        return Err(format!("--timeout must be positive, got {}", c.timeout));
+    }
+    let options = Options {
+        connect: ConnectOptions {
+            name: "styx cli".into(),
+            ..ConnectOptions::default()
+        },
+        timeout: Duration::from_secs_f64(c.timeout),
+        ..Options::default()
+    };
+    Client::new(c.connect.as_str(), options).map_err(|e| format!("{}: {e}", c.connect))
+}
+
+fn finish(result: Result<ExitCode, String>) -> ExitCode {
+    result.unwrap_or_else(|message| {
+        eprintln!("error: {message}");
+        ExitCode::FAILURE
+    })
+}
+
+/// `styx call`.
+pub fn call(a: CallArgs) -> ExitCode {
+    let parsed = (|| {
+        let target = parse_target(&a.key)?;
+        let args = parse_args(&a.args)?;
+        let returns = a.returns.as_deref().map(parse_types).transpose()?;
+        Ok::<_, String>((target, args, returns))
+    })();
+    let (target, args, returns) = match parsed {
+        Ok(p) => p,
+        Err(e) => return usage(&e),
+    };
+    finish(on_client(move || async move {
+        let client = client(&a.connect)?;
+        let outcome = client.call_address(&a.operator, target, &a.function, args).await;
+        Ok(print_outcome(outcome, returns.as_deref()))
+    }))
+}
+
+fn print_outcome(outcome: Result<Outcome, ClientError>, returns: Option<&[Type]>) -> ExitCode {
+    match outcome {
+        Ok(Outcome::Committed { tid, result: value }) => {
+            println!("committed (tid {tid}): {}", show(value.as_bytes(), returns));
+            ExitCode::SUCCESS
+        }
+        Ok(Outcome::Aborted { tid, abort }) => {
+            println!("aborted (tid {tid}): {:?}: {}", abort.kind(), abort.message());
+            // Only the function's own verdict is an outcome; bad arguments,
+            // a panic or a limit are the caller's or the code's error.
+            if abort.kind() == styx_engine::AbortKind::User {
+                ExitCode::from(EXIT_ABORTED)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            if e.outcome_unknown() {
+                eprintln!("the call may or may not have committed");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `styx get`.
+pub fn get(a: GetArgs) -> ExitCode {
+    let parsed = (|| {
+        let key = match parse_target(&a.key)? {
+            Address::Entity(k) => k,
+            Address::Partition(_) => return Err("get reads one entity; give its key".to_string()),
+        };
+        let returns = a.returns.as_deref().map(parse_types).transpose()?;
+        Ok((key, returns))
+    })();
+    let (key, returns) = match parsed {
+        Ok(p) => p,
+        Err(e) => return usage(&e),
+    };
+    finish(on_client(move || async move {
+        let client = client(&a.connect)?;
+        match client.get(&a.operator, key).await.map_err(|e| e.to_string())? {
+            None => println!("(absent)"),
+            Some(bytes) => println!("{}", show(&bytes, returns.as_deref())),
+        }
+        Ok(ExitCode::SUCCESS)
+    }))
+}
+
+/// `styx status`.
+pub fn status(a: StatusArgs) -> ExitCode {
+    let connect = a.connect.clone();
+    let code = finish(on_client(move || async move {
+        let client = client(&connect)?;
+        let s = client.status().await.map_err(|e| e.to_string())?;
+        let ping = client.ping().await.map_err(|e| e.to_string())?;
+        println!("server      {}", connect.connect);
+        println!("shards      {}", s.shards);
+        println!("epoch       {}", s.epoch);
+        println!("uptime      {:.1} s", s.uptime_ms as f64 / 1000.0);
+        println!("committed   {} ({}/s)", s.committed, s.committed_per_s);
+        println!("aborted     {} ({}/s)", s.aborted, s.aborted_per_s);
+        println!("epochs/s    {}", s.epochs_per_s);
+        println!("connections {} ({} requests in flight)", s.connections, s.in_flight);
+        println!("round trip  {} µs", ping.as_micros());
+        Ok(ExitCode::SUCCESS)
+    }));
+    // Positions live on the metrics endpoint; a daemon started without one
+    // only loses these lines.
+    if code == ExitCode::SUCCESS {
+        match scrape(&a.metrics) {
+            Ok(text) => print_positions(&text),
+            Err(e) => eprintln!("(no log and snapshot positions: {e})"),
+        }
+    }
+    code
+}
+
+/// GET /metrics over plain HTTP/1.0.
+fn scrape(addr: &str) -> Result<String, String> {
+    let sock = addr
+        .parse::<std::net::SocketAddr>()
+        .map_err(|e| format!("metrics address {addr}: {e}"))?;
+    let mut s = TcpStream::connect_timeout(&sock, Duration::from_secs(2)).map_err(|e| format!("{addr}: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: styx\r\n\r\n")
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).map_err(|e| format!("{addr}: {e}"))?;
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    Ok(body.to_string())
+}
+
+/// Per-shard values of one metric, from the Prometheus text.
+fn per_shard(text: &str, name: &str) -> Vec<(String, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix(name)?;
+            let rest = rest.strip_prefix("{shard=\"")?;
+            let (shard, rest) = rest.split_once("\"}")?;
+            Some((shard.to_string(), rest.trim().to_string()))
+        })
+        .collect()
+}
+
+fn print_positions(text: &str) {
+    for (label, name) in [
+        ("durable epoch", "styx_log_durable_epoch"),
+        ("log bytes", "styx_log_bytes_total"),
+        ("snapshot epoch", "styx_snapshot_epoch"),
+        ("re-executed", "styx_transactions_reexecuted_total"),
+    ] {
+        let values = per_shard(text, name);
+        if !values.is_empty() {
+            let shown: Vec<String> = values.iter().map(|(s, v)| format!("{s}:{v}")).collect();
+            println!("{label:<15} {}", shown.join("  "));
+        }
+    }
+}
+
+/// `styx verify`.
+pub fn verify(a: VerifyArgs) -> ExitCode {
+    let errors = match (a.workload, a.total) {
+        (Name::Ycsbt, Some(expected)) => {
+            let keys = a.knobs.keys.unwrap_or(styx_tools::workloads::KEYS_DEFAULT);
+            let connect = a.connect.clone();
+            on_client(move || async move {
+                let client = client(&connect)?;
+                let conn = client.connection().await.map_err(|e| e.to_string())?;
+                let (mut errors, total) = styx_tools::remote::verify(&conn, keys).await?;
+                if total != expected {
+                    errors.push(format!("the total is {total}, expected {expected}"));
+                }
+                Ok(errors)
+            })
+        }
+        (_, Some(_)) => return usage("--total is for ycsbt"),
+        (name, None) => styx_tools::remote_workload::verify(name.as_str(), &a.connect.connect, &a.knobs),
+    };
+    match errors {
+        Ok(errors) if errors.is_empty() => {
+            println!("{}: consistent", a.workload.as_str());
+            ExitCode::SUCCESS
+        }
+        Ok(errors) => {
+            for e in &errors {
+                println!("violation: {e}");
+            }
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `styx inspect`.
+pub fn inspect(command: InspectCommand) -> ExitCode {
+    let clean = match command {
+        InspectCommand::Log { path } => styx_storage::inspect::log(&path).map(|r| {
+            print!("{r}");
+            r.is_clean()
+        }),
+        InspectCommand::Snapshot { path } => styx_storage::inspect::snapshot(&path).map(|r| {
+            print!("{r}");
+            r.is_clean()
+        }),
+    };
+    match clean {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => {
+            eprintln!("damage found (see above)");
+            ExitCode::FAILURE
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `styx repl`: one exactly-once client for the whole session.
+pub fn repl(a: ReplArgs) -> ExitCode {
+    let connect = a.connect.clone();
+    finish(on_client(move || async move {
+        let client = client(&connect)?;
+        let stdin = std::io::stdin();
+        let interactive = stdin.is_terminal();
+        if interactive {
+            println!(
+                "styx repl on {} (client {:#x}); `help` lists commands",
+                connect.connect,
+                client.id()
+            );
+        }
+        let mut lines = stdin.lock().lines();
+        let mut failed = false;
+        loop {
+            if interactive {
+                print!("styx> ");
+                std::io::stdout().flush().ok();
+            }
+            let Some(line) = lines.next() else { break };
+            let line = line.map_err(|e| format!("stdin: {e}"))?;
+            let words = match split_words(&line) {
+                Ok(w) => w,
+                Err(e) => {
+                    println!("error: {e}");
+                    failed = true;
+                    continue;
+                }
+            };
+            match repl_line(&client, &words).await {
+                Ok(true) => {}
+                Ok(false) => break,
+                Err(e) => {
+                    println!("error: {e}");
+                    failed = true;
+                }
+            }
+        }
+        // Piped input: a failed line fails the run, so scripts notice.
+        Ok(if failed && !interactive {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        })
+    }))
+}
+
+const REPL_HELP: &str = "\
+call OP KEY FN [TYPE:VALUE…] [--as TYPES]   run one transaction
+get OP KEY [--as TYPES]                     read one entity
+status                                      the engine's counters
+ping                                        a round trip
+help | quit";
+
+/// Runs one repl line; `Ok(false)` ends the session.
+async fn repl_line(client: &Client, words: &[String]) -> Result<bool, String> {
+    let (words, returns) = match words.iter().position(|w| w == "--as") {
+        Some(i) => {
+            let types = words.get(i + 1).ok_or("--as needs types")?;
+            let mut rest = words[..i].to_vec();
+            rest.extend_from_slice(&words[i + 2..]);
+            (rest, Some(parse_types(types)?))
+        }
+        None => (words.to_vec(), None),
+    };
+    match words.first().map(String::as_str) {
+        None => {}
+        Some("quit" | "exit") => return Ok(false),
+        Some("help") => println!("{REPL_HELP}"),
+        Some("call") => {
+            let [_, op, key, function, args @ ..] = words.as_slice() else {
+                return Err("usage: call OP KEY FN [TYPE:VALUE…]".into());
+            };
+            let outcome = client
+                .call_address(op, parse_target(key)?, function, parse_args(args)?)
+                .await;
+            match outcome {
+                Ok(Outcome::Committed { tid, result: value }) => {
+                    println!("committed (tid {tid}): {}", show(value.as_bytes(), returns.as_deref()));
+                }
+                Ok(Outcome::Aborted { tid, abort }) => {
+                    println!("aborted (tid {tid}): {:?}: {}", abort.kind(), abort.message());
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Some("get") => {
+            let [_, op, key] = words.as_slice() else {
+                return Err("usage: get OP KEY".into());
+            };
+            let Address::Entity(key) = parse_target(key)? else {
+                return Err("get reads one entity; give its key".into());
+            };
+            match client.get(op, key).await.map_err(|e| e.to_string())? {
+                None => println!("(absent)"),
+                Some(bytes) => println!("{}", show(&bytes, returns.as_deref())),
+            }
+        }
+        Some("status") => {
+            let s = client.status().await.map_err(|e| e.to_string())?;
+            println!(
+                "shards {} epoch {} committed {} ({}/s) aborted {} connections {}",
+                s.shards, s.epoch, s.committed, s.committed_per_s, s.aborted, s.connections
+            );
+        }
+        Some("ping") => {
+            let rtt = client.ping().await.map_err(|e| e.to_string())?;
+            println!("{} µs", rtt.as_micros());
+        }
+        Some(other) => return Err(format!("unknown command `{other}`; `help` lists them")),
+    }
+    Ok(true)
+}
+
+/// Splits a line on whitespace; double quotes group words.
+fn split_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for c in line.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    words.push(std::mem::take(&mut word));
+                    any = false;
+                }
+            }
+            c => {
+                word.push(c);
+                any = true;
+            }
+        }
+    }
+    if quoted {
+        return Err("unclosed quote".into());
+    }
+    if any {
+        words.push(word);
+    }
+    Ok(words)
+}
+
+fn usage(message: &str) -> ExitCode {
+    eprintln!("error: {message}");
+    ExitCode::from(2)
+}
+
+/// A type on the command line.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Type {
+    I8,
+    I16,
+    I32,
+    I64,
+    U8,
+    U16,
+    U32,
+    U64,
+    F32,
+    F64,
+    Bool,
+    Str,
+    Bytes,
+    Raw,
+}
+
+impl Type {
+    fn parse(name: &str) -> Result<Type, String> {
+        Ok(match name {
+            "i8" => Type::I8,
+            "i16" => Type::I16,
+            "i32" => Type::I32,
+            "i64" => Type::I64,
+            "u8" => Type::U8,
+            "u16" => Type::U16,
+            "u32" => Type::U32,
+            "u64" => Type::U64,
+            "f32" => Type::F32,
+            "f64" => Type::F64,
+            "bool" => Type::Bool,
+            "str" => Type::Str,
+            "bytes" => Type::Bytes,
+            "raw" => Type::Raw,
+            _ => {
+                return Err(format!(
+                    "unknown type `{name}`: use i8…i64, u8…u64, f32, f64, bool, str, bytes or raw"
+                ));
+            }
+        })
+    }
+}
+
+fn parse_types(list: &str) -> Result<Vec<Type>, String> {
+    list.split(',').map(|t| Type::parse(t.trim())).collect()
+}
+
+fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
+    let text = text.strip_prefix("0x").unwrap_or(text);
+    if !text.len().is_multiple_of(2) {
+        return Err(format!("hex `{text}` has an odd number of digits"));
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| format!("`{text}` is not hex")))
+        .collect()
+}
+
+/// Encodes one `TYPE:VALUE` argument onto `out`.
+fn encode_arg(arg: &str, out: &mut Vec<u8>) -> Result<(), String> {
+    let (ty, value) = match arg.split_once(':') {
+        Some((t, v)) => (Type::parse(t)?, v),
+        None if arg.parse::<i64>().is_ok() => (Type::I64, arg),
+        None if arg == "true" || arg == "false" => (Type::Bool, arg),
+        None => return Err(format!("argument `{arg}`: write it as TYPE:VALUE, e.g. str:{arg}")),
+    };
+    let bad = |e: &dyn std::fmt::Display| format!("argument `{arg}`: {e}");
+    macro_rules! num {
+        ($t:ty) => {
+            out.extend_from_slice(&value.parse::<$t>().map_err(|e| bad(&e))?.to_le_bytes())
+        };
+    }
+    match ty {
+        Type::I8 => num!(i8),
+        Type::I16 => num!(i16),
+        Type::I32 => num!(i32),
+        Type::I64 => num!(i64),
+        Type::U8 => num!(u8),
+        Type::U16 => num!(u16),
+        Type::U32 => num!(u32),
+        Type::U64 => num!(u64),
+        Type::F32 => num!(f32),
+        Type::F64 => num!(f64),
+        Type::Bool => out.push(u8::from(value.parse::<bool>().map_err(|e| bad(&e))?)),
+        Type::Str => {
+            out.extend_from_slice(&(value.len() as u32).to_le_bytes());
+            out.extend_from_slice(value.as_bytes());
+        }
+        Type::Bytes => {
+            let b = parse_hex(value)?;
+            out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+            out.extend_from_slice(&b);
+        }
+        Type::Raw => out.extend_from_slice(&parse_hex(value)?),
+    }
+    Ok(())
+}
+
+fn parse_args(args: &[String]) -> Result<Payload, String> {
+    let mut out = Vec::new();
+    for a in args {
+        encode_arg(a, &mut out)?;
+    }
+    if out.len() > styx_engine::PAYLOAD_LEN_MAX {
+        return Err(format!(
+            "arguments take {} bytes, over the limit of {}",
+            out.len(),
+            styx_engine::PAYLOAD_LEN_MAX
+        ));
+    }
+    Ok(Payload::from_bytes(&out))
+}
+
+/// A key, or `partition:N`.
+fn parse_target(text: &str) -> Result<Address, String> {
+    if let Some(p) = text.strip_prefix("partition:") {
+        return p
+            .parse::<u32>()
+            .map(Address::Partition)
+            .map_err(|e| format!("partition `{p}`: {e}"));
+    }
+    let too_long = |n: usize| {
+        (n > styx_engine::KEY_LEN_MAX).then(|| format!("key `{text}` is over {} bytes", styx_engine::KEY_LEN_MAX))
+    };
+    let key = match text.split_once(':') {
+        Some(("u64", n)) => Key::from(n.parse::<u64>().map_err(|e| format!("key `{text}`: {e}"))?),
+        Some(("u32", n)) => Key::from(n.parse::<u32>().map_err(|e| format!("key `{text}`: {e}"))?),
+        Some(("str", s)) => match too_long(s.len()) {
+            Some(e) => return Err(e),
+            None => Key::from(s),
+        },
+        Some(("hex", h)) => {
+            let bytes = parse_hex(h)?;
+            if let Some(e) = too_long(bytes.len()) {
+                return Err(e);
+            }
+            Key::from_bytes(&bytes)
+        }
+        _ => match text.parse::<u64>() {
+            Ok(n) => Key::from(n),
+            Err(_) => match too_long(text.len()) {
+                Some(e) => return Err(e),
+                None => Key::from(text),
+            },
+        },
+    };
+    Ok(Address::Entity(key))
+}
+
+/// Decodes `bytes` as `types`, or shows them as hex.
+fn show(bytes: &[u8], types: Option<&[Type]>) -> String {
+    match types {
+        None => show_hex(bytes),
+        Some(types) => match decode_as(bytes, types) {
+            Ok(shown) => shown,
+            Err(e) => format!("{} ({e})", show_hex(bytes)),
+        },
+    }
+}
+
+fn show_hex(bytes: &[u8]) -> String {
+    if bytes.is_empty() {
+        return "(empty)".into();
+    }
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("{} bytes: {hex}", bytes.len())
+}
+
+fn decode_as(bytes: &[u8], types: &[Type]) -> Result<String, String> {
+    let mut parts = Vec::new();
+    let mut at = 0;
+    let mut take = |n: Option<usize>| -> Result<&[u8], String> {
+        let n = n.unwrap_or(bytes.len() - at);
+        if bytes.len() - at < n {
+            return Err("too short for the types given".into());
+        }
+        at += n;
+        Ok(&bytes[at - n..at])
+    };
+    macro_rules! num {
+        ($t:ty) => {{
+            let b = take(Some(std::mem::size_of::<$t>()))?;
+            <$t>::from_le_bytes(b.try_into().expect("sized")).to_string()
+        }};
+    }
+    for ty in types {
+        let shown = match ty {
+            Type::I8 => num!(i8),
+            Type::I16 => num!(i16),
+            Type::I32 => num!(i32),
+            Type::I64 => num!(i64),
+            Type::U8 => num!(u8),
+            Type::U16 => num!(u16),
+            Type::U32 => num!(u32),
+            Type::U64 => num!(u64),
+            Type::F32 => num!(f32),
+            Type::F64 => num!(f64),
+            Type::Bool => match take(Some(1))?[0] {
+                0 => "false".into(),
+                1 => "true".into(),
+                b => return Err(format!("{b} is not a bool")),
+            },
+            Type::Str | Type::Bytes => {
+                let n = u32::from_le_bytes(take(Some(4))?.try_into().expect("sized")) as usize;
+                let b = take(Some(n))?;
+                if *ty == Type::Str {
+                    format!("{:?}", std::str::from_utf8(b).map_err(|_| "not UTF-8")?)
+                } else {
+                    b.iter().map(|b| format!("{b:02x}")).collect()
+                }
+            }
+            Type::Raw => take(None)?.iter().map(|b| format!("{b:02x}")).collect(),
+        };
+        parts.push(shown);
+    }
+    let left = take(None)?.len();
+    if left > 0 {
+        return Err(format!("{left} bytes left over"));
+    }
+    Ok(parts.join(" "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_encode_like_the_engine() {
+        let p = parse_args(&["u64:9".into(), "i64:-25".into(), "str:hi".into(), "bool:true".into()]).unwrap();
+        assert_eq!(
+            p.as_bytes(),
+            Payload::encode(&(9u64, -25i64, "hi".to_string(), true)).as_bytes()
+        );
+        let bare = parse_args(&["7".into(), "false".into()]).unwrap();
+        assert_eq!(bare.as_bytes(), Payload::encode(&(7i64, false)).as_bytes());
+        let bytes = parse_args(&["bytes:0a0b".into(), "raw:ff".into()]).unwrap();
+        assert_eq!(bytes.as_bytes(), &[2, 0, 0, 0, 0x0a, 0x0b, 0xff]);
+    }
+
+    #[test]
+    fn bad_arguments_say_what_is_wrong() {
+        assert!(parse_args(&["u8:300".into()]).unwrap_err().contains("u8:300"));
+        assert!(parse_args(&["paris".into()]).unwrap_err().contains("str:paris"));
+        assert!(parse_args(&["int:3".into()]).unwrap_err().contains("unknown type"));
+        assert!(parse_args(&["bytes:abc".into()]).unwrap_err().contains("odd"));
+    }
+
+    #[test]
+    fn keys_and_partitions() {
+        assert_eq!(parse_target("7").unwrap(), Address::Entity(Key::from(7u64)));
+        assert_eq!(parse_target("u64:7").unwrap(), Address::Entity(Key::from(7u64)));
+        assert_eq!(parse_target("str:7").unwrap(), Address::Entity(Key::from("7")));
+        assert_eq!(parse_target("alice").unwrap(), Address::Entity(Key::from("alice")));
+        assert_eq!(parse_target("partition:3").unwrap(), Address::Partition(3));
+        assert!(parse_target("partition:x").is_err());
+        assert!(parse_target(&"k".repeat(styx_engine::KEY_LEN_MAX + 1)).is_err());
+    }
+
+    #[test]
+    fn results_decode_as_asked() {
+        let w = Payload::encode(&(5u64, "ok".to_string())).as_bytes().to_vec();
+        assert_eq!(decode_as(&w, &parse_types("u64,str").unwrap()).unwrap(), "5 \"ok\"");
+        assert!(
+            decode_as(&w, &parse_types("u64").unwrap())
+                .unwrap_err()
+                .contains("left over")
+        );
+        assert!(show(&[1, 2], Some(&[Type::I64])).contains("too short"));
+        assert_eq!(show(&[], None), "(empty)");
+    }
+
+    #[test]
+    fn words_split_on_spaces_and_group_in_quotes() {
+        assert_eq!(
+            split_words(r#"call hotel 3 book str:"two words" u64:1"#).unwrap(),
+            ["call", "hotel", "3", "book", "str:two words", "u64:1"]
+        );
+        assert!(split_words("get \"x").is_err());
+        assert!(split_words("   ").unwrap().is_empty());
+    }
+
+    #[test]
+    fn metrics_lines_split_by_shard() {
+        let text = "# HELP x\nstyx_log_durable_epoch{shard=\"0\"} 12\nstyx_log_durable_epoch{shard=\"1\"} 11\n";
+        assert_eq!(
+            per_shard(text, "styx_log_durable_epoch"),
+            [("0".to_string(), "12".to_string()), ("1".to_string(), "11".to_string())]
+        );
+    }
+}

@@ -1,0 +1,681 @@
+//! `styx bench WORKLOAD --connect ADDR`: any [`Workload`] against a running
+//! daemon, with the same report and the same final check as in-process.
+//!
+//! The client learns the daemon's shard count from STATUS and builds each
+//! shard's [`Source`] exactly as the in-process runner does (same seeds),
+//! so it draws the same kind of requests, rooted where that shard owns
+//! them. Requests go out by operator and function *name* (the [`App`]
+//! knows both) over `connections` pipelined connections, lanes spread over
+//! them round-robin; outcomes come back as the engine's [`Outcome`]s for
+//! [`Source::record`].
+//!
+//! Load is offered like in-process: closed loop keeps `in_flight` requests
+//! outstanding per lane, capped so that all lanes together stay within the
+//! connections' in-flight limits (more would only queue in the client);
+//! open loop sends at a fixed total rate, round-robin over lanes, and
+//! measures each request from its *scheduled* time, so a stall is charged
+//! to every request it delayed (no coordinated omission). Only requests
+//! scheduled inside the measured window count; those outstanding at its
+//! end are awaited, so the final state holds exactly the committed
+//! transactions the sources saw.
+//!
+//! At the end the daemon's whole state is read with the built-in `__scan`
+//! into a [`State`] and the workload's own check runs on it with the
+//! sources' tallies. This assumes the daemon held the workload's initial
+//! state when the run began (`styxd --preload`, or `--load` for YCSB-T)
+//! and that nothing else wrote to it.
+//!
+//! What differs from in-process, by necessity:
+//! - `reexecuted`, `serialized`, `cpu_us_per_txn`, `peak_rss_mb` and
+//!   `epoch_txns_max` are the daemon's and the wire protocol does not carry
+//!   them: they stay 0 (read them from the daemon's /metrics). `epochs` is
+//!   the difference of STATUS's epoch before and after.
+//! - `ERROR OVERLOADED` answers (the request did not run) are counted in
+//!   `parameters.rejected` and retried on the lane after a pause; they do
+//!   not fail the check, which stays exact. A request whose connection
+//!   dropped has an unknown outcome: that fails the check, which can no
+//!   longer account for it.
+//! - Requests carry client id 0 unless `exactly_once`: one client id per
+//!   request stream, seqs from 1 and `ack` the lowest unanswered seq, so
+//!   the server's exactly-once bookkeeping is measured (nothing is resent).
+
+use crate::workloads::{Knobs, Name, Visit};
+use hdrhistogram::Histogram;
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeSet;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use styx_bench::report::{Latency, Report, histogram};
+use styx_bench::runner::{
+    self, FAILURES_KEPT_MAX, Load, Source, State, TIMELINE_BUCKET_MS, TIMELINE_BUCKETS_MAX, Workload,
+};
+use styx_bench::ycsbt::{self, START_BALANCE};
+use styx_engine::{AbortKind, App, Key, OpId, Outcome, Value, mix64};
+use styx_net::ErrorCode;
+use styx_net::client::{ConnectOptions, Connection, Error as ClientError, Outcome as WireOutcome};
+use styx_net::frame::Request;
+
+/// Connections a run opens at most.
+pub const CONNECTIONS_MAX: usize = 1_024;
+/// How long the end of a run waits for outstanding answers.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// The pause before a lane sends again after `OVERLOADED`.
+const OVERLOAD_PAUSE: Duration = Duration::from_millis(1);
+
+/// How to drive a workload against a daemon.
+#[derive(Clone, Debug)]
+pub struct Remote {
+    pub addr: String,
+    pub connections: usize,
+    pub load: Load,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub seed: u64,
+    /// Name each request for exactly-once (client id, seq, ack).
+    pub exactly_once: bool,
+    /// YCSB-T only: deposit the start balance into this many accounts first
+    /// (for a daemon that was not preloaded).
+    pub deposit_keys: Option<u64>,
+    /// Measure the serial ceiling on this machine for this long (zero: skip).
+    pub serial: Duration,
+    /// A progress line on stderr once a second.
+    pub progress: bool,
+}
+
+/// Runs `workload` against the daemon at `r.addr` and reports.
+pub fn run<W: Workload>(workload: Arc<W>, r: &Remote) -> Result<Report, String> {
+    if r.connections == 0 || r.connections > CONNECTIONS_MAX {
+        return Err(format!("--connections must be in 1..={CONNECTIONS_MAX}"));
+    }
+    let (w, r2) = (workload.clone(), r.clone());
+    let mut report = on_client(move || drive(w, r2))?;
+    if !r.serial.is_zero() {
+        report.serial_tps = runner::serial_tps(&*workload, r.serial, r.seed);
+        report.efficiency = report.tps_per_core / report.serial_tps;
+    }
+    Ok(report)
+}
+
+/// Runs `body` on a client executor (a glommio thread) of its own.
+fn on_client<T, F, Fut>(body: F) -> Result<T, String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = Result<T, String>> + 'static,
+{
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .name("styx-bench-client")
+        .spawn(move || async move { body().await })
+        .map_err(|e| format!("cannot start the client executor: {e}"))?
+        .join()
+        .map_err(|e| format!("client executor: {e}"))?
+}
+
+async fn connect(addr: &str, connections: usize) -> Result<Vec<Connection>, String> {
+    let options = ConnectOptions {
+        name: "styx bench".into(),
+        in_flight_max: styx_net::IN_FLIGHT_MAX,
+        ..ConnectOptions::default()
+    };
+    let mut conns = Vec::with_capacity(connections);
+    for _ in 0..connections {
+        conns.push(
+            Connection::connect(addr, &options)
+                .await
+                .map_err(|e| format!("cannot connect to {addr}: {e}"))?,
+        );
+    }
+    Ok(conns)
+}
+
+/// One request stream's exactly-once naming: client id, next seq, and the
+/// seqs still awaiting their outcome (the lowest is the ack).
+struct Stream {
+    client: u64,
+    next_seq: u64,
+    waiting: BTreeSet<u64>,
+}
+
+impl Stream {
+    fn new(exactly_once: bool, salt: u64) -> Stream {
+        let client = if exactly_once {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64);
+            mix64(now ^ mix64(salt)) | 1
+        } else {
+            0
+        };
+        Stream {
+            client,
+            next_seq: 1,
+            waiting: BTreeSet::new(),
+        }
+    }
+
+    /// `(client, seq, ack)` of the next request.
+    fn begin(&mut self) -> (u64, u64, u64) {
+        if self.client == 0 {
+            return (0, 0, 0);
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.waiting.insert(seq);
+        let ack = *self.waiting.first().expect("just inserted");
+        (self.client, seq, ack)
+    }
+
+    fn end(&mut self, seq: u64) {
+        self.waiting.remove(&seq);
+    }
+}
+
+/// The wire request for an engine request, by names.
+fn to_wire(app: &App, request: styx_engine::Request, (client, seq, ack): (u64, u64, u64)) -> Request {
+    Request {
+        client,
+        seq,
+        ack,
+        operator: app.operator_info(request.function.op).name().to_string(),
+        function: app.function_info(request.function).name().to_string(),
+        target: request.address,
+        args: request.args,
+    }
+}
+
+fn to_engine(outcome: WireOutcome) -> Outcome {
+    match outcome {
+        WireOutcome::Committed { result, .. } => Outcome::Committed(result),
+        WireOutcome::Aborted { abort, .. } => Outcome::Aborted(abort),
+    }
+}
+
+/// What the run measured, shared by its tasks.
+struct Meter {
+    origin: Instant,
+    warm_at: Instant,
+    stop_at: Instant,
+    hist: Histogram<u64>,
+    committed: u64,
+    aborted: u64,
+    failed: u64,
+    failures: Vec<String>,
+    rejected: u64,
+    lost: u64,
+    lost_reasons: Vec<String>,
+    timeline: Vec<u64>,
+    /// Commits since the start, for the progress line.
+    committed_all: u64,
+}
+
+impl Meter {
+    fn new(origin: Instant, warmup: Duration, duration: Duration) -> Meter {
+        Meter {
+            origin,
+            warm_at: origin + warmup,
+            stop_at: origin + warmup + duration,
+            hist: histogram(),
+            committed: 0,
+            aborted: 0,
+            failed: 0,
+            failures: Vec::new(),
+            rejected: 0,
+            lost: 0,
+            lost_reasons: Vec::new(),
+            timeline: Vec::new(),
+            committed_all: 0,
+        }
+    }
+
+    fn in_window(&self, intended: Instant) -> bool {
+        intended >= self.warm_at && intended < self.stop_at
+    }
+
+    /// Notes an outcome of a request scheduled at `intended`.
+    fn outcome(&mut self, intended: Instant, outcome: &Outcome) {
+        let now = Instant::now();
+        let in_window = self.in_window(intended);
+        match outcome {
+            Outcome::Committed(_) => {
+                self.committed_all += 1;
+                let b = (now.duration_since(self.origin).as_millis() as u64 / TIMELINE_BUCKET_MS) as usize;
+                if b < TIMELINE_BUCKETS_MAX {
+                    if self.timeline.len() <= b {
+                        self.timeline.resize(b + 1, 0);
+                    }
+                    self.timeline[b] += 1;
+                }
+                self.committed += u64::from(in_window);
+            }
+            Outcome::Aborted(a) if a.kind() == AbortKind::User => self.aborted += u64::from(in_window),
+            Outcome::Aborted(a) => {
+                self.failed += 1;
+                if self.failures.len() < FAILURES_KEPT_MAX {
+                    self.failures.push(a.to_string());
+                }
+            }
+        }
+        if in_window {
+            self.hist
+                .saturating_record(now.duration_since(intended).as_micros().max(1) as u64);
+        }
+    }
+
+    /// Notes an error answer; true if the request did not run (retry it).
+    fn error(&mut self, e: &ClientError) -> bool {
+        let refused = matches!(
+            e,
+            ClientError::Server { code, .. } if *code == ErrorCode::OVERLOADED || *code == ErrorCode::SHUTTING_DOWN
+        );
+        if refused {
+            self.rejected += 1;
+        } else {
+            self.lost += 1;
+            if self.lost_reasons.len() < FAILURES_KEPT_MAX {
+                self.lost_reasons.push(e.to_string());
+            }
+        }
+        refused
+    }
+}
+
+/// Everything a lane's task needs.
+struct Lanes<S: Source> {
+    app: Arc<App>,
+    /// Taken at the end for their tallies.
+    sources: Vec<RefCell<Option<S>>>,
+    /// (shard, lane) of every lane, in order.
+    lanes: Vec<(usize, usize)>,
+    conns: Vec<Connection>,
+    meter: Rc<RefCell<Meter>>,
+    exactly_once: bool,
+}
+
+fn source<S: Source>(l: &Lanes<S>, shard: usize) -> std::cell::RefMut<'_, S> {
+    std::cell::RefMut::map(l.sources[shard].borrow_mut(), |s| {
+        s.as_mut().expect("sources are taken only once every task finished")
+    })
+}
+
+/// Sends one request of `lane` and records its outcome; false if the
+/// connection is gone.
+async fn one<S: Source>(l: &Lanes<S>, index: usize, stream: &RefCell<Stream>, intended: Instant) -> bool {
+    let (shard, lane) = l.lanes[index];
+    let conn = &l.conns[index % l.conns.len()];
+    let (request, tag) = source(l, shard).next(lane);
+    let naming = stream.borrow_mut().begin();
+    let answer = conn.request(to_wire(&l.app, request, naming)).await;
+    stream.borrow_mut().end(naming.1);
+    match answer {
+        Ok(outcome) => {
+            let outcome = to_engine(outcome);
+            l.meter.borrow_mut().outcome(intended, &outcome);
+            source(l, shard).record(tag, &outcome);
+            true
+        }
+        Err(e) => {
+            let refused = l.meter.borrow_mut().error(&e);
+            if refused {
+                glommio::timer::sleep(OVERLOAD_PAUSE).await;
+            }
+            !conn.is_closed()
+        }
+    }
+}
+
+async fn closed_loop<S: Source>(l: Rc<Lanes<S>>, index: usize, salt: u64) {
+    let stream = RefCell::new(Stream::new(l.exactly_once, salt));
+    let stop_at = l.meter.borrow().stop_at;
+    loop {
+        let now = Instant::now();
+        if now >= stop_at || !one(&l, index, &stream, now).await {
+            return;
+        }
+    }
+}
+
+async fn open_loop<S: Source>(l: Rc<Lanes<S>>, rate: f64, outstanding: Rc<Cell<usize>>) {
+    let interval = Duration::from_secs_f64(1.0 / rate);
+    let streams: Vec<Rc<RefCell<Stream>>> = (0..l.lanes.len())
+        .map(|i| Rc::new(RefCell::new(Stream::new(l.exactly_once, i as u64))))
+        .collect();
+    let (origin, stop_at) = {
+        let m = l.meter.borrow();
+        (m.origin, m.stop_at)
+    };
+    let mut next = origin;
+    let mut lane = 0;
+    while next < stop_at {
+        let now = Instant::now();
+        if next > now {
+            glommio::timer::sleep(next - now).await;
+        }
+        // Send everything due; a late scheduler catches up, and the delay
+        // is charged to the requests (measured from `intended`).
+        let now = Instant::now();
+        while next <= now && next < stop_at {
+            let (l2, stream, out) = (l.clone(), streams[lane].clone(), outstanding.clone());
+            let intended = next;
+            out.set(out.get() + 1);
+            glommio::spawn_local(async move {
+                one(&l2, lane, &stream, intended).await;
+                out.set(out.get() - 1);
+            })
+            .detach();
+            next += interval;
+            lane = (lane + 1) % l.lanes.len();
+        }
+    }
+}
+
+/// Prints elapsed time and committed/s once a second until `done`.
+async fn progress(
+    name: &'static str,
+    meter: Rc<RefCell<Meter>>,
+    done: Rc<Cell<bool>>,
+    window_end_s: f64,
+    warmup_s: f64,
+) {
+    let (mut last, mut last_at) = (0u64, Instant::now());
+    while !done.get() {
+        glommio::timer::sleep(Duration::from_millis(100)).await;
+        if last_at.elapsed() < Duration::from_secs(1) || done.get() {
+            continue;
+        }
+        let (committed, t) = {
+            let m = meter.borrow();
+            (m.committed_all, m.origin.elapsed().as_secs_f64())
+        };
+        let phase = if t < warmup_s {
+            "warm-up"
+        } else if t < window_end_s {
+            "measuring"
+        } else {
+            "draining"
+        };
+        let rate = (committed - last) as f64 / last_at.elapsed().as_secs_f64();
+        eprintln!("{name}: {t:>6.1}s / {window_end_s:.0}s {phase:<9} {rate:>10.0} committed/s (remote)");
+        (last, last_at) = (committed, Instant::now());
+    }
+}
+
+async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, String> {
+    let app = workload.app();
+    let conns = connect(&r.addr, r.connections).await?;
+    let before = conns[0].status().await.map_err(|e| format!("STATUS: {e}"))?;
+    let shards = before.shards;
+    if shards == 0 {
+        return Err("the daemon reports 0 shards".into());
+    }
+    let loaded = Instant::now();
+    if let Some(keys) = r.deposit_keys {
+        crate::remote::deposit(&conns, keys).await?;
+    }
+    let load_s = loaded.elapsed().as_secs_f64();
+
+    let mut sources = Vec::with_capacity(usize::from(shards));
+    let mut lanes = Vec::new();
+    for shard in 0..shards {
+        let seed = r.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(shard));
+        let source = workload.source(&app, shard, shards, seed);
+        lanes.extend((0..source.lanes()).map(|lane| (usize::from(shard), lane)));
+        sources.push(RefCell::new(Some(source)));
+    }
+    if lanes.is_empty() {
+        return Err(format!("{}: no lane to send on", workload.name()));
+    }
+    // All lanes together within the connections' in-flight limits.
+    let capacity: usize = conns.iter().map(Connection::in_flight_max).sum();
+    let in_flight = match r.load {
+        Load::Closed { in_flight } => Some(in_flight.min((capacity / lanes.len()).max(1))),
+        Load::Open { .. } => None,
+    };
+
+    let origin = Instant::now();
+    let meter = Rc::new(RefCell::new(Meter::new(origin, r.warmup, r.duration)));
+    let lane_count = lanes.len();
+    let l = Rc::new(Lanes {
+        app: app.clone(),
+        sources,
+        lanes,
+        conns: conns.clone(),
+        meter: meter.clone(),
+        exactly_once: r.exactly_once,
+    });
+    let done = Rc::new(Cell::new(false));
+    let reporter = r.progress.then(|| {
+        let window_end_s = (r.warmup + r.duration).as_secs_f64();
+        glommio::spawn_local(progress(
+            workload.name(),
+            meter.clone(),
+            done.clone(),
+            window_end_s,
+            r.warmup.as_secs_f64(),
+        ))
+    });
+    let mut unanswered = 0;
+    match (r.load, in_flight) {
+        (Load::Closed { .. }, Some(per_lane)) => {
+            let mut tasks = Vec::with_capacity(lane_count * per_lane);
+            for slot in 0..per_lane {
+                for index in 0..lane_count {
+                    let salt = (slot * lane_count + index) as u64;
+                    tasks.push(glommio::spawn_local(closed_loop(l.clone(), index, salt)));
+                }
+            }
+            for t in tasks {
+                t.await;
+            }
+        }
+        (Load::Open { rate }, _) => {
+            let outstanding = Rc::new(Cell::new(0));
+            open_loop(l.clone(), rate, outstanding.clone()).await;
+            let drained = Instant::now();
+            while outstanding.get() > 0 && drained.elapsed() < DRAIN_TIMEOUT {
+                glommio::timer::sleep(Duration::from_millis(2)).await;
+            }
+            unanswered = outstanding.get();
+        }
+        (Load::Closed { .. }, None) => unreachable!("closed loop has an in-flight count"),
+    }
+    done.set(true);
+    if let Some(t) = reporter {
+        t.await;
+    }
+    if unanswered > 0 {
+        return Err(format!(
+            "{unanswered} requests still unanswered {}s after the run: the daemon is stuck or gone",
+            DRAIN_TIMEOUT.as_secs()
+        ));
+    }
+    let after = conns[0].status().await.map_err(|e| format!("STATUS: {e}"))?;
+    let state = dump_state(&conns, &app).await?;
+
+    let tallies: Vec<_> = l
+        .sources
+        .iter()
+        .map(|s| s.borrow_mut().take().expect("taken once").finish())
+        .collect();
+    let m = std::mem::replace(
+        &mut *meter.borrow_mut(),
+        Meter::new(origin, Duration::ZERO, Duration::ZERO),
+    );
+
+    let mut report = Report {
+        workload: workload.name().into(),
+        mode: match r.load {
+            Load::Closed { .. } => "closed".into(),
+            Load::Open { .. } => "open".into(),
+        },
+        parameters: workload.parameters(),
+        shards,
+        cpus: std::thread::available_parallelism().map_or(1, |c| c.get()),
+        offered_tps: match r.load {
+            Load::Open { rate } => Some(rate),
+            Load::Closed { .. } => None,
+        },
+        in_flight,
+        load_s,
+        warmup_s: r.warmup.as_secs_f64(),
+        duration_s: r.duration.as_secs_f64(),
+        committed: m.committed,
+        aborted: m.aborted,
+        failed: m.failed,
+        epochs: after.epoch.saturating_sub(before.epoch),
+        latency_us: Latency::of(&m.hist),
+        timeline_bucket_ms: TIMELINE_BUCKET_MS,
+        ..Report::default()
+    };
+    let p = &mut report.parameters;
+    p.insert("connect".into(), r.addr.clone().into());
+    p.insert("connections".into(), r.connections.into());
+    p.insert("exactly_once".into(), r.exactly_once.into());
+    p.insert("rejected".into(), m.rejected.into());
+    p.insert("entities".into(), state.len().into());
+    if let Load::Closed { in_flight } = r.load {
+        p.insert("in_flight_requested".into(), in_flight.into());
+    }
+    let mut timeline = m.timeline;
+    let buckets = ((r.warmup + r.duration).as_millis() as u64).div_ceil(TIMELINE_BUCKET_MS) as usize;
+    timeline.resize(buckets.min(TIMELINE_BUCKETS_MAX), 0);
+    report.timeline = timeline
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            (
+                i as u64 * TIMELINE_BUCKET_MS,
+                *c as f64 * 1_000.0 / TIMELINE_BUCKET_MS as f64,
+            )
+        })
+        .collect();
+    report.tps = report.committed as f64 / r.duration.as_secs_f64();
+    report.tps_per_core = report.tps / f64::from(shards);
+
+    let mut errors = workload.check(&app, &state, tallies);
+    drop(state);
+    if m.lost > 0 {
+        errors.push(format!(
+            "{} requests have an unknown outcome (the check cannot account for them): {}",
+            m.lost,
+            m.lost_reasons.join("; ")
+        ));
+    }
+    if report.failed > 0 {
+        errors.push(format!(
+            "{} transactions failed: {}",
+            report.failed,
+            m.failures.join("; ")
+        ));
+    }
+    report.invariants_ok = errors.is_empty();
+    report.invariant_errors = errors;
+    Ok(report)
+}
+
+/// Reads the daemon's whole state for `app`'s operators with `__scan`,
+/// operators spread over the connections.
+pub async fn dump_state(conns: &[Connection], app: &App) -> Result<State, String> {
+    let tasks: Vec<_> = app
+        .operators()
+        .enumerate()
+        .map(|(i, (op, info))| {
+            let conn = conns[i % conns.len()].clone();
+            let (name, partitions) = (info.name().to_string(), info.partitions());
+            glommio::spawn_local(async move {
+                let rows = conn
+                    .dump(&name, partitions)
+                    .await
+                    .map_err(|e| format!("reading {name}: {e}"))?;
+                Ok::<(OpId, Vec<(Key, Vec<u8>)>), String>((op, rows))
+            })
+        })
+        .collect();
+    let mut state = State::new();
+    for t in tasks {
+        let (op, rows) = t.await?;
+        for (key, bytes) in rows {
+            if state.insert((op, key), Value::from_bytes(&bytes)).is_some() {
+                return Err(format!(
+                    "operator {}: the daemon returned a key twice",
+                    app.operator_info(op).name()
+                ));
+            }
+        }
+    }
+    Ok(state)
+}
+
+/// `styx verify WORKLOAD`: reads the state of the daemon at `addr` and
+/// checks what holds whatever ran on it — TPC-C's consistency conditions,
+/// movie's reviews each in both lists exactly once, travel's no
+/// overbooking, YCSB-T's conserved total and no negative balance (of
+/// `knobs.keys` accounts that started at the start balance). Returns the
+/// violations (none: consistent).
+pub fn verify(workload: &str, addr: &str, knobs: &Knobs) -> Result<Vec<String>, String> {
+    let name = Name::parse(workload)
+        .ok_or_else(|| format!("unknown workload {workload:?}; one of ycsbt, tpcc, movie, travel"))?;
+    let addr = addr.to_string();
+    knobs.visit(name, Verify { addr })?
+}
+
+struct Verify {
+    addr: String,
+}
+
+impl Visit for Verify {
+    type Out = Result<Vec<String>, String>;
+
+    fn visit<W: Workload>(self, workload: W) -> Self::Out {
+        let app = workload.app();
+        let a = app.clone();
+        let state = on_client(move || async move {
+            let conns = connect(&self.addr, 1).await?;
+            dump_state(&conns, &a).await
+        })?;
+        Ok(match workload.name() {
+            // Balances moved by transfers the verifier never saw: only the
+            // total and the signs can be checked.
+            "ycsbt" => {
+                let keys = workload.parameters()["keys"].as_u64().expect("ycsbt has keys");
+                conservation(&app, &state, keys)
+            }
+            // State-only checks: no tallies, no surprises to report.
+            _ => workload.check(&app, &state, Vec::new()),
+        })
+    }
+}
+
+/// YCSB-T without tallies: the total is `keys` start balances, no balance
+/// is negative, no account lies outside `0..keys`.
+fn conservation(app: &App, state: &State, keys: u64) -> Vec<String> {
+    let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
+    let mut errors = Vec::new();
+    let mut total: i64 = 0;
+    for ((op, key), value) in state {
+        if *op != account {
+            continue;
+        }
+        let balance = match value.decode::<i64>() {
+            Ok(b) => b,
+            Err(e) => {
+                errors.push(format!("account {key}: {e}"));
+                continue;
+            }
+        };
+        total += balance;
+        if balance < 0 && errors.len() < 10 {
+            errors.push(format!("account {key} is overdrawn: {balance}"));
+        }
+        if key.as_u64().is_none_or(|k| k >= keys) && errors.len() < 10 {
+            errors.push(format!("account {key} is not among the {keys} accounts"));
+        }
+    }
+    let want = START_BALANCE * keys as i64;
+    if total != want {
+        errors.push(format!(
+            "total {total}, expected {want} ({keys} accounts of {START_BALANCE})"
+        ));
+    }
+    errors
+}

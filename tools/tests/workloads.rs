@@ -1,0 +1,156 @@
+//! Every workload against the real daemon: `styxd --preload WORKLOAD`, then
+//! `styx bench WORKLOAD --connect`, whose report must show commits and a
+//! final state that passes the workload's own check; and a preload that
+//! survives `kill -9` right after start.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::Command;
+use std::time::Instant;
+use styx_bench::ycsbt::START_BALANCE;
+use styx_tools::workloads::Knobs;
+
+fn styxd() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_styxd"))
+}
+
+/// Runs `styx bench WORKLOAD --connect ADDR` for one second and returns its
+/// JSON report.
+fn bench(workload: &str, addr: &str, extra: &[&str]) -> serde_json::Value {
+    let began = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["bench", workload, "--connect", addr, "--connections", "2"])
+        .args(["--duration", "1", "--warmup", "0", "--json", "--no-serial", "--quiet"])
+        .args(extra)
+        .output()
+        .expect("styx runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "styx bench {workload} failed:\n{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    eprintln!(
+        "{workload}: {:.1}s, {}",
+        began.elapsed().as_secs_f64(),
+        report["committed"]
+    );
+    report
+}
+
+fn smoke(workload: &str, knobs: &[&str], in_flight: &str) {
+    let dir = data_dir(&format!("workloads-{workload}"));
+    let mut preload = vec!["--shards", "2", "--preload", workload];
+    preload.extend_from_slice(knobs);
+    let daemon = Daemon::start(styxd(), &dir, &preload);
+    let mut flags = knobs.to_vec();
+    flags.extend_from_slice(&["--in-flight", in_flight]);
+    let report = bench(workload, &daemon.addr, &flags);
+    assert_eq!(report["workload"], workload);
+    assert_eq!(report["shards"], 2);
+    assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    assert_eq!(report["parameters"]["connect"], daemon.addr.as_str());
+    // `styx verify` agrees on the state the run left.
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["verify", workload, "--connect", &daemon.addr])
+        .args(knobs)
+        .output()
+        .expect("styx runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "styx verify {workload}: {text}");
+    assert!(text.contains("consistent"), "{text}");
+}
+
+#[test]
+fn ycsbt_runs_against_a_preloaded_daemon() {
+    smoke("ycsbt", &["--keys", "2000"], "32");
+}
+
+#[test]
+fn tpcc_runs_against_a_preloaded_daemon() {
+    smoke("tpcc", &["--warehouses", "1", "--scale", "small"], "1");
+}
+
+#[test]
+fn movie_runs_against_a_preloaded_daemon() {
+    smoke("movie", &["--users", "100", "--movies", "100"], "16");
+}
+
+#[test]
+fn travel_runs_against_a_preloaded_daemon() {
+    smoke("travel", &["--hotels", "10", "--flights", "10", "--users", "50"], "16");
+}
+
+#[test]
+fn ycsbt_deposits_over_the_wire_into_an_empty_daemon() {
+    let dir = data_dir("workloads-ycsbt-load");
+    let daemon = Daemon::start(styxd(), &dir, &["--shards", "2"]);
+    let report = bench(
+        "ycsbt",
+        &daemon.addr,
+        &["--keys", "500", "--load", "--in-flight", "8", "--exactly-once"],
+    );
+    assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+}
+
+/// Reads every account with `Connection::dump` (the client's `__scan` pages).
+fn dump_accounts(addr: &str) -> Vec<(styx_engine::Key, Vec<u8>)> {
+    let addr = addr.to_string();
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .spawn(move || async move {
+            let conn = styx_net::client::Connection::connect(addr.as_str(), &Default::default())
+                .await
+                .unwrap();
+            conn.dump("account", styx_tools::apps::PARTITIONS).await.unwrap()
+        })
+        .unwrap()
+        .join()
+        .unwrap()
+}
+
+#[test]
+fn a_preload_survives_kill_9_right_after_start() {
+    const KEYS: u64 = 5_000;
+    let dir = data_dir("workloads-preload-kill9");
+    let keys = KEYS.to_string();
+    let mut daemon = Daemon::start(styxd(), &dir, &["--shards", "2", "--preload", "ycsbt", "--keys", &keys]);
+    daemon.kill9();
+    // The same command again: the directory holds this very preload.
+    let daemon = daemon.restart();
+    let accounts = dump_accounts(&daemon.addr);
+    assert_eq!(accounts.len() as u64, KEYS, "every preloaded account is back");
+    for (key, bytes) in &accounts {
+        let balance = i64::from_le_bytes(bytes.as_slice().try_into().expect("an i64 balance"));
+        assert_eq!(balance, START_BALANCE, "account {key}");
+    }
+    let knobs = Knobs {
+        keys: Some(KEYS),
+        ..Knobs::default()
+    };
+    let errors = styx_tools::remote_workload::verify("ycsbt", &daemon.addr, &knobs).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    drop(daemon);
+
+    // Another preload into that directory is refused before serving.
+    let out = Command::new(styxd())
+        .args([
+            "--data-dir",
+            &dir.display().to_string(),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+        ])
+        .args(["--shards", "2", "--preload", "ycsbt", "--keys", "100", "--log", "warn"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("already holds"), "{stderr}");
+}
