@@ -15,6 +15,7 @@
 # Usage: bench/scripts/issue_figures.sh   (settings by environment)
 #   STYX=target/release/styx STYXD=target/release/styxd OUT=docs/results/figures.jsonl
 #   DURATION=10 WARMUP=2 SKIP_10M=1
+#   SECTIONS="engine tcp recovery workloads tcp-workloads" (default: all)
 #
 # The machine is shared: read ratios of runs made side by side, not
 # absolute figures from different days.
@@ -29,6 +30,9 @@ DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 WORK=${WORK:-$(mktemp -d /tmp/styx-figures.XXXXXX)}
 PORT=${PORT:-7600}
+SECTIONS=${SECTIONS:-engine tcp recovery workloads tcp-workloads}
+IN_FLIGHT=${IN_FLIGHT:-1000}
+want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 mkdir -p "$(dirname "$OUT")"
 for b in "$STYX" "$STYXD"; do
     [[ -x $b ]] || { echo "error: $b is not built (cargo build --release -p styx-tools)" >&2; exit 1; }
@@ -57,7 +61,8 @@ start_daemon() { # data dir, styxd args…
     local dir=$1
     shift
     local log="$WORK/styxd.out"
-    "$STYXD" --data-dir "$dir" --listen "127.0.0.1:$PORT" --metrics "127.0.0.1:$((PORT + 1))" --log warn "$@" >"$log" 2>&1 &
+    rm -f "$log" # so the wait below cannot see the last daemon's lines
+    "$STYXD" --data-dir "$dir" --listen "127.0.0.1:$PORT" --metrics "127.0.0.1:$((PORT + 1))" --log "${LOG:-warn}" "$@" >"$log" 2>&1 &
     daemon_pid=$!
     for _ in $(seq 1 6000); do
         grep -q "listening" "$log" 2>/dev/null && return 0
@@ -76,14 +81,16 @@ metric_sum() { # metric name
     curl -s "http://127.0.0.1:$((PORT + 1))/metrics" | awk -v m="$1" '$1 ~ "^"m"[{ ]" || $1 == m {s += $2} END {printf "%.0f", s}'
 }
 
-echo "== engine (in-process) =="
-bench "ycsbt uniform 1 shard" ycsbt --shards 1 --keys 10000
-bench "ycsbt uniform 2 shards" ycsbt --shards 2 --keys 10000
+if want engine; then
+echo "== engine (in-process, $IN_FLIGHT in flight per shard) =="
+bench "ycsbt uniform 1 shard" ycsbt --shards 1 --keys 10000 --in-flight "$IN_FLIGHT"
+bench "ycsbt uniform 2 shards" ycsbt --shards 2 --keys 10000 --in-flight "$IN_FLIGHT"
 max=$(jq .tps "$WORK/last.json")
-bench "ycsbt zipf0.99 2 shards" ycsbt --shards 2 --keys 10000 --zipf 0.99
+bench "ycsbt zipf0.99 2 shards" ycsbt --shards 2 --keys 10000 --zipf 0.99 --in-flight "$IN_FLIGHT"
 half=$(jq -n "$max / 2 | floor")
 bench "ycsbt 2 shards open loop at half max ($half/s)" ycsbt --shards 2 --keys 10000 --rate "$half" --no-serial
-bench "ycsbt 1M accounts (RSS)" ycsbt --shards 2 --keys 1000000 --no-serial
+bench "ycsbt 1M accounts (RSS)" ycsbt --shards 2 --keys 1000000 --no-serial --in-flight "$IN_FLIGHT"
+fi
 
 echo "== durability and daemon (TCP, client on the same machine) =="
 tcp() { # label, fsync, snapshot ms, extra bench args…
@@ -103,17 +110,19 @@ tcp() { # label, fsync, snapshot ms, extra bench args…
     fi
     stop_daemon
 }
-tcp "tcp ycsbt fsync=epoch" epoch 0 --connections 4 --in-flight 256
+if want tcp; then
+tcp "tcp ycsbt fsync=epoch" epoch 0 --connections 2 --in-flight 512
 tcp_max=$(jq .tps "$WORK/last.json")
-tcp "tcp ycsbt fsync=none" none 0 --connections 4 --in-flight 256
+tcp "tcp ycsbt fsync=none" none 0 --connections 2 --in-flight 512
 tcp_half=$(jq -n "$tcp_max / 2 | floor")
-tcp "tcp ycsbt fsync=epoch half rate ($tcp_half/s), no snapshots" epoch 0 --connections 4 --rate "$tcp_half"
-tcp "tcp ycsbt fsync=epoch half rate ($tcp_half/s), snapshot every 1 s" epoch 1000 --connections 4 --rate "$tcp_half"
+tcp "tcp ycsbt fsync=epoch half rate ($tcp_half/s), no snapshots" epoch 0 --connections 2 --rate "$tcp_half"
+tcp "tcp ycsbt fsync=epoch half rate ($tcp_half/s), snapshot every 1 s" epoch 1000 --connections 2 --rate "$tcp_half"
+fi
 
 recovery() { # accounts
     local keys=$1
     rm -rf "$WORK/r"
-    start_daemon "$WORK/r" --shards 2 --preload ycsbt --keys "$keys" --snapshot-interval-ms 1000 --log info
+    LOG=info start_daemon "$WORK/r" --shards 2 --preload ycsbt --keys "$keys" --snapshot-interval-ms 1000
     # The preload writes every account as one base snapshot.
     grep -i "preload" "$WORK/styxd.out" | tail -1 | sed 's/^/  /'
     "$STYX" bench ycsbt --connect "127.0.0.1:$PORT" --keys "$keys" --duration 3 --warmup 0 --no-serial --quiet --connections 2 --in-flight 64 >/dev/null 2>&1 || true
@@ -124,21 +133,29 @@ recovery() { # accounts
     local t0 t1
     t0=$(date +%s.%N)
     start_daemon "$WORK/r" --shards 2 --snapshot-interval-ms 1000
+    # Serving = answering: the daemon listens before its shards have
+    # loaded the snapshot and replayed the log (requests wait meanwhile).
+    until "$STYX" get --connect "127.0.0.1:$PORT" --timeout 30 account 0 >/dev/null 2>&1; do sleep 0.005; done
     t1=$(date +%s.%N)
     echo "recovery with $keys accounts: $(jq -n "($t1 - $t0) * 1000 | floor") ms from start to serving (data dir $(du -sh "$WORK/r" | cut -f1))"
     echo "  snapshot files written since restart: $(metric_sum styx_snapshot_bytes_total) bytes in $(metric_sum styx_snapshot_write_seconds_sum) s"
     stop_daemon
 }
+if want recovery; then
 recovery 1000000
 [[ -n ${SKIP_10M:-} ]] || recovery 10000000
+fi
 
+if want workloads; then
 echo "== workloads in-process =="
 bench "tpcc W=1" tpcc --shards 2 --warehouses 1 --no-serial
 bench "tpcc W=2" tpcc --shards 2 --warehouses 2 --no-serial
 bench "tpcc W=10" tpcc --shards 2 --warehouses 10 --no-serial
 bench "movie" movie --shards 2 --no-serial
 bench "travel" travel --shards 2 --no-serial
+fi
 
+if want tcp-workloads; then
 echo "== workloads over TCP =="
 for w in "tpcc --warehouses 1" "tpcc --warehouses 2" "movie" "travel"; do
     rm -rf "$WORK/w"
@@ -148,4 +165,5 @@ for w in "tpcc --warehouses 1" "tpcc --warehouses 2" "movie" "travel"; do
     bench "tcp $w" $w --connect "127.0.0.1:$PORT" --connections 4 --no-serial
     stop_daemon
 done
+fi
 rm -rf "$WORK"
