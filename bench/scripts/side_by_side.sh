@@ -11,8 +11,9 @@
 #     a custom debit/credit script (8 clients), serialization failures
 #     retried (`--max-tries`);
 #   - Styx in-process (`styx bench ycsbt`: no network, no log), and Styx as
-#     a server (`styx bench ycsbt --connect`) when `styxd` is built and
-#     running.
+#     a server (`styx bench ycsbt --connect`, fsync=epoch; the script starts
+#     `styxd` with the accounts preloaded; STYXD_EXTERNAL=1 uses one already
+#     running on STYXD_ADDR).
 #
 # Every system gets N accounts (default 10 000) of balance 1 000 000, and
 # after its run the total is checked. Redis and PostgreSQL run as private
@@ -23,7 +24,8 @@
 #   ACCOUNTS=10000 DURATION=10 ROUNDS=1 OUT=side_by_side.jsonl
 #   REDIS_REQUESTS=2000000 REDIS_CLIENTS=50 REDIS_PIPELINE=16 PG_CLIENTS=8
 #   STYX=target/release/styx STYXD=target/release/styxd STYXD_ADDR=127.0.0.1:7400
-#   STYX_ARGS="--in-flight 250"   (extra flags for both Styx runs)
+#   STYX_ARGS="--in-flight 1000"  (extra flags for the in-process run)
+#   STYX_CONNECTIONS=2 STYX_SERVER_IN_FLIGHT=512 STYXD_EXTERNAL=
 #
 # Prints a table of committed transfers per second and the ratios to Styx;
 # appends one JSON line per measurement to $OUT. With ROUNDS > 1 the systems
@@ -273,30 +275,40 @@ styx_inproc_run() {
 }
 
 # ==========================================================================
-# STYX AS A SERVER: runs `styx bench ycsbt --connect $STYXD_ADDR --json`
-# against a running styxd. Skipped, saying why, while styxd is not built,
-# not running, or `styx bench` has no --connect yet.
+# STYX AS A SERVER: starts styxd on a fresh data directory with the
+# accounts preloaded and fsync = epoch (the default: durable before the
+# reply), runs `styx bench ycsbt --connect` against it, stops it. With
+# STYXD_EXTERNAL=1 it uses a daemon already listening on $STYXD_ADDR.
 # ==========================================================================
 styx_server_run() {
     if [[ ! -x $STYXD ]]; then
-        log "styx server: $STYXD does not exist yet (cargo build --release -p styx-tools): skipped"
+        log "styx server: $STYXD is not built (cargo build --release -p styx-tools): skipped"
         return
     fi
-    if ! "$STYX" bench ycsbt --help 2>/dev/null | grep -q -- '--connect'; then
-        log "styx server: this styx has no 'bench ycsbt --connect' yet: skipped"
-        return
+    local pid=""
+    if [[ -z ${STYXD_EXTERNAL:-} ]]; then
+        rm -rf "$WORK/styxd-data"
+        "$STYXD" --data-dir "$WORK/styxd-data" --listen "$STYXD_ADDR" --metrics off --log warn \
+            --fsync epoch --preload ycsbt --keys "$ACCOUNTS" >"$WORK/styxd.out" 2>&1 &
+        pid=$!
+        local host=${STYXD_ADDR%:*} port=${STYXD_ADDR##*:}
+        for _ in $(seq 1 500); do
+            (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null && break
+            sleep 0.02
+        done
     fi
-    local host=${STYXD_ADDR%:*} port=${STYXD_ADDR##*:}
-    if ! (exec 3<>"/dev/tcp/$host/$port") 2>/dev/null; then
-        log "styx server: nothing listens on $STYXD_ADDR (start $STYXD first): skipped"
-        return
-    fi
-    log "styx server at $STYXD_ADDR: ${DURATION}s of transfers…"
+    log "styx server at $STYXD_ADDR (fsync=epoch): ${DURATION}s of transfers…"
     local json tps
     # shellcheck disable=SC2086 # STYX_ARGS is a list of flags
-    json=$("$STYX" bench ycsbt --connect "$STYXD_ADDR" --keys "$ACCOUNTS" --duration "$DURATION" --json $STYX_ARGS)
+    json=$("$STYX" bench ycsbt --connect "$STYXD_ADDR" --keys "$ACCOUNTS" --duration "$DURATION" --warmup 2 \
+        --connections "${STYX_CONNECTIONS:-2}" --in-flight "${STYX_SERVER_IN_FLIGHT:-512}" --json --quiet) || true
+    if [[ -n $pid ]]; then
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null || true
+    fi
+    [[ -n $json ]] || { log "styx server: the run failed (see $WORK/styxd.out)"; return; }
     tps=$(printf '%s\n' "$json" | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["tps"]))')
-    record "styx" "server $STYXD_ADDR" "$tps" "$(printf '%s\n' "$json" | python3 -c 'import json,sys; r=json.load(sys.stdin); r["system"]="styx"; r["setup"]="server"; print(json.dumps(r))')"
+    record "styx" "server, fsync=epoch" "$tps" "$(printf '%s\n' "$json" | python3 -c 'import json,sys; r=json.load(sys.stdin); r["system"]="styx"; r["setup"]="server"; print(json.dumps(r))')"
 }
 
 # --------------------------------------------------------------------------

@@ -43,6 +43,10 @@ pub struct ServerShared {
     pub shutdown: Arc<AtomicBool>,
     /// Open connections, all shards together.
     pub connections: AtomicUsize,
+    /// Shards still loading their snapshot or replaying their log: until
+    /// it is 0, `/health` answers 503 "recovering" (connections are
+    /// accepted and their requests wait).
+    pub recovering: AtomicUsize,
     pub started: std::time::Instant,
     pub server_name: String,
 }
@@ -99,6 +103,8 @@ pub struct TcpFrontend {
     tokens: HashMap<Token, (u64, u32, bool)>,
     next_token: Token,
     metrics: Arc<ShardMetrics>,
+    /// This shard finished recovery (and said so in `recovering`).
+    serving: bool,
 }
 
 impl TcpFrontend {
@@ -125,6 +131,7 @@ impl TcpFrontend {
             tokens: HashMap::new(),
             next_token: 1,
             metrics,
+            serving: false,
         }
     }
 }
@@ -136,6 +143,10 @@ impl Frontend for TcpFrontend {
         if shard.is_replaying() {
             // Recovery first: requests wait until the log is replayed.
             return false;
+        }
+        if !self.serving {
+            self.serving = true;
+            self.shared.recovering.fetch_sub(1, Relaxed);
         }
         let inbound: Vec<Inbound> = self.hub.borrow_mut().inbox.drain(..).collect();
         if inbound.is_empty() {
@@ -603,6 +614,9 @@ async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
                 "/metrics" => ("200 OK", shared.metrics.render(), "text/plain; version=0.0.4"),
                 "/health" if shared.shutdown.load(Relaxed) => {
                     ("503 Service Unavailable", "stopping\n".into(), "text/plain")
+                }
+                "/health" if shared.recovering.load(Relaxed) > 0 => {
+                    ("503 Service Unavailable", "recovering\n".into(), "text/plain")
                 }
                 "/health" => ("200 OK", "ok\n".into(), "text/plain"),
                 _ => ("404 Not Found", "try /metrics or /health\n".into(), "text/plain"),

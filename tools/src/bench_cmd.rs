@@ -95,7 +95,7 @@ struct RunArgs {
     #[arg(long)]
     rate: Option<f64>,
     /// Requests outstanding per lane in closed loop (a lane is a shard, or
-    /// a district for TPC-C). Default: 20 000 for YCSB-T, 1 for TPC-C,
+    /// a district for TPC-C). Default: 1 000 for YCSB-T, 1 for TPC-C,
     /// 1 000 for movie and travel.
     #[arg(long)]
     in_flight: Option<usize>,
@@ -244,7 +244,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 zipf: w.zipf,
                 partitions: w.partitions,
             };
-            execute(workload, run, 20_000, deposit_keys)
+            execute(workload, run, 1_000, deposit_keys)
         }
         BenchCommand::Tpcc { run, workload: w } => {
             if w.warehouses == 0 {

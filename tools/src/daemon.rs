@@ -95,7 +95,10 @@ pub struct Args {
     /// Address for clients [default: 127.0.0.1:7400]; port 0 picks a free one.
     #[arg(long, env = "STYX_LISTEN")]
     pub listen: Option<String>,
-    /// Address for /metrics and /health [default: 127.0.0.1:7401]; "off" disables.
+    /// Address for /metrics and /health [default: 127.0.0.1:7401]; "off"
+    /// disables. /health answers 503 "recovering" until every shard has
+    /// loaded its snapshot and replayed its log (styxd listens, and queues
+    /// requests, from the start), then "ok", and 503 "stopping" on SIGTERM.
     #[arg(long, env = "STYX_METRICS")]
     pub metrics: Option<String>,
     /// Shards, one per core [default: the number of CPUs]. A data directory
@@ -299,6 +302,7 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
         metrics: metrics.clone(),
         shutdown: shutdown.clone(),
         connections: AtomicUsize::new(0),
+        recovering: AtomicUsize::new(usize::from(settings.shards)),
         started,
         server_name: format!("styxd {} ({})", env!("CARGO_PKG_VERSION"), app.name()),
     });
