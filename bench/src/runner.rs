@@ -45,6 +45,23 @@ pub const TIMELINE_BUCKETS_MAX: usize = 36_000;
 /// Distinct unexpected-abort messages a tally keeps.
 pub const FAILURES_KEPT_MAX: usize = 5;
 
+/// Commits per timeline bucket over a run of `span` as (ms since the start,
+/// commits per second) points, one per bucket of the run (empty ones too).
+pub fn timeline_rates(mut counts: Vec<u64>, span: Duration) -> Vec<(u64, f64)> {
+    let buckets = (span.as_millis() as u64).div_ceil(TIMELINE_BUCKET_MS) as usize;
+    counts.resize(buckets.min(TIMELINE_BUCKETS_MAX), 0);
+    counts
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            (
+                i as u64 * TIMELINE_BUCKET_MS,
+                *c as f64 * 1_000.0 / TIMELINE_BUCKET_MS as f64,
+            )
+        })
+        .collect()
+}
+
 /// How load is offered.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Load {
@@ -555,18 +572,7 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
         }
         tallies.push(m.tally);
     }
-    let buckets = ((params.warmup + params.duration).as_millis() as u64).div_ceil(TIMELINE_BUCKET_MS) as usize;
-    timeline.resize(buckets.min(TIMELINE_BUCKETS_MAX), 0);
-    report.timeline = timeline
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            (
-                i as u64 * TIMELINE_BUCKET_MS,
-                *c as f64 * 1_000.0 / TIMELINE_BUCKET_MS as f64,
-            )
-        })
-        .collect();
+    report.timeline = timeline_rates(timeline, params.warmup + params.duration);
     report.peak_rss_mb = rss as f64 / (1024.0 * 1024.0);
     report.latency_us = Latency::of(&hist);
     report.tps = report.committed as f64 / params.duration.as_secs_f64();

@@ -318,14 +318,7 @@ impl Ctx {
     /// partition, so any write to it by an earlier transaction of the epoch
     /// orders this one after it.
     pub fn scan<T: Load>(&self, mut f: impl FnMut(&Key, &T::Archived)) -> Result<(), Abort> {
-        if self.frame.kind() != FnKind::Partition {
-            let abort = Abort::unknown(format!(
-                "scan needs a partition function; {} runs on an entity",
-                self.frame.host.app().describe(self.frame.function)
-            ));
-            self.frame.force(abort.clone());
-            return Err(abort);
-        }
+        self.require_partition()?;
         let mut failure = None;
         self.frame.host.scan(&self.frame, &mut |key, value| {
             if failure.is_none()
@@ -340,17 +333,24 @@ impl Ctx {
         }
     }
 
+    /// Aborts (and forces the abort on the transaction) unless this runs as
+    /// a partition function: only those may scan.
+    fn require_partition(&self) -> Result<(), Abort> {
+        if self.frame.kind() == FnKind::Partition {
+            return Ok(());
+        }
+        let abort = Abort::unknown(format!(
+            "scan needs a partition function; {} runs on an entity",
+            self.frame.host.app().describe(self.frame.function)
+        ));
+        self.frame.force(abort.clone());
+        Err(abort)
+    }
+
     /// [`Ctx::scan`] with each entity's state as archive bytes (for tools
     /// that do not know the operator's state type).
     pub fn scan_raw(&self, mut f: impl FnMut(&Key, &[u8])) -> Result<(), Abort> {
-        if self.frame.kind() != FnKind::Partition {
-            let abort = Abort::unknown(format!(
-                "scan needs a partition function; {} runs on an entity",
-                self.frame.host.app().describe(self.frame.function)
-            ));
-            self.frame.force(abort.clone());
-            return Err(abort);
-        }
+        self.require_partition()?;
         self.frame
             .host
             .scan(&self.frame, &mut |key, value| value.with_aligned(|bytes| f(key, bytes)))

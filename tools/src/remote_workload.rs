@@ -536,19 +536,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     if let Load::Closed { in_flight } = r.load {
         p.insert("in_flight_requested".into(), in_flight.into());
     }
-    let mut timeline = m.timeline;
-    let buckets = ((r.warmup + r.duration).as_millis() as u64).div_ceil(TIMELINE_BUCKET_MS) as usize;
-    timeline.resize(buckets.min(TIMELINE_BUCKETS_MAX), 0);
-    report.timeline = timeline
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
-            (
-                i as u64 * TIMELINE_BUCKET_MS,
-                *c as f64 * 1_000.0 / TIMELINE_BUCKET_MS as f64,
-            )
-        })
-        .collect();
+    report.timeline = runner::timeline_rates(m.timeline, r.warmup + r.duration);
     report.tps = report.committed as f64 / r.duration.as_secs_f64();
     report.tps_per_core = report.tps / f64::from(shards);
 
