@@ -1,7 +1,11 @@
 //! The engine's CPU cost per YCSB-T transaction, without a runtime: every
 //! shard in this thread, messages moved directly, closed loop.
 //!
-//! `cargo run --release -p styx-bench --example engine_cpu -- SHARDS EPOCH_TXNS KEYS`
+//! `cargo run --release -p styx-bench --example engine_cpu -- SHARDS EPOCH_TXNS KEYS TXNS`
+//!
+//! `SHARDS` 0 runs the same transfers through `styx_engine::Serial` (the
+//! serial ceiling). Under `valgrind --tool=callgrind` the instruction count
+//! per transaction is repeatable whatever else the machine is doing.
 
 use std::time::Instant;
 
@@ -27,13 +31,16 @@ unsafe impl std::alloc::GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOC: Counting = Counting;
 use styx_bench::ycsbt::{self, Functions, Workload};
-use styx_engine::{Config, Key, Outputs, Shard};
+use styx_engine::{CallLimits, Config, Key, Outcome, Outputs, Serial, Shard};
 
 fn main() {
     let args: Vec<u64> = std::env::args().skip(1).map(|a| a.parse().unwrap()).collect();
     let shards = *args.first().unwrap_or(&2) as u16;
     let epoch = *args.get(1).unwrap_or(&250) as usize;
     let keys = *args.get(2).unwrap_or(&10_000);
+    if shards == 0 {
+        return serial(keys, *args.get(3).unwrap_or(&2_000_000));
+    }
     let app = ycsbt::app(64);
     let f = Functions::of(&app);
     let account = app.op_id("account").unwrap();
@@ -101,6 +108,39 @@ fn main() {
         secs * 1e6 / committed as f64,
         re as f64 * 100.0 / committed as f64,
         st[0].epochs,
+        allocs as f64 / committed as f64
+    );
+}
+
+/// The same transfers, one after another, on `Serial`.
+fn serial(keys: u64, total: u64) {
+    let app = ycsbt::app(64);
+    let f = Functions::of(&app);
+    let account = app.op_id("account").unwrap();
+    let mut serial = Serial::new(app.clone(), CallLimits::default());
+    for k in 0..keys {
+        serial.load(account, Key::from(k), Some(ycsbt::start_value()));
+    }
+    let mut w = Workload::new(keys, (0..keys).collect(), None, 1);
+    let requests: Vec<_> = (0..total.min(1 << 20))
+        .map(|_| {
+            let (d, c) = w.next();
+            ycsbt::transfer(&f, d, c, 1)
+        })
+        .collect();
+    let allocs0 = ALLOCS.load(std::sync::atomic::Ordering::Relaxed);
+    let begin = Instant::now();
+    let mut committed = 0u64;
+    for tid in 0..total {
+        let r = &requests[tid as usize % requests.len()];
+        committed += u64::from(matches!(serial.execute(tid + 1, 0, r), Outcome::Committed(_)));
+    }
+    let secs = begin.elapsed().as_secs_f64();
+    let allocs = ALLOCS.load(std::sync::atomic::Ordering::Relaxed) - allocs0;
+    println!(
+        "serial, {keys} keys: {:.0} txn/s = {:.3} µs/txn; {:.2} allocations/txn",
+        committed as f64 / secs,
+        secs * 1e6 / committed as f64,
         allocs as f64 / committed as f64
     );
 }

@@ -59,9 +59,16 @@ impl SmallBytes {
 }
 
 impl PartialEq for SmallBytes {
+    /// The representation is canonical (inline exactly when short, zeros
+    /// after the bytes), so two inline strings compare as fixed-size arrays:
+    /// no call into `memcmp` on the hot path of every key lookup.
     #[inline]
     fn eq(&self, other: &Self) -> bool {
-        self.as_slice() == other.as_slice()
+        match (self, other) {
+            (SmallBytes::Inline { len: a, buf: x }, SmallBytes::Inline { len: b, buf: y }) => a == b && x == y,
+            (SmallBytes::Heap(x), SmallBytes::Heap(y)) => x == y,
+            _ => false,
+        }
     }
 }
 
@@ -144,6 +151,23 @@ mod tests {
         assert_eq!(long.as_slice(), &[7u8; 40]);
         assert_eq!(SmallBytes::from_vec(b"abc".to_vec()), short);
         assert!(short < SmallBytes::from_slice(b"abd"));
+    }
+
+    #[test]
+    fn equality_is_that_of_the_bytes_at_every_length() {
+        for n in 0..=INLINE_LEN_MAX + 2 {
+            let a: Vec<u8> = (0..n as u8).collect();
+            let mut b = a.clone();
+            assert_eq!(SmallBytes::from_slice(&a), SmallBytes::from_vec(b.clone()), "{n}");
+            if let Some(last) = b.last_mut() {
+                *last ^= 1;
+                assert_ne!(SmallBytes::from_slice(&a), SmallBytes::from_slice(&b), "{n}");
+            }
+            // A shorter prefix, padded with zeros inline, is still different.
+            let mut z = a.clone();
+            z.push(0);
+            assert_ne!(SmallBytes::from_slice(&a), SmallBytes::from_slice(&z), "{n}");
+        }
     }
 
     #[test]

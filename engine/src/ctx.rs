@@ -84,6 +84,8 @@ pub(crate) struct Frame {
     /// Host-specific numbers (the shard keeps its entry slot and access index here).
     pub slot: Cell<u32>,
     pub access: Cell<u32>,
+    /// The serial executor keeps the entity's table hash here.
+    pub hash: Cell<u64>,
     pub task: Cell<u32>,
     pub calls: RefCell<Vec<CallSlot>>,
     /// Set when the engine must abort the transaction whatever the function
@@ -119,6 +121,7 @@ impl Frame {
             host,
             slot: Cell::new(NO_INDEX),
             access: Cell::new(NO_INDEX),
+            hash: Cell::new(0),
             task: Cell::new(NO_INDEX),
             calls: RefCell::new(Vec::new()),
             forced: RefCell::new(None),

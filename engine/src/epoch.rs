@@ -17,7 +17,7 @@ use crate::ctx::NO_INDEX;
 use crate::ids::{OpId, Tid};
 use crate::key::Key;
 use crate::message::flags;
-use crate::store::{Map, Store, new_map};
+use crate::store::{Store, TidMap, new_tid_map};
 use crate::value::Value;
 
 const TID_NONE: Tid = Tid::MAX;
@@ -89,7 +89,7 @@ pub(crate) struct Tables {
     /// Per phase (optimistic, fallback, serial).
     pub accesses: [Vec<Access>; 3],
     pub txns: Vec<TxnLocal>,
-    pub txn_index: Option<Map<Tid, u32>>,
+    pub txn_index: Option<TidMap<u32>>,
     pub queues: Vec<LockQueue>,
 }
 
@@ -97,12 +97,12 @@ impl Tables {
     pub fn new() -> Tables {
         Tables {
             generation: 1,
-            txn_index: Some(new_map()),
+            txn_index: Some(new_tid_map()),
             ..Tables::default()
         }
     }
 
-    fn index(&self) -> &Map<Tid, u32> {
+    fn index(&self) -> &TidMap<u32> {
         self.txn_index.as_ref().expect("txn index")
     }
 

@@ -1,6 +1,9 @@
 //! Serial execution: the same functions, one transaction after another, no
 //! concurrency control. It is the oracle the engine is checked against and
-//! the "serial ceiling" its throughput is compared with.
+//! the "serial ceiling" its throughput is compared with, so it is built to
+//! be cheap: nothing is allocated per transaction but the function bodies'
+//! futures (frames, the write overlay and the call tree are reused), and a
+//! key is hashed once per invocation.
 //!
 //! A transaction runs depth-first on one thread: a sync call runs the callee
 //! to completion inline; an async send runs after its sender's body, before
@@ -14,57 +17,68 @@ use crate::codec::Payload;
 use crate::config::{Outcome, Request};
 use crate::ctx::{CallLimits, Ctx, Frame, Host, NO_INDEX, root_seed};
 use crate::ids::{Address, FnId, OpId, Tid};
-use crate::key::Key;
-use crate::store::{Map, new_map};
+use crate::key::{Key, partition_of};
 use crate::value::Value;
+use hashbrown::HashTable;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-/// The whole state, keyed by operator and key.
-pub type State = Map<(OpId, Key), Value>;
+/// Overlay entries searched linearly; past this many an index is built.
+const OVERLAY_LINEAR_MAX: usize = 16;
+/// Finished frames kept for reuse.
+const SPARE_FRAMES_MAX: usize = 256;
+
+/// The hash the state table uses for entity `key` (stable hash `hash`) of `op`.
+#[inline]
+fn entity_hash(op: OpId, hash: u64) -> u64 {
+    crate::bytes::mix64(hash ^ (u64::from(op.0) << 48))
+}
 
 /// Runs transactions one after another against one in-memory state.
 pub struct Serial {
-    app: Arc<App>,
-    limits: CallLimits,
-    state: Rc<RefCell<State>>,
+    txn: Rc<Txn>,
+}
+
+impl Drop for Serial {
+    fn drop(&mut self) {
+        // Pooled frames hold the transaction as their host: break the cycle.
+        self.txn.frames.borrow_mut().clear();
+    }
 }
 
 impl Serial {
     pub fn new(app: Arc<App>, limits: CallLimits) -> Serial {
-        Serial {
+        let txn = Rc::new_cyclic(|me| Txn {
+            me: me.clone(),
             app,
             limits,
-            state: Rc::new(RefCell::new(new_map())),
-        }
+            state: RefCell::new(HashTable::new()),
+            overlay: RefCell::new(Overlay::default()),
+            nodes: RefCell::new(Vec::new()),
+            frames: RefCell::new(Vec::new()),
+        });
+        Serial { txn }
     }
 
     /// Sets an entity's state outside any transaction.
     pub fn load(&mut self, op: OpId, key: Key, value: Option<Value>) {
-        let mut state = self.state.borrow_mut();
-        match value {
-            Some(v) => state.insert((op, key), v),
-            None => state.remove(&(op, key)),
-        };
+        let hash = entity_hash(op, key.hash64());
+        let mut state = self.txn.state.borrow_mut();
+        put(&mut state, op, hash, &key, value);
     }
 
     /// Runs one transaction to completion and applies it if it commits.
     pub fn execute(&self, tid: Tid, now_us: u64, request: &Request) -> Outcome {
-        if let Err(abort) = crate::Shard::validate(&self.app, request) {
+        if let Err(abort) = crate::Shard::validate(&self.txn.app, request) {
             return Outcome::Aborted(abort);
         }
-        let txn = Rc::new_cyclic(|me| Txn {
-            me: me.clone(),
-            app: self.app.clone(),
-            limits: self.limits,
-            state: self.state.clone(),
-            overlay: RefCell::new(new_map()),
-            nodes: RefCell::new(Vec::new()),
-        });
+        let txn = &self.txn;
+        debug_assert!(txn.overlay.borrow().entries.is_empty());
+        txn.nodes.borrow_mut().clear();
         let (result, abort) = txn.run(
             tid,
             now_us,
@@ -74,33 +88,95 @@ impl Serial {
             0,
             root_seed(tid),
         );
-        match abort {
+        let mut overlay = txn.overlay.borrow_mut();
+        let outcome = match abort {
             Some(abort) => Outcome::Aborted(abort),
             None => {
-                let overlay = std::mem::replace(&mut *txn.overlay.borrow_mut(), new_map());
-                let mut state = self.state.borrow_mut();
-                for (k, v) in overlay {
-                    match v {
-                        Some(v) => state.insert(k, v),
-                        None => state.remove(&k),
-                    };
+                let mut state = txn.state.borrow_mut();
+                for (op, hash, key, value) in overlay.entries.drain(..) {
+                    put(&mut state, op, hash, &key, value);
                 }
                 Outcome::Committed(result.expect("no abort, so a result"))
             }
-        }
+        };
+        overlay.clear();
+        outcome
     }
 
     /// The state, sorted.
     pub fn snapshot(&self) -> BTreeMap<(OpId, Key), Value> {
-        self.state
+        self.txn
+            .state
             .borrow()
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|(op, key, v)| ((*op, key.clone()), v.clone()))
             .collect()
     }
 
     pub fn app(&self) -> &Arc<App> {
-        &self.app
+        &self.txn.app
+    }
+}
+
+type StateTable = HashTable<(OpId, Key, Value)>;
+
+fn put(state: &mut StateTable, op: OpId, hash: u64, key: &Key, value: Option<Value>) {
+    let rehash = |e: &(OpId, Key, Value)| entity_hash(e.0, e.1.hash64());
+    let found = state.find_entry(hash, |e| e.0 == op && e.1 == *key);
+    match (found, value) {
+        (Ok(mut e), Some(v)) => e.get_mut().2 = v,
+        (Ok(e), None) => {
+            e.remove();
+        }
+        (Err(_), Some(v)) => {
+            state.insert_unique(hash, (op, key.clone(), v), rehash);
+        }
+        (Err(_), None) => {}
+    }
+}
+
+/// The transaction's buffered writes: `(op, entity hash, key, value)`.
+#[derive(Default)]
+struct Overlay {
+    entries: Vec<(OpId, u64, Key, Option<Value>)>,
+    /// Positions in `entries` by entity hash, once it outgrows a linear search.
+    index: HashTable<u32>,
+}
+
+impl Overlay {
+    fn find(&self, op: OpId, hash: u64, key: &Key) -> Option<usize> {
+        let same = |e: &(OpId, u64, Key, Option<Value>)| e.1 == hash && e.0 == op && e.2 == *key;
+        if self.entries.len() <= OVERLAY_LINEAR_MAX {
+            return self.entries.iter().position(same);
+        }
+        self.index
+            .find(hash, |&i| same(&self.entries[i as usize]))
+            .map(|&i| i as usize)
+    }
+
+    fn write(&mut self, op: OpId, hash: u64, key: &Key, value: Option<Value>) {
+        if let Some(i) = self.find(op, hash, key) {
+            self.entries[i].3 = value;
+            return;
+        }
+        self.entries.push((op, hash, key.clone(), value));
+        let Overlay { entries, index } = self;
+        let n = entries.len();
+        let rehash = |&i: &u32| entries[i as usize].1;
+        if n == OVERLAY_LINEAR_MAX + 1 {
+            for (i, e) in entries.iter().enumerate() {
+                index.insert_unique(e.1, i as u32, rehash);
+            }
+        } else if n > OVERLAY_LINEAR_MAX + 1 {
+            index.insert_unique(hash, (n - 1) as u32, rehash);
+        }
+    }
+
+    fn clear(&mut self) {
+        self.entries.clear();
+        if !self.index.is_empty() {
+            self.index.clear();
+        }
     }
 }
 
@@ -112,15 +188,37 @@ struct Node {
 }
 
 struct Txn {
-    me: std::rc::Weak<Txn>,
+    me: Weak<Txn>,
     app: Arc<App>,
     limits: CallLimits,
-    state: Rc<RefCell<State>>,
-    overlay: RefCell<Map<(OpId, Key), Option<Value>>>,
+    state: RefCell<StateTable>,
+    overlay: RefCell<Overlay>,
     nodes: RefCell<Vec<Node>>,
+    frames: RefCell<Vec<Rc<Frame>>>,
 }
 
 impl Txn {
+    /// A frame for one invocation: a finished one reused, or a new one.
+    #[allow(clippy::too_many_arguments)]
+    fn frame(
+        self: &Rc<Self>,
+        tid: Tid,
+        now_us: u64,
+        function: FnId,
+        address: Address,
+        partition: u32,
+        depth: u16,
+        seed: u64,
+    ) -> Rc<Frame> {
+        if let Some(mut frame) = self.frames.borrow_mut().pop() {
+            let f = Rc::get_mut(&mut frame).expect("pooled frames are unshared");
+            f.reset(tid, now_us, function, address, partition, depth, seed);
+            return frame;
+        }
+        let host: Rc<dyn Host> = self.clone();
+        Rc::new(Frame::new(host, tid, now_us, function, address, partition, depth, seed))
+    }
+
     /// Runs one invocation and everything it calls; returns its body's
     /// result and its subtree's abort.
     #[allow(clippy::too_many_arguments)]
@@ -134,13 +232,16 @@ impl Txn {
         depth: u16,
         seed: u64,
     ) -> (Result<Payload, Abort>, Option<Abort>) {
-        let partitions = self.app.operator_info(function.op).partitions();
-        let partition = match &address {
-            Address::Entity(k) => k.partition(partitions),
-            Address::Partition(p) => *p,
+        let (partition, hash) = match &address {
+            Address::Entity(k) => {
+                let hash = k.hash64();
+                let partitions = self.app.operator_info(function.op).partitions();
+                (partition_of(hash, partitions), entity_hash(function.op, hash))
+            }
+            Address::Partition(p) => (*p, 0),
         };
-        let host: Rc<dyn Host> = self.clone();
-        let frame = Rc::new(Frame::new(host, tid, now_us, function, address, partition, depth, seed));
+        let frame = self.frame(tid, now_us, function, address, partition, depth, seed);
+        frame.hash.set(hash);
         let node = {
             let mut nodes = self.nodes.borrow_mut();
             nodes.push(Node {
@@ -177,8 +278,20 @@ impl Txn {
             let (_, abort) = self.run(tid, now_us, f, address, args, depth + 1, frame.child_seed(child));
             self.note_child(node, child, abort);
         }
-        let own = frame.forced.borrow_mut().take().or_else(|| result.clone().err());
+        let own = frame
+            .forced
+            .borrow_mut()
+            .take()
+            .or_else(|| result.as_ref().err().cloned());
         let child_abort = self.nodes.borrow_mut()[node].child_abort.take();
+        // Unless the function kept a `Ctx` somewhere, this is the frame's
+        // last handle: reuse it.
+        if Rc::strong_count(&frame) == 1 {
+            let mut frames = self.frames.borrow_mut();
+            if frames.len() < SPARE_FRAMES_MAX {
+                frames.push(frame);
+            }
+        }
         (result, own.or(child_abort.map(|(_, a)| a)))
     }
 
@@ -192,9 +305,9 @@ impl Txn {
         }
     }
 
-    fn key(frame: &Frame) -> (OpId, Key) {
+    fn key(frame: &Frame) -> &Key {
         match &frame.address {
-            Address::Entity(k) => (frame.function.op, k.clone()),
+            Address::Entity(k) => k,
             Address::Partition(_) => unreachable!("entity access from a partition function"),
         }
     }
@@ -210,17 +323,20 @@ impl Host for Txn {
     }
 
     fn read(&self, frame: &Frame, f: &mut dyn FnMut(Option<&Value>)) -> Result<(), Abort> {
-        let key = Txn::key(frame);
-        if let Some(v) = self.overlay.borrow().get(&key) {
-            f(v.as_ref());
+        let (op, hash, key) = (frame.function.op, frame.hash.get(), Txn::key(frame));
+        let overlay = self.overlay.borrow();
+        if let Some(i) = overlay.find(op, hash, key) {
+            f(overlay.entries[i].3.as_ref());
             return Ok(());
         }
-        f(self.state.borrow().get(&key));
+        let state = self.state.borrow();
+        f(state.find(hash, |e| e.0 == op && e.1 == *key).map(|e| &e.2));
         Ok(())
     }
 
     fn write(&self, frame: &Frame, value: Option<Value>) -> Result<(), Abort> {
-        self.overlay.borrow_mut().insert(Txn::key(frame), value);
+        let (op, hash, key) = (frame.function.op, frame.hash.get(), Txn::key(frame));
+        self.overlay.borrow_mut().write(op, hash, key, value);
         Ok(())
     }
 
@@ -255,10 +371,10 @@ impl Host for Txn {
             .state
             .borrow()
             .iter()
-            .filter(|((o, k), _)| *o == op && k.partition(partitions) == frame.partition)
-            .map(|((_, k), v)| (k.clone(), Some(v.clone())))
+            .filter(|(o, k, _)| *o == op && k.partition(partitions) == frame.partition)
+            .map(|(_, k, v)| (k.clone(), Some(v.clone())))
             .collect();
-        for ((o, k), v) in self.overlay.borrow().iter() {
+        for (o, _, k, v) in &self.overlay.borrow().entries {
             if *o == op && k.partition(partitions) == frame.partition {
                 rows.insert(k.clone(), v.clone());
             }

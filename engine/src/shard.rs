@@ -44,7 +44,7 @@ use crate::ids::{Address, Epoch, FnId, SHARDS_MAX, ShardId, ShardSet, Tid, parti
 use crate::key::Key;
 use crate::key::partition_of;
 use crate::message::{Invoke, Message, Parent, Phase, Reply, flags};
-use crate::store::{Map, Store, new_map};
+use crate::store::{Map, Store, TidMap, new_map, new_tid_map};
 use crate::value::Value;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -389,7 +389,7 @@ struct Machine {
     flags_in: usize,
     done2: usize,
     aborted: Vec<Tid>,
-    merged: Map<Tid, u8>,
+    merged: TidMap<u8>,
     any_pending: bool,
     /// Phase 3: the drifted transactions of every shard, in tid order.
     serial_queue: Vec<(Tid, ShardId)>,
@@ -504,7 +504,7 @@ impl Shard {
                 flags_in: 0,
                 done2: 0,
                 aborted: Vec::new(),
-                merged: new_map(),
+                merged: new_tid_map(),
                 any_pending: false,
                 serial_queue: Vec::new(),
                 serial_index: 0,
@@ -688,8 +688,10 @@ impl Shard {
             }
             state.waiting.insert(c.seq, Vec::new());
         }
+        // The epoch starts at the next `step` or `tick`, not here: a driver
+        // submits everything that arrived, then the epoch seals it all (one
+        // epoch per request would pay the barriers for each).
         self.m.pending.push_back((to, request));
-        self.maybe_start();
         Ok(())
     }
 
@@ -1090,7 +1092,7 @@ impl Shard {
 
     /// All flags are in: commit phase-1 winners, queue the rest.
     fn decide(&mut self) {
-        let merged = std::mem::replace(&mut self.m.merged, new_map());
+        let mut merged = std::mem::take(&mut self.m.merged);
         let verdict = |tid: Tid| flags::commits(merged.get(&tid).copied().unwrap_or(0));
         {
             let mut guard = self.exec.st.borrow_mut();
@@ -1143,6 +1145,9 @@ impl Shard {
                 self.dispatch_root(c, index as u32, epoch, Phase::Fallback, 0);
             }
         }
+        // Keep the map's capacity for the next epoch.
+        merged.clear();
+        self.m.merged = merged;
         if self.m.running == 0 {
             self.send_done2();
         }
@@ -1572,12 +1577,13 @@ impl Shard {
 
     /// Whether local work is waiting for [`Shard::step`].
     pub fn has_work(&self) -> bool {
-        !self.exec.st.borrow().local.is_empty() || self.m.snapshot.is_some()
+        !self.exec.st.borrow().local.is_empty() || self.m.snapshot.is_some() || self.can_start()
     }
 
     /// Handles the next share of local work (see `Config::step_messages_max`)
     /// and of the running snapshot's copying.
     pub fn step(&mut self) {
+        self.maybe_start();
         self.run_local();
         self.snapshot_step(SNAPSHOT_SLOTS_PER_STEP);
     }
@@ -1879,7 +1885,12 @@ impl Shard {
         let task = self.tasks[index as usize].take().expect("live task");
         self.free_tasks.push(index);
         let result = task.body.expect("body finished");
-        let own = task.frame.forced.borrow_mut().take().or_else(|| result.clone().err());
+        let own = task
+            .frame
+            .forced
+            .borrow_mut()
+            .take()
+            .or_else(|| result.as_ref().err().cloned());
         let tree_abort = own.or(task.child_abort.map(|(_, a)| a));
         self.send_reply(Reply {
             parent: task.parent,

@@ -24,6 +24,41 @@ pub(crate) fn new_map<K, V>() -> Map<K, V> {
     HashMap::with_hasher(fixed_state())
 }
 
+/// Maps keyed by transaction id, looked up on every invocation: tids are
+/// distinct integers, so one multiply hashes them (ahash's portable
+/// fallback costs several times more). Deterministic like `Map`.
+pub(crate) type TidMap<V> = HashMap<crate::ids::Tid, V, std::hash::BuildHasherDefault<TidHasher>>;
+
+pub(crate) fn new_tid_map<V>() -> TidMap<V> {
+    HashMap::default()
+}
+
+/// A multiplicative hash of one `u64` (Fibonacci hashing), folded so that
+/// both the table's index bits (low) and its tag bits (high) vary.
+#[derive(Default)]
+pub(crate) struct TidHasher(u64);
+
+impl std::hash::Hasher for TidHasher {
+    #[inline]
+    fn write_u64(&mut self, n: u64) {
+        let h = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        self.0 = h ^ (h >> 29);
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// The hash a partition's table uses for a key of stable hash `hash`.
 #[inline]
 fn table_hash(hash: u64) -> u64 {
