@@ -30,6 +30,7 @@ mod shard;
 pub mod sim;
 mod store;
 mod value;
+pub mod wire;
 
 pub use abort::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind};
 pub use app::{
