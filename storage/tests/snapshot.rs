@@ -405,3 +405,54 @@ fn random_damage_loads_exactly_or_fails() {
     }
     assert!(errors > 150, "{errors}");
 }
+
+#[test]
+fn a_cluster_node_keeps_snapshots_to_roll_back_to() {
+    let root = fresh_dir("snap-rollback");
+    let dir = DataDir::open(&root).unwrap();
+    let mut rng = Rng::new(7);
+    let mut states = vec![State::new()];
+    let mut catalog = Catalog::open(&dir).unwrap();
+    let mut after = BTreeMap::new();
+    let mut parent = 0;
+    for epoch in [5, 9, 14] {
+        let d = random_delta(&mut rng, &mut states[0], 200, 1_000);
+        let f = write(&dir, 0, epoch, parent, b"m", &d);
+        let m = Manifest::snapshot(catalog.latest(), epoch, vec![f]).unwrap();
+        catalog.commit(m).unwrap();
+        // The cluster completed only epoch 5 so far: 9 and 14 stay.
+        catalog.gc_keeping(5).unwrap();
+        after.insert(epoch, states[0].clone());
+        parent = epoch;
+    }
+    assert_eq!(catalog.epochs().unwrap(), [5, 9, 14]);
+    // Recovery agreed on 9 (another node never completed 14).
+    catalog.roll_back_to(Some(9)).unwrap();
+    assert_eq!(catalog.latest().unwrap().epoch, 9);
+    assert_eq!(Catalog::open(&dir).unwrap().epochs().unwrap(), [5, 9]);
+    let (_, state) = load(&dir, &catalog.latest().unwrap().clone(), 0);
+    assert_eq!(state, after[&9]);
+    // The next snapshot extends 9, and its generation is new.
+    let d = random_delta(&mut rng, &mut states[0], 50, 1_000);
+    let f = write(&dir, 0, 20, 9, b"m", &d);
+    let m = catalog
+        .commit(Manifest::snapshot(catalog.latest(), 20, vec![f]).unwrap())
+        .unwrap()
+        .clone();
+    assert!(m.generation > 3, "generation {}", m.generation);
+    // Once the cluster completed 20, everything older goes, files included.
+    catalog.gc_keeping(20).unwrap();
+    assert_eq!(catalog.epochs().unwrap(), [20]);
+    let files: Vec<String> = fs::read_dir(dir.snapshot_dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        files.iter().all(|f| !f.contains("000000000014")),
+        "the file of the abandoned snapshot 14 is collected: {files:?}"
+    );
+    // Rolling back to nothing drops every manifest.
+    catalog.roll_back_to(None).unwrap();
+    assert!(catalog.latest().is_none());
+    assert!(catalog.roll_back_to(Some(20)).is_err());
+}

@@ -412,20 +412,89 @@ impl Catalog {
         Ok(self.latest().expect("just committed"))
     }
 
-    /// Removes what the latest manifest does not need: older and incomplete
-    /// manifests, temporary manifests (commits a crash interrupted), and each shard's snapshot files
-    /// (finished or temporary) that it does not list and that are not newer
-    /// than the start of the shard's chain. Newer unlisted files may belong
-    /// to a snapshot or compaction in progress and are kept. Returns the
-    /// removed paths. Nothing is removed while no manifest is complete.
+    /// Removes what the latest manifest does not need (see
+    /// [`Catalog::gc_keeping`]: here nothing older is kept).
     pub fn gc(&self) -> Result<Vec<PathBuf>> {
+        self.gc_keeping(Epoch::MAX)
+    }
+
+    /// The epochs of the complete snapshots in the directory, oldest first.
+    /// A node of a cluster keeps every snapshot the whole cluster may still
+    /// roll back to; recovery picks the newest epoch all nodes have.
+    pub fn epochs(&self) -> Result<Vec<Epoch>> {
+        let mut epochs: Vec<Epoch> = complete_manifests(&self.dir)?.iter().map(|m| m.epoch).collect();
+        epochs.dedup();
+        Ok(epochs)
+    }
+
+    /// Makes the complete snapshot of `epoch` the latest (`None`: no
+    /// snapshot) by removing every manifest newer than it: recovery of a
+    /// cluster rolls every node back to the newest snapshot that all of
+    /// them completed, and a newer one that only some completed must never
+    /// be chosen later (its files are collected as garbage).
+    pub fn roll_back_to(&mut self, epoch: Option<Epoch>) -> Result<()> {
+        let manifests = complete_manifests(&self.dir)?;
+        if let Some(e) = epoch
+            && !manifests.iter().any(|m| m.epoch == e)
+        {
+            return Err(Error::Snapshot(format!(
+                "no complete snapshot of epoch {e} in {}",
+                self.dir.display()
+            )));
+        }
+        let mut removed = false;
+        for name in fsutil::list(&self.dir)? {
+            let Some(g) = parse_manifest_name(&name) else {
+                continue;
+            };
+            let keep = manifests
+                .iter()
+                .find(|m| m.generation == g)
+                .is_some_and(|m| epoch.is_some_and(|e| m.epoch <= e));
+            if !keep {
+                fsutil::remove(&self.dir.join(&name))?;
+                removed = true;
+            }
+        }
+        if removed {
+            fsutil::sync_dir(&self.dir)?;
+        }
+        let generation_max = self.latest.generation_max;
+        self.latest = latest(&self.dir)?;
+        // Generations only grow: a later commit must not reuse a removed one.
+        self.latest.generation_max = self.latest.generation_max.max(generation_max);
+        assert_eq!(self.latest().map(|m| m.epoch), epoch, "rolled back to the wrong snapshot");
+        Ok(())
+    }
+
+    /// Removes what no kept manifest needs: manifests older than both the
+    /// latest and `keep_from` (the newest snapshot every node of a cluster
+    /// completed: an older one may still be rolled back to), incomplete and
+    /// temporary manifests (commits a crash interrupted), and each shard's
+    /// snapshot files (finished or temporary) that no kept manifest lists
+    /// and that are not newer than the start of the shard's latest chain.
+    /// Newer unlisted files may belong to a snapshot or compaction in
+    /// progress and are kept. Returns the removed paths. Nothing is removed
+    /// while no manifest is complete.
+    pub fn gc_keeping(&self, keep_from: Epoch) -> Result<Vec<PathBuf>> {
         let Some(m) = self.latest() else {
             return Ok(Vec::new());
         };
+        let keep_from = keep_from.min(m.epoch);
+        // The latest, and of each older epoch still kept its newest
+        // generation (a compaction supersedes the manifest it rewrote).
+        let mut kept: Vec<Manifest> = Vec::new();
+        for k in complete_manifests(&self.dir)?.into_iter().rev() {
+            let wanted = k.generation == m.generation
+                || (k.epoch >= keep_from && k.epoch < m.epoch && !kept.iter().any(|x| x.epoch == k.epoch));
+            if wanted {
+                kept.push(k);
+            }
+        }
         let mut removed = Vec::new();
         for name in fsutil::list(&self.dir)? {
             let remove = if let Some(g) = parse_manifest_name(&name) {
-                g != m.generation
+                !kept.iter().any(|k| k.generation == g)
             } else if name.strip_suffix(".tmp").and_then(parse_manifest_name).is_some() {
                 // Commits are synchronous in this catalog's owner: a
                 // temporary manifest is a commit a crash interrupted.
@@ -433,8 +502,17 @@ impl Catalog {
             } else if let Some((shard, epoch, kind, tmp)) = parse_file_name(&name) {
                 match m.shard(shard) {
                     Some(s) => {
-                        let listed = !tmp && s.files.iter().any(|f| f.epoch == epoch && f.kind == kind);
-                        !listed && epoch <= s.files[0].epoch
+                        let listed = !tmp
+                            && kept.iter().any(|k| {
+                                k.shard(shard)
+                                    .is_some_and(|ks| ks.files.iter().any(|f| f.epoch == epoch && f.kind == kind))
+                            });
+                        // A delta older than the latest snapshot that no
+                        // kept manifest lists was abandoned (a snapshot a
+                        // cluster rolled back from): snapshots in progress
+                        // are newer, compactions write bases.
+                        let abandoned = !tmp && kind == Kind::Delta && epoch < m.epoch;
+                        !listed && (epoch <= s.files[0].epoch || abandoned)
                     }
                     None => false,
                 }
@@ -452,6 +530,23 @@ impl Catalog {
         }
         Ok(removed)
     }
+}
+
+/// Every complete manifest in `snapshot_dir`, by generation (incomplete
+/// ones skipped).
+pub fn complete_manifests(snapshot_dir: &Path) -> Result<Vec<Manifest>> {
+    let mut gens: Vec<u64> = fsutil::list(snapshot_dir)?
+        .iter()
+        .filter_map(|n| parse_manifest_name(n))
+        .collect();
+    gens.sort_unstable();
+    let mut out = Vec::new();
+    for g in gens {
+        if let ManifestRead::Complete(m) = read_manifest(&snapshot_dir.join(manifest_name(g)))? {
+            out.push(m);
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
