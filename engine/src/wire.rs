@@ -76,10 +76,7 @@ pub fn decode_batch(mut input: &[u8], n_shards: u16) -> Result<Vec<Message>, Wir
     let count = u32::decode(input)? as usize;
     // Every message takes at least two bytes: a count past that is a lie.
     if count > BATCH_MESSAGES_MAX || count > input.len() / 2 + 1 {
-        return Err(WireError::Invalid(format!(
-            "{count} messages in {} bytes",
-            input.len()
-        )));
+        return Err(WireError::Invalid(format!("{count} messages in {} bytes", input.len())));
     }
     let mut batch = Vec::with_capacity(count);
     let d = Decoder { n_shards };
@@ -408,10 +405,7 @@ mod tests {
 
     fn every_kind() -> Vec<Message> {
         let request = Request {
-            function: FnId {
-                op: OpId(1),
-                index: 3,
-            },
+            function: FnId { op: OpId(1), index: 3 },
             address: Address::Entity(Key::from(42u64)),
             args: Payload::encode(&(7u64, -3i64)),
             client: Some(ClientSeq {

@@ -22,6 +22,7 @@
 //! their replies was released (that waits for every shard's log), so
 //! replaying them without the lost batches is a valid outcome.
 
+use crate::cluster::{Plan, Run, Spec, Survey};
 use crate::metrics::ShardMetrics;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -52,14 +53,19 @@ pub struct ShardStart {
 pub struct Durable {
     dir: Arc<DataDir>,
     options: wal::Options,
+    /// The shards whose logs and snapshot files live here.
+    shards: std::ops::Range<ShardId>,
     starts: Mutex<Vec<Option<ShardStart>>>,
     /// The newest epoch any shard's log reached: every shard replays to it.
     pub recovered_epoch: Epoch,
     /// The snapshot recovery started from, if any.
     pub snapshot_epoch: Option<Epoch>,
     committer: Mutex<Committer>,
-    /// Per shard, the newest epoch its log made durable.
+    /// Per local shard, the newest epoch its log made durable.
     log_durable: Vec<AtomicU64>,
+    /// The run this node takes part in: told of snapshot commits, it says
+    /// which snapshot the whole cluster completed (garbage before it goes).
+    run: Arc<Run>,
 }
 
 impl std::fmt::Debug for Durable {
@@ -86,72 +92,179 @@ struct Committer {
     /// Files written, by snapshot epoch.
     files: BTreeMap<Epoch, Vec<FileRef>>,
     shards: usize,
+    /// The cluster-complete snapshot epoch through which garbage is gone.
+    collected_through: Epoch,
 }
 
-impl Durable {
-    /// Reads what the data directory holds for `shards` shards: the latest
-    /// complete snapshot and each shard's log after it (cutting torn tails).
-    /// Refuses a directory written with another shard count.
-    pub fn open(dir: DataDir, shards: usize, options: wal::Options) -> Result<(Arc<Durable>, Recovered), Error> {
-        let catalog = Catalog::open(&dir)?;
-        let manifest = catalog.latest().cloned();
-        if let Some(m) = &manifest
-            && m.shards.len() != shards
-        {
-            return Err(Error::Snapshot(format!(
-                "the data directory {} holds {} shards; start with --shards {} (or an empty directory)",
-                dir.root().display(),
-                m.shards.len(),
-                m.shards.len()
-            )));
+fn describe(shards: &[ShardId]) -> String {
+    match (shards.first(), shards.last()) {
+        (Some(a), Some(b)) if shards.len() > 1 => format!("{a}..={b}"),
+        (Some(a), _) => a.to_string(),
+        _ => "none".into(),
+    }
+}
+
+/// What a data directory holds, read before the shards start: every kept
+/// snapshot and each shard's log after the oldest of them. A node of a
+/// cluster tells the others its [`Surveyed::survey`] and starts from the
+/// plan they agree on; a single node starts from its own.
+pub struct Surveyed {
+    dir: Arc<DataDir>,
+    options: wal::Options,
+    shards: std::ops::Range<ShardId>,
+    catalog: Catalog,
+    epochs: Vec<Epoch>,
+    logs: Vec<wal::Recovered>,
+}
+
+impl std::fmt::Debug for Surveyed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Surveyed")
+            .field("dir", &self.dir.root())
+            .field("epochs", &self.epochs)
+            .finish()
+    }
+}
+
+impl Surveyed {
+    /// What the disk holds, for the cluster's join.
+    pub fn survey(&self) -> Survey {
+        let log_epoch = self
+            .logs
+            .iter()
+            .map(|r| r.tail.last_epoch())
+            .chain(self.epochs.last().copied())
+            .max()
+            .unwrap_or(0);
+        Survey {
+            snapshots: self.epochs.clone(),
+            log_epoch,
         }
-        let on_disk = wal::shards(&dir.wal_dir())?;
-        if let Some(s) = on_disk.iter().find(|s| **s as usize >= shards) {
-            return Err(Error::Snapshot(format!(
-                "the data directory {} has a log for shard {s}; start with at least {} shards",
-                dir.root().display(),
-                s + 1
-            )));
-        }
-        let mut starts = Vec::with_capacity(shards);
+    }
+
+    /// Starts from `plan`: restores its snapshot (dropping newer ones,
+    /// which not every node completed) and replays every log through its
+    /// epoch. `run` learns of this node's snapshot commits.
+    pub fn start(mut self, plan: Plan, run: Arc<Run>) -> Result<(Arc<Durable>, Recovered), Error> {
+        self.catalog.roll_back_to(plan.snapshot)?;
+        let manifest = self.catalog.latest().cloned();
+        let mut starts = Vec::with_capacity(self.shards.len());
         let mut truncated = Vec::new();
         let mut replay_batches = 0;
-        let mut recovered_epoch = manifest.as_ref().map_or(0, |m| m.epoch);
-        for s in 0..shards as ShardId {
+        for (s, r) in self.shards.clone().zip(self.logs) {
             let after = manifest.as_ref().and_then(|m| m.shard(s)).map_or(0, |ss| ss.log_after);
-            let r = wal::recover(&dir, s, after)?;
             if let Some(t) = r.tail.truncation() {
                 truncated.push(format!("shard {s}: {t}"));
             }
-            recovered_epoch = recovered_epoch.max(r.tail.last_epoch());
-            replay_batches += r.batches.len();
+            let batches: Vec<Batch> = r.batches.into_iter().filter(|b| b.epoch > after).collect();
+            if let Some(first) = batches.first()
+                && first.epoch != after + 1
+            {
+                return Err(Error::Snapshot(format!(
+                    "shard {s}'s log starts at epoch {} but the snapshot of epoch {after} needs it from epoch {}: the log was trimmed past a snapshot the cluster may roll back to",
+                    first.epoch,
+                    after + 1
+                )));
+            }
+            assert!(
+                r.tail.last_epoch() <= plan.replay_to,
+                "shard {s} logged epoch {} past the plan's {}",
+                r.tail.last_epoch(),
+                plan.replay_to
+            );
+            replay_batches += batches.len();
             starts.push(Some(ShardStart {
                 manifest: manifest.clone(),
-                batches: r.batches,
+                batches,
                 tail: r.tail,
             }));
         }
         let snapshot_epoch = manifest.as_ref().map(|m| m.epoch);
+        let shards = self.shards.clone();
         let durable = Arc::new(Durable {
-            dir: Arc::new(dir),
-            options,
+            dir: self.dir,
+            options: self.options,
+            shards: shards.clone(),
             starts: Mutex::new(starts),
-            recovered_epoch,
+            recovered_epoch: plan.replay_to,
             snapshot_epoch,
             committer: Mutex::new(Committer {
-                catalog,
+                catalog: self.catalog,
                 files: BTreeMap::new(),
-                shards,
+                shards: shards.len(),
+                collected_through: 0,
             }),
-            log_durable: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            log_durable: shards.clone().map(|_| AtomicU64::new(0)).collect(),
+            run,
         });
         let recovered = Recovered {
             snapshot_epoch,
             replay_batches,
-            recovered_epoch,
+            recovered_epoch: plan.replay_to,
             truncated,
         };
         Ok((durable, recovered))
+    }
+}
+
+impl Durable {
+    /// Reads what the data directory holds for the shards `shards` (all of
+    /// a single node's, or one node's part of a cluster): the kept
+    /// snapshots and each shard's log after the oldest (cutting torn
+    /// tails). Refuses a directory written with other shards.
+    pub fn survey(
+        dir: Arc<DataDir>,
+        shards: std::ops::Range<ShardId>,
+        options: wal::Options,
+    ) -> Result<Surveyed, Error> {
+        let catalog = Catalog::open(&dir)?;
+        let manifests = styx_storage::snapshot::complete_manifests(&dir.snapshot_dir())?;
+        let wanted: Vec<ShardId> = shards.clone().collect();
+        for m in &manifests {
+            let has: Vec<ShardId> = m.shards.iter().map(|s| s.shard).collect();
+            if has != wanted {
+                return Err(Error::Snapshot(format!(
+                    "the data directory {} holds shards {}; this node runs shards {} (start with the shard count, cluster file and node id it was written with, or an empty directory)",
+                    dir.root().display(),
+                    describe(&has),
+                    describe(&wanted),
+                )));
+            }
+        }
+        let on_disk = wal::shards(&dir.wal_dir())?;
+        if let Some(s) = on_disk.iter().find(|s| !shards.contains(s)) {
+            return Err(Error::Snapshot(format!(
+                "the data directory {} has a log for shard {s}; this node runs shards {} (start with the shard count, cluster file and node id it was written with)",
+                dir.root().display(),
+                describe(&wanted),
+            )));
+        }
+        let oldest = manifests.first();
+        let mut logs = Vec::with_capacity(shards.len());
+        for s in shards.clone() {
+            let after = oldest.and_then(|m| m.shard(s)).map_or(0, |ss| ss.log_after);
+            logs.push(wal::recover(&dir, s, after)?);
+        }
+        let mut epochs: Vec<Epoch> = manifests.iter().map(|m| m.epoch).collect();
+        epochs.dedup();
+        Ok(Surveyed {
+            dir,
+            options,
+            shards,
+            catalog,
+            epochs,
+            logs,
+        })
+    }
+
+    /// A single node's recovery: the latest complete snapshot and each
+    /// shard's log after it.
+    pub fn open(dir: DataDir, shards: usize, options: wal::Options) -> Result<(Arc<Durable>, Recovered), Error> {
+        let surveyed = Durable::survey(Arc::new(dir), 0..shards as ShardId, options)?;
+        let plan = Plan::of(&[surveyed.survey()]);
+        let client = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        let run = Arc::new(Run::single(Spec::single(shards as u16, client), plan));
+        surveyed.start(plan, run)
     }
 
     pub fn dir(&self) -> &DataDir {
@@ -170,6 +283,10 @@ pub(crate) struct ShardDurable {
     chunks: Vec<(OpId, Key, Option<Value>)>,
     writing: Rc<RefCell<usize>>,
     metrics: Option<Arc<ShardMetrics>>,
+    /// On the node's first shard: the committer task and its stop flag.
+    /// Stopping waits for a commit in progress (its blocking thread must
+    /// hand its result to a live executor).
+    committer: Option<(glommio::Task<()>, Rc<std::cell::Cell<bool>>)>,
 }
 
 struct LogState {
@@ -192,7 +309,8 @@ impl ShardDurable {
         metrics: Option<Arc<ShardMetrics>>,
     ) -> ShardDurable {
         let id = shard.id();
-        let start = durable.starts.lock().expect("starts lock")[id as usize]
+        let local = usize::from(id - durable.shards.start);
+        let start = durable.starts.lock().expect("starts lock")[local]
             .take()
             .expect("one start per shard");
         let mut parent_epoch = 0;
@@ -237,7 +355,7 @@ impl ShardDurable {
                 .await
                 .unwrap_or_else(|e| fatal(id, &format!("log sync: {e}")));
         }
-        durable.log_durable[id as usize].store(durable.recovered_epoch, Relaxed);
+        durable.log_durable[local].store(durable.recovered_epoch, Relaxed);
         shard.replay(batches);
         let log = Rc::new(RefCell::new(LogState {
             queue: VecDeque::new(),
@@ -255,9 +373,13 @@ impl ShardDurable {
             metrics.clone(),
         ))
         .detach();
-        if id == 0 {
-            glommio::spawn_local(committer_task(durable.clone())).detach();
-        }
+        let committer = (id == durable.shards.start).then(|| {
+            let stop = Rc::new(std::cell::Cell::new(false));
+            (
+                glommio::spawn_local(committer_task(durable.clone(), stop.clone())),
+                stop,
+            )
+        });
         ShardDurable {
             durable,
             shard: id,
@@ -266,6 +388,7 @@ impl ShardDurable {
             chunks: Vec::new(),
             writing: Rc::new(RefCell::new(0)),
             metrics,
+            committer,
         }
     }
 
@@ -341,6 +464,10 @@ impl ShardDurable {
         while !self.log.borrow().closed || *self.writing.borrow() > 0 {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
+        if let Some((task, stop)) = self.committer {
+            stop.set(true);
+            task.await;
+        }
     }
 }
 
@@ -390,7 +517,7 @@ async fn log_task(
                     .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
                 m.log_durable_epoch.store(epoch, Relaxed);
             }
-            durable.log_durable[shard as usize].store(epoch, Relaxed);
+            durable.log_durable[usize::from(shard - durable.shards.start)].store(epoch, Relaxed);
             state.borrow_mut().durable = Some(epoch);
             if let Some(w) = loop_waker.borrow_mut().take() {
                 w.wake();
@@ -404,29 +531,42 @@ async fn log_task(
     }
 }
 
-/// On shard 0: commits a snapshot's manifest once every shard wrote its file
-/// and every shard's log is durable through its epoch; then trims logs and
-/// old files and compacts long chains.
-async fn committer_task(durable: Arc<Durable>) {
+/// On the node's first shard: commits a snapshot's manifest once every
+/// local shard wrote its file and every local log is durable through its
+/// epoch, tells the cluster, and removes what no snapshot the cluster may
+/// still roll back to needs (logs before it, older files); compacts long
+/// chains.
+async fn committer_task(durable: Arc<Durable>, stop: Rc<std::cell::Cell<bool>>) {
+    let first = durable.shards.start;
     loop {
         glommio::timer::sleep(COMMIT_POLL).await;
+        if stop.get() {
+            return;
+        }
         // A manifest may only name epochs every shard's log holds durably.
         let logged = durable.log_durable.iter().map(|e| e.load(Relaxed)).min().unwrap_or(0);
-        let ready = {
+        let (ready, collect) = {
             let c = durable.committer.lock().expect("committer lock");
-            c.files
+            let ready = c
+                .files
                 .iter()
                 .find(|(e, f)| f.len() == c.shards && **e <= logged)
-                .map(|(e, _)| *e)
+                .map(|(e, _)| *e);
+            (ready, durable.run.complete_epoch() > c.collected_through)
         };
-        let Some(epoch) = ready else {
+        if ready.is_none() && !collect {
             continue;
-        };
+        }
         let d = durable.clone();
         glommio::executor()
-            .spawn_blocking(move || commit(&d, epoch))
+            .spawn_blocking(move || {
+                if let Some(epoch) = ready {
+                    commit(&d, epoch).map_err(|e| format!("cannot commit snapshot {epoch}: {e}"))?;
+                }
+                collect_garbage(&d).map_err(|e| format!("cannot remove old snapshots and logs: {e}"))
+            })
             .await
-            .unwrap_or_else(|e| fatal(0, &format!("cannot commit snapshot {epoch}: {e}")));
+            .unwrap_or_else(|e| fatal(first, &e));
     }
 }
 
@@ -438,9 +578,6 @@ fn commit(durable: &Durable, epoch: Epoch) -> Result<(), Error> {
     let manifest = Manifest::snapshot(c.catalog.latest(), epoch, files)?;
     let manifest = c.catalog.commit(manifest)?.clone();
     for s in &manifest.shards {
-        wal::remove_through(&durable.dir, s.shard, s.log_after)?;
-    }
-    for s in &manifest.shards {
         if s.files.len() > COMPACT_AFTER_FILES
             && let Some(base) = styx_storage::snapshot::compact(&durable.dir, &manifest, s.shard)?
         {
@@ -448,7 +585,30 @@ fn commit(durable: &Durable, epoch: Epoch) -> Result<(), Error> {
             c.catalog.commit(latest.compacted(base)?)?;
         }
     }
-    c.catalog.gc()?;
+    drop(c);
     tracing::info!(epoch, "snapshot committed");
+    durable.run.committed_locally(epoch);
+    Ok(())
+}
+
+/// Removes the logs and snapshots older than the newest snapshot the whole
+/// cluster completed (for a single node: its latest).
+fn collect_garbage(durable: &Durable) -> Result<(), Error> {
+    let mut c = durable.committer.lock().expect("committer lock");
+    let Some(latest) = c.catalog.latest().map(|m| m.epoch) else {
+        return Ok(());
+    };
+    let complete = durable.run.complete_epoch().min(latest);
+    if complete <= c.collected_through {
+        return Ok(());
+    }
+    // Manifests first, logs second: a crash in between leaves a log longer
+    // than needed, never a kept snapshot whose log is gone.
+    c.catalog.gc_keeping(complete)?;
+    for s in durable.shards.clone() {
+        // A snapshot's log resumes after its epoch.
+        wal::remove_through(&durable.dir, s, complete)?;
+    }
+    c.collected_through = complete;
     Ok(())
 }

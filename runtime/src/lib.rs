@@ -14,10 +14,12 @@
 #![forbid(unsafe_code)]
 
 mod clock;
+pub mod cluster;
 pub mod durable;
 mod link;
 pub mod metrics;
 pub mod preload;
+mod remote;
 pub mod server;
 
 pub use clock::Clock;
@@ -53,6 +55,10 @@ const METRICS_PUBLISH_US: u64 = 1_000;
 /// gives the core away until a doorbell, its log or a client wakes it.
 const SPIN_US: u64 = 200;
 
+/// A shard with open work that made no progress for this long logs its
+/// state (a stuck run is diagnosed from that line).
+const STALL_REPORT_US: u64 = 5_000_000;
+
 /// Errors of the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -85,6 +91,10 @@ pub struct Options {
     /// The input log and snapshots (recovered already); `None` runs in
     /// memory only (then `engine.durability` must be `None`).
     pub durable: Option<Arc<durable::Durable>>,
+    /// This node's part of a cluster run: its shards are `cluster`'s local
+    /// ones (`shards` is ignored) and the others are reached over TCP.
+    /// `None`: every shard is here.
+    pub cluster: Option<Arc<cluster::Run>>,
 }
 
 impl Default for Options {
@@ -97,6 +107,7 @@ impl Default for Options {
             io_memory: 1 << 20,
             metrics: None,
             durable: None,
+            cluster: None,
         }
     }
 }
@@ -139,19 +150,24 @@ where
     F: Frontend,
     M: Fn(&mut Shard) -> F + Send + Sync + 'static,
 {
-    let n = opts.shards as usize;
+    let (n, local) = match &opts.cluster {
+        Some(run) => (usize::from(run.spec.n_shards()), run.local_shards()),
+        None => (opts.shards as usize, 0..opts.shards),
+    };
     if n == 0 || n > styx_engine::SHARDS_MAX {
         return Err(Error::Shards(n));
     }
+    let n_local = local.len();
+    let base = local.start;
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let mesh: MeshBuilder<(), _> = MeshBuilder::full(n, DOORBELLS_MAX);
+    let mesh: MeshBuilder<(), _> = MeshBuilder::full(n_local, DOORBELLS_MAX);
     let links = Arc::new(Links::new(n, MESH_CAPACITY));
     let make = Arc::new(make);
     let done = Arc::new(AtomicUsize::new(0));
     let clock = Clock::new();
-    let mut handles = Vec::with_capacity(n);
-    for i in 0..n {
-        let placement = if opts.pin && n <= cpus {
+    let mut handles = Vec::with_capacity(n_local);
+    for i in 0..n_local {
+        let placement = if opts.pin && n_local <= cpus {
             Placement::Fixed(i)
         } else {
             Placement::Unbound
@@ -159,25 +175,47 @@ where
         let (mesh, make, done, app, opts) = (mesh.clone(), make.clone(), done.clone(), app.clone(), opts.clone());
         let links = links.clone();
         let handle = LocalExecutorBuilder::new(placement)
-            .name(&format!("shard-{i}"))
+            .name(&format!("shard-{}", base as usize + i))
             .spin_before_park(opts.spin_before_park)
             .io_memory(opts.io_memory)
             .spawn(move || async move {
                 let (senders, receivers) = mesh.join().await.expect("channel mesh");
                 // Shard ids follow the mesh's peer ids (its join order).
-                let id = senders.peer_id() as ShardId;
+                let id = base + senders.peer_id() as ShardId;
                 let mut shard = Shard::new(app, opts.engine.clone(), id, n as u16);
                 let frontend = make(&mut shard);
-                let metrics = opts.metrics.as_ref().map(|m| m.shards[id as usize].clone());
+                let metrics = opts.metrics.as_ref().map(|m| m.shards[senders.peer_id()].clone());
                 let waiter = Rc::new(RefCell::new(None));
+                let remote = match &opts.cluster {
+                    Some(run) if run.is_cluster() => {
+                        match remote::Remote::connect(run.clone(), id, links.clone(), waiter.clone()).await {
+                            Ok(r) => Some(r),
+                            Err(e) => {
+                                run.failure.fail(e);
+                                let output = frontend.finish(&shard);
+                                settle().await;
+                                return (id, output);
+                            }
+                        }
+                    }
+                    _ => None,
+                };
                 let durable = match &opts.durable {
                     Some(d) => {
                         Some(durable::ShardDurable::start(d.clone(), &mut shard, waiter.clone(), metrics.clone()).await)
                     }
                     None => None,
                 };
+                let mesh = Mesh {
+                    links,
+                    doorbells: senders,
+                    base: usize::from(base),
+                    n_local,
+                    remote,
+                    run: opts.cluster.clone(),
+                };
                 let output = drive(
-                    shard, frontend, links, senders, receivers, done, n, clock, metrics, durable, waiter,
+                    shard, frontend, mesh, receivers, done, n, clock, metrics, durable, waiter,
                 )
                 .await;
                 (id, output)
@@ -185,21 +223,55 @@ where
             .map_err(|source| Error::Executor { shard: i, source })?;
         handles.push(handle);
     }
-    let mut outputs: Vec<Option<F::Output>> = (0..n).map(|_| None).collect();
+    let mut outputs: Vec<Option<F::Output>> = (0..n_local).map(|_| None).collect();
     for (i, h) in handles.into_iter().enumerate() {
         let (id, output) = h.join().map_err(|e| Error::Shard {
             shard: i,
             message: e.to_string(),
         })?;
-        outputs[id as usize] = Some(output);
+        outputs[usize::from(id - base)] = Some(output);
     }
     Ok(outputs.into_iter().map(|o| o.expect("every shard reported")).collect())
 }
 
+/// How a shard reaches its peers: in-process links (with doorbells for the
+/// shards of this node) and, in a cluster, connections to the others.
+struct Mesh {
+    links: Arc<Links<Envelope>>,
+    doorbells: Senders<()>,
+    /// The first local shard's id (doorbells are numbered from it).
+    base: usize,
+    n_local: usize,
+    remote: Option<remote::Remote>,
+    run: Option<Arc<cluster::Run>>,
+}
+
+impl Mesh {
+    /// Sends a batch from `me` to `to`; gives it back when the way is full.
+    fn send(&mut self, me: usize, to: usize, envelope: Envelope) -> Result<(), Envelope> {
+        if let Some(r) = &mut self.remote
+            && r.is_remote(to)
+        {
+            return r
+                .send(to, envelope.batch)
+                .map_err(|batch| Envelope { sent_us: 0, batch });
+        }
+        let parked = self.links.send(me, to, envelope)?;
+        if parked {
+            ring(&self.doorbells, to - self.base);
+        }
+        Ok(())
+    }
+
+    fn failed(&self) -> bool {
+        self.run.as_ref().is_some_and(|r| r.failure.is_failed())
+    }
+}
+
 /// A batch between two shards, stamped with its send time.
-struct Envelope {
-    sent_us: u64,
-    batch: Vec<Message>,
+pub(crate) struct Envelope {
+    pub(crate) sent_us: u64,
+    pub(crate) batch: Vec<Message>,
 }
 
 /// Time batches spent between shards (reported with `STYX_PROFILE`).
@@ -242,8 +314,7 @@ fn ring(doorbells: &Senders<()>, to: usize) {
 async fn drive<F: Frontend>(
     mut shard: Shard,
     mut frontend: F,
-    links: Arc<Links<Envelope>>,
-    doorbells: Senders<()>,
+    mut mesh: Mesh,
     mut receivers: Receivers<()>,
     done: Arc<AtomicUsize>,
     n: usize,
@@ -264,6 +335,9 @@ async fn drive<F: Frontend>(
     let mut overflow: VecDeque<(usize, Vec<Message>)> = VecDeque::new();
     let mut counted = false;
     let mut progress_us = 0;
+    let mut reported_us = 0;
+    let (mut watched_epoch, mut watched_us) = (0, 0);
+    let mut whys = 0u8;
     let mut busy_us = 0u64;
     let mut published_us = 0;
     // Per stage: [busy µs, idle µs], by the stage an iteration began in.
@@ -278,13 +352,19 @@ async fn drive<F: Frontend>(
             last = (shard.stage(), now, false);
         }
         let mut progress = false;
+        let mut why = 0u8;
+        if mesh.failed() {
+            // A node of the cluster is gone: stop here, recover from the logs.
+            break;
+        }
         for peer in 0..n {
-            while let Some(envelope) = links.recv(peer, me) {
+            while let Some(envelope) = mesh.links.recv(peer, me) {
                 if profile {
                     transit.note(&envelope, now);
                 }
                 shard.receive(peer as ShardId, envelope.batch);
                 progress = true;
+                why |= 1;
             }
         }
         if progress {
@@ -292,11 +372,15 @@ async fn drive<F: Frontend>(
         }
         shard.tick(now);
         if overflow.is_empty() {
-            progress |= frontend.pump(&mut shard, now);
+            if frontend.pump(&mut shard, now) {
+                progress = true;
+                why |= 2;
+            }
         }
         if shard.has_work() {
             shard.step();
             progress = true;
+            why |= 4;
         }
         shard.drain(&mut out);
         for (to, msgs) in out.messages.iter_mut().enumerate() {
@@ -306,12 +390,10 @@ async fn drive<F: Frontend>(
         }
         while let Some((to, batch)) = overflow.pop_front() {
             let sent_us = if profile { now } else { 0 };
-            match links.send(me, to, Envelope { sent_us, batch }) {
-                Ok(parked) => {
+            match mesh.send(me, to, Envelope { sent_us, batch }) {
+                Ok(()) => {
                     progress = true;
-                    if parked {
-                        ring(&doorbells, to);
-                    }
+                    why |= 8;
                 }
                 Err(e) => {
                     overflow.push_front((to, e.batch));
@@ -356,8 +438,30 @@ async fn drive<F: Frontend>(
             counted = true;
             done.fetch_add(1, Ordering::AcqRel);
         }
-        if counted && done.load(Ordering::Acquire) == n && shard.stage() == Stage::Idle && overflow.is_empty() {
+        if counted
+            && done.load(Ordering::Acquire) == mesh.n_local
+            && shard.stage() == Stage::Idle
+            && overflow.is_empty()
+        {
             break;
+        }
+        whys |= why;
+        if shard.epoch() != watched_epoch || shard.is_quiet() {
+            watched_epoch = shard.epoch();
+            watched_us = now;
+        } else if now > watched_us + STALL_REPORT_US && now > reported_us + STALL_REPORT_US {
+            // An epoch open for seconds: say where it is stuck.
+            reported_us = now;
+            tracing::warn!(
+                overflow = overflow.len(),
+                iterations,
+                whys,
+                quiet = shard.is_quiet(),
+                "epoch {} open for {} s: {}",
+                watched_epoch,
+                (now - watched_us) / 1_000_000,
+                shard.describe()
+            );
         }
         if progress {
             progress_us = now;
@@ -379,12 +483,12 @@ async fn drive<F: Frontend>(
         let wait_us = frontend
             .next_wakeup_us()
             .map_or(1_000, |t| t.saturating_sub(now).min(1_000));
-        if wait_us > 0 && links.park(me) {
+        if wait_us > 0 && mesh.links.park(me) {
             // Polled again only when woken: by a doorbell, the log task (an
             // epoch became durable) or the frontend.
             let mut woken = false;
             let arrival = futures_lite::future::poll_fn(|cx| {
-                if std::mem::replace(&mut woken, true) || links.any_for(me) || frontend.poll_wake(cx).is_ready() {
+                if std::mem::replace(&mut woken, true) || mesh.links.any_for(me) || frontend.poll_wake(cx).is_ready() {
                     return Poll::Ready(());
                 }
                 *waiter.borrow_mut() = Some(cx.waker().clone());
@@ -392,7 +496,7 @@ async fn drive<F: Frontend>(
             });
             let timeout = glommio::timer::sleep(Duration::from_micros(wait_us));
             futures_lite::future::or(arrival, timeout).await;
-            links.unpark(me);
+            mesh.links.unpark(me);
             *waiter.borrow_mut() = None;
         }
     }
@@ -416,8 +520,20 @@ async fn drive<F: Frontend>(
             transit.total_us as f64 / transit.batches.max(1) as f64,
         );
     }
+    // Cancels the tasks of the links to other nodes (closing them).
+    drop(mesh.remote.take());
     if let Some(d) = durable {
         d.close().await;
     }
-    frontend.finish(&shard)
+    let output = frontend.finish(&shard);
+    settle().await;
+    output
+}
+
+/// Lets the tasks cancelled at the end of a run (listeners, links) drop
+/// their sockets before the executor stops: a task is only dropped when
+/// its executor runs it once more, and a listener left open would keep
+/// taking a share of new connections (SO_REUSEPORT) and never answer.
+async fn settle() {
+    glommio::timer::sleep(Duration::from_millis(2)).await;
 }

@@ -109,20 +109,31 @@ fn sync_dir(path: &Path) -> Result<(), Error> {
 }
 
 /// Writes the state `load` emits as the first snapshot of the fresh data
-/// directory `dir`, for `shards` shards of `app`, under the marker `label`.
-/// Blocking; run it before the engine starts.
+/// directory `dir`, for the shards `local` of an engine of `shards` shards
+/// of `app` (all of them on a single node; a node's own in a cluster, where
+/// every node preloads its part), under the marker `label`. Blocking; run
+/// it before the engine starts.
 ///
 /// # Panics
 /// If `dir` is not fresh ([`is_fresh`]): the caller decides what to do
 /// with a directory that holds state.
-pub fn write(dir: &DataDir, app: &Arc<App>, shards: u16, label: &str, load: Loader<'_>) -> Result<Preloaded, Error> {
+pub fn write(
+    dir: &DataDir,
+    app: &Arc<App>,
+    shards: u16,
+    local: std::ops::Range<ShardId>,
+    label: &str,
+    load: Loader<'_>,
+) -> Result<Preloaded, Error> {
     assert!(is_fresh(dir)?, "preload into a data directory that holds state");
     assert!(!label.contains('\n'), "a one-line label");
+    assert!(!local.is_empty() && local.end <= shards, "shards {local:?} of {shards}");
     write_marker(dir, label)?;
     let meta = fresh_meta(app, shards, PRELOAD_EPOCH)?;
-    let (files, streamed) = match stream(dir, app, shards, &meta, load)? {
+    let layout = Layout { shards, local };
+    let (files, streamed) = match stream(dir, app, &layout, &meta, load)? {
         Some(files) => (files, true),
-        None => (sorted(dir, app, shards, &meta, load)?, false),
+        None => (sorted(dir, app, &layout, &meta, load)?, false),
     };
     let preloaded = Preloaded {
         entities: files.iter().map(|f| f.entries).sum(),
@@ -134,8 +145,24 @@ pub fn write(dir: &DataDir, app: &Arc<App>, shards: u16, label: &str, load: Load
     Ok(preloaded)
 }
 
-fn writers(dir: &DataDir, shards: u16, meta: &[u8]) -> Result<Vec<FileWriter>, Error> {
-    (0..shards as ShardId)
+/// The engine's shard count, and the shards whose files this directory holds.
+struct Layout {
+    shards: u16,
+    local: std::ops::Range<ShardId>,
+}
+
+impl Layout {
+    /// The index among the local files of the shard owning `key`, if local.
+    fn file_of(&self, app: &App, op: OpId, key: &Key) -> Option<usize> {
+        let s = Shard::owner(app, self.shards, op, key);
+        self.local.contains(&s).then(|| usize::from(s - self.local.start))
+    }
+}
+
+fn writers(dir: &DataDir, layout: &Layout, meta: &[u8]) -> Result<Vec<FileWriter>, Error> {
+    layout
+        .local
+        .clone()
         .map(|s| FileWriter::create(dir, Kind::Base, s, PRELOAD_EPOCH, 0, meta))
         .collect()
 }
@@ -149,19 +176,21 @@ fn push(w: &mut FileWriter, op: OpId, key: &Key, value: &Value) -> Result<(), Er
 fn stream(
     dir: &DataDir,
     app: &Arc<App>,
-    shards: u16,
+    layout: &Layout,
     meta: &[u8],
     load: Loader<'_>,
 ) -> Result<Option<Vec<FileRef>>, Error> {
-    let mut files = writers(dir, shards, meta)?;
-    let mut last: Vec<Option<(OpId, Key)>> = vec![None; usize::from(shards)];
+    let mut files = writers(dir, layout, meta)?;
+    let mut last: Vec<Option<(OpId, Key)>> = vec![None; layout.local.len()];
     let mut failed: Option<Error> = None;
     let mut out_of_order = false;
     load(&mut |op, key, value| {
         if out_of_order || failed.is_some() {
             return;
         }
-        let s = usize::from(Shard::owner(app, shards, op, &key));
+        let Some(s) = layout.file_of(app, op, &key) else {
+            return;
+        };
         if last[s].as_ref().is_some_and(|(o, k)| (*o, k) >= (op, &key)) {
             out_of_order = true;
             return;
@@ -185,13 +214,20 @@ fn stream(
 }
 
 /// Gathers each shard's entities, sorts them and writes the files.
-fn sorted(dir: &DataDir, app: &Arc<App>, shards: u16, meta: &[u8], load: Loader<'_>) -> Result<Vec<FileRef>, Error> {
-    let mut per_shard: Vec<Vec<(OpId, Key, Value)>> = vec![Vec::new(); usize::from(shards)];
+fn sorted(
+    dir: &DataDir,
+    app: &Arc<App>,
+    layout: &Layout,
+    meta: &[u8],
+    load: Loader<'_>,
+) -> Result<Vec<FileRef>, Error> {
+    let mut per_shard: Vec<Vec<(OpId, Key, Value)>> = vec![Vec::new(); layout.local.len()];
     load(&mut |op, key, value| {
-        let s = usize::from(Shard::owner(app, shards, op, &key));
-        per_shard[s].push((op, key, value));
+        if let Some(s) = layout.file_of(app, op, &key) {
+            per_shard[s].push((op, key, value));
+        }
     });
-    let mut files = writers(dir, shards, meta)?;
+    let mut files = writers(dir, layout, meta)?;
     for (w, mut entities) in files.iter_mut().zip(per_shard) {
         entities.sort_unstable_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
         if let Some(pair) = entities.windows(2).find(|p| (p[0].0, &p[0].1) == (p[1].0, &p[1].1)) {

@@ -49,6 +49,8 @@ pub struct ServerShared {
     pub recovering: AtomicUsize,
     pub started: std::time::Instant,
     pub server_name: String,
+    /// The id of this node's first shard (metrics are numbered from it).
+    pub first_shard: styx_engine::ShardId,
 }
 
 /// A request on its way from a connection to the shard.
@@ -105,6 +107,10 @@ pub struct TcpFrontend {
     metrics: Arc<ShardMetrics>,
     /// This shard finished recovery (and said so in `recovering`).
     serving: bool,
+    /// The tasks that own the listeners: dropped (cancelled) at the end, so
+    /// the ports close with the run (a leaked listener would keep taking a
+    /// share of new connections and never answer them).
+    listeners: Vec<glommio::Task<()>>,
 }
 
 impl TcpFrontend {
@@ -119,11 +125,16 @@ impl TcpFrontend {
     ) -> TcpFrontend {
         let hub = Rc::new(RefCell::new(Hub::default()));
         let listener = TcpListener::bind(listen).unwrap_or_else(|e| panic!("cannot listen on {listen}: {e}"));
-        let metrics = shared.metrics.shards[shard.id() as usize].clone();
-        glommio::spawn_local(accept_loop(listener, hub.clone(), shared.clone(), metrics.clone())).detach();
+        let metrics = shared.metrics.shards[usize::from(shard.id() - shared.first_shard)].clone();
+        let mut listeners = vec![glommio::spawn_local(accept_loop(
+            listener,
+            hub.clone(),
+            shared.clone(),
+            metrics.clone(),
+        ))];
         if let Some(addr) = http {
             let l = TcpListener::bind(addr).unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
-            glommio::spawn_local(http_loop(l, shared.clone())).detach();
+            listeners.push(glommio::spawn_local(http_loop(l, shared.clone())));
         }
         TcpFrontend {
             hub,
@@ -132,6 +143,7 @@ impl TcpFrontend {
             next_token: 1,
             metrics,
             serving: false,
+            listeners,
         }
     }
 }
@@ -191,7 +203,10 @@ impl Frontend for TcpFrontend {
 
     fn poll_wake(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         let mut hub = self.hub.borrow_mut();
-        if hub.inbox.is_empty() {
+        // While the shard replays, waiting requests are not work for the
+        // loop (`pump` leaves them): a loop woken by them would never sleep
+        // and starve the I/O that replay across nodes waits for.
+        if hub.inbox.is_empty() || !self.serving {
             hub.loop_waker = Some(cx.waker().clone());
             Poll::Pending
         } else {
@@ -204,6 +219,7 @@ impl Frontend for TcpFrontend {
     }
 
     fn finish(self, _shard: &Shard) {
+        drop(self.listeners);
         let mut hub = self.hub.borrow_mut();
         for c in hub.conns.values_mut() {
             c.closing = true;

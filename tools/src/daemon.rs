@@ -45,6 +45,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use styx_bench::runner::Workload;
 use styx_engine::{App, Config, Durability};
+use styx_runtime::cluster::{Control, Node, Plan, Run, Spec};
 use styx_runtime::durable::Durable;
 use styx_runtime::server::{ServerShared, TcpFrontend};
 use styx_runtime::{Metrics, Options};
@@ -78,6 +79,71 @@ pub struct FileSettings {
     pub in_flight_max: Option<usize>,
     pub connections_max: Option<usize>,
     pub log: Option<String>,
+    pub cluster: Option<PathBuf>,
+    pub node_id: Option<u16>,
+}
+
+/// A cluster file: the nodes and the failure detector.
+///
+/// ```toml
+/// heartbeat_ms = 100          # optional
+/// failure_timeout_ms = 500    # optional
+/// [[nodes]]
+/// id = 0
+/// peer = "127.0.0.1:7500"     # control plane; shard i's data links on port + 1 + i
+/// client = "127.0.0.1:7400"
+/// shards = 1
+/// ```
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    pub heartbeat_ms: Option<u64>,
+    pub failure_timeout_ms: Option<u64>,
+    pub nodes: Vec<ClusterNode>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterNode {
+    pub id: u16,
+    pub peer: String,
+    pub client: String,
+    pub shards: u16,
+}
+
+impl ClusterFile {
+    /// Reads and checks a cluster file.
+    pub fn load(path: &std::path::Path) -> Result<Spec, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let file: ClusterFile = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let addr = |what: &str, a: &str| -> Result<SocketAddr, String> {
+            let r = a
+                .to_socket_addrs()
+                .map_err(|e| format!("{}: {what} address {a}: {e}", path.display()))?
+                .next()
+                .ok_or_else(|| format!("{}: {what} address {a} resolves to nothing", path.display()))?;
+            if r.port() == 0 {
+                return Err(format!("{}: {what} address {a} needs a port", path.display()));
+            }
+            Ok(r)
+        };
+        let mut nodes = Vec::with_capacity(file.nodes.len());
+        for n in &file.nodes {
+            nodes.push(Node {
+                id: n.id,
+                peer: addr("peer", &n.peer)?,
+                client: addr("client", &n.client)?,
+                shards: n.shards,
+            });
+        }
+        let spec = Spec {
+            nodes,
+            heartbeat: Duration::from_millis(file.heartbeat_ms.unwrap_or(100)),
+            failure_timeout: Duration::from_millis(file.failure_timeout_ms.unwrap_or(500)),
+        };
+        spec.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(spec)
+    }
 }
 
 /// `styxd`: the Styx engine as a local daemon.
@@ -129,6 +195,14 @@ pub struct Args {
     /// Log filter (tracing's env-filter syntax) [default: info].
     #[arg(long, env = "STYX_LOG")]
     pub log: Option<String>,
+    /// Run as one node of a cluster described by this TOML file (its nodes'
+    /// addresses and shards, the failure detector); needs --node-id. The
+    /// node's client address and shard count come from the file.
+    #[arg(long, env = "STYX_CLUSTER")]
+    pub cluster: Option<PathBuf>,
+    /// This node's id in the cluster file.
+    #[arg(long, env = "STYX_NODE_ID")]
+    pub node_id: Option<u16>,
     /// Before serving, write this built-in workload's initial state into a
     /// fresh data directory (skipped on a restart of the same preload,
     /// refused on other state). The application served must be the
@@ -154,6 +228,8 @@ pub struct Settings {
     pub log: String,
     /// The workload to preload, and its knobs.
     pub preload: Option<(workloads::Name, Knobs)>,
+    /// The cluster this daemon is a node of, and its id there.
+    pub cluster: Option<(Spec, u16)>,
 }
 
 impl Settings {
@@ -183,13 +259,47 @@ impl Settings {
                 .unwrap_or(defaults.connections_max),
         };
         limits.validate().map_err(|e| e.to_string())?;
-        let shards = args.shards.or(file.shards).unwrap_or(cpus);
+        let cluster = match (args.cluster.or(file.cluster), args.node_id.or(file.node_id)) {
+            (Some(path), Some(id)) => {
+                let spec = ClusterFile::load(&path)?;
+                if usize::from(id) >= spec.nodes.len() {
+                    return Err(format!(
+                        "--node-id {id}: {} has nodes 0..{}",
+                        path.display(),
+                        spec.nodes.len()
+                    ));
+                }
+                Some((spec, id))
+            }
+            (Some(_), None) => return Err("--cluster needs --node-id".into()),
+            (None, Some(_)) => return Err("--node-id needs --cluster".into()),
+            (None, None) => None,
+        };
+        let mut shards = args.shards.or(file.shards).unwrap_or(cpus);
+        let mut listen = args.listen.or(file.listen);
+        if let Some((spec, id)) = &cluster {
+            let node = &spec.nodes[usize::from(*id)];
+            if args.shards.or(file.shards).is_some_and(|s| s != node.shards) {
+                return Err(format!(
+                    "--shards {shards}: the cluster file gives node {id} {} shards",
+                    node.shards
+                ));
+            }
+            shards = node.shards;
+            if listen.as_ref().is_some_and(|l| resolve(l).ok() != Some(node.client)) {
+                return Err(format!(
+                    "--listen: the cluster file gives node {id} the client address {}",
+                    node.client
+                ));
+            }
+            listen = Some(node.client.to_string());
+        }
         if shards == 0 || shards as usize > styx_engine::SHARDS_MAX {
             return Err(format!("--shards {shards}: between 1 and {}", styx_engine::SHARDS_MAX));
         }
         Ok(Settings {
             data_dir: args.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from("data")),
-            listen: args.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1:7400".into()),
+            listen: listen.unwrap_or_else(|| "127.0.0.1:7400".into()),
             metrics: (metrics != "off").then_some(metrics),
             shards,
             fsync: args.fsync.or(file.fsync).unwrap_or(Fsync::Epoch),
@@ -199,6 +309,7 @@ impl Settings {
             limits,
             log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
             preload: args.preload.map(|name| (name, args.knobs)),
+            cluster,
         })
     }
 }
@@ -253,18 +364,31 @@ pub fn main_with_args(app: Arc<App>, args: Vec<String>) -> ExitCode {
 
 /// Starts, recovers, serves until a signal, then stops gracefully: new
 /// requests are refused, those in flight finish, the log is flushed.
+///
+/// A node of a cluster runs in rounds: survey its disk, join the others
+/// (agreeing on the snapshot to restore and the epoch to replay to), serve,
+/// and when a node fails, stop its shards and start the next round from
+/// its disk. Clients of the round that ended are disconnected; they
+/// reconnect and retry (exactly-once).
 pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
     let started = Instant::now();
     let listen = resolve(&settings.listen)?;
     let metrics_addr = settings.metrics.as_deref().map(resolve).transpose()?;
-    let dir = DataDir::open(&settings.data_dir).map_err(|e| e.to_string())?;
+    let (spec, node) = match &settings.cluster {
+        Some((spec, node)) => (spec.clone(), *node),
+        None => (Spec::single(settings.shards, listen), 0),
+    };
+    let local = spec.shards_of(node);
+    let n_local = local.len();
+    let dir = Arc::new(DataDir::open(&settings.data_dir).map_err(|e| e.to_string())?);
     if let Some((name, knobs)) = &settings.preload {
         knobs.visit(
             *name,
             Preload {
                 app: &app,
                 dir: &dir,
-                shards: settings.shards,
+                shards: spec.n_shards(),
+                local: local.clone(),
             },
         )??;
     }
@@ -276,79 +400,130 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
         fsync,
         ..wal::Options::default()
     };
-    let (durable, recovered) =
-        Durable::open(dir, settings.shards as usize, options).map_err(|e| format!("recovery: {e}"))?;
-    for t in &recovered.truncated {
-        tracing::warn!("torn log tail cut at start: {t}");
-    }
-    tracing::info!(
-        data_dir = %settings.data_dir.display(),
-        snapshot_epoch = ?recovered.snapshot_epoch,
-        replay_batches = recovered.replay_batches,
-        recovered_epoch = recovered.recovered_epoch,
-        "recovered"
-    );
     if settings.fsync == Fsync::None {
         tracing::warn!("fsync = none: acknowledged transactions can be lost in a crash of the machine");
     }
-    let metrics = Metrics::new(settings.shards as usize);
+    let metrics = Metrics::new(n_local);
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| format!("signal handler: {e}"))?;
     }
-    let shared = Arc::new(ServerShared {
-        app: app.clone(),
-        limits: settings.limits,
-        metrics: metrics.clone(),
-        shutdown: shutdown.clone(),
-        connections: AtomicUsize::new(0),
-        recovering: AtomicUsize::new(usize::from(settings.shards)),
-        started,
-        server_name: format!("styxd {} ({})", env!("CARGO_PKG_VERSION"), app.name()),
-    });
-    let engine = Config {
-        epoch_txns_max: settings.epoch_txns_max,
-        epoch_gather_us: settings.epoch_gather_us,
-        durability: Durability::Log,
-        snapshot_interval_us: settings.snapshot_interval_ms * 1_000,
-        ..Config::default()
+    let mut control = match &settings.cluster {
+        Some(_) => Some(Control::start(spec.clone(), node, app_fingerprint(&app))?),
+        None => None,
     };
-    let opts = Options {
-        shards: settings.shards,
-        engine,
-        metrics: Some(metrics),
-        durable: Some(durable),
-        ..Options::default()
-    };
-    // Announce once every shard listens; tests and scripts read this line.
-    let ready = Arc::new(AtomicUsize::new(0));
-    let n = settings.shards as usize;
-    {
-        let ready = ready.clone();
-        let data_dir = settings.data_dir.clone();
-        std::thread::spawn(move || {
-            while ready.load(Ordering::Acquire) < n {
-                std::thread::sleep(Duration::from_millis(2));
+    let announced = Arc::new(AtomicBool::new(false));
+    let mut round = 0u64;
+    loop {
+        round += 1;
+        let surveyed = Durable::survey(dir.clone(), local.clone(), options).map_err(|e| format!("recovery: {e}"))?;
+        let run = match &mut control {
+            None => Arc::new(Run::single(spec.clone(), Plan::of(&[surveyed.survey()]))),
+            Some(c) => {
+                tracing::info!(node, round, survey = ?surveyed.survey(), "joining the cluster");
+                match c.join(surveyed.survey(), &shutdown)? {
+                    Some(run) => Arc::new(run),
+                    None => break,
+                }
             }
-            let m = metrics_addr.map_or("off".to_string(), |a| a.to_string());
-            println!(
-                "styxd listening on {listen} (metrics {m}), data in {}",
-                data_dir.display()
-            );
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
+        };
+        let joined = Instant::now();
+        let (durable, recovered) = surveyed
+            .start(run.plan, run.clone())
+            .map_err(|e| format!("recovery: {e}"))?;
+        for t in &recovered.truncated {
+            tracing::warn!("torn log tail cut at start: {t}");
+        }
+        tracing::info!(
+            data_dir = %settings.data_dir.display(),
+            snapshot_epoch = ?recovered.snapshot_epoch,
+            replay_batches = recovered.replay_batches,
+            recovered_epoch = recovered.recovered_epoch,
+            "recovered"
+        );
+        let shared = Arc::new(ServerShared {
+            app: app.clone(),
+            limits: settings.limits.clone(),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+            connections: AtomicUsize::new(0),
+            recovering: AtomicUsize::new(n_local),
+            started,
+            server_name: format!("styxd {} ({})", env!("CARGO_PKG_VERSION"), app.name()),
+            first_shard: local.start,
         });
+        let engine = Config {
+            epoch_txns_max: settings.epoch_txns_max,
+            epoch_gather_us: settings.epoch_gather_us,
+            durability: Durability::Log,
+            snapshot_interval_us: settings.snapshot_interval_ms * 1_000,
+            ..Config::default()
+        };
+        let opts = Options {
+            shards: n_local as u16,
+            engine,
+            metrics: Some(metrics.clone()),
+            durable: Some(durable),
+            cluster: Some(run.clone()),
+            ..Options::default()
+        };
+        // Announce once every shard listens; tests and scripts read this line.
+        let ready = Arc::new(AtomicUsize::new(0));
+        if !announced.load(Ordering::Acquire) {
+            let ready = ready.clone();
+            let announced = announced.clone();
+            let data_dir = settings.data_dir.clone();
+            std::thread::spawn(move || {
+                while ready.load(Ordering::Acquire) < n_local {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let m = metrics_addr.map_or("off".to_string(), |a| a.to_string());
+                println!(
+                    "styxd listening on {listen} (metrics {m}), data in {}",
+                    data_dir.display()
+                );
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                announced.store(true, Ordering::Release);
+            });
+        }
+        tracing::info!(%listen, shards = n_local, round, "serving");
+        let first = local.start;
+        styx_runtime::run(app.clone(), opts, move |shard| {
+            let http = if shard.id() == first { metrics_addr } else { None };
+            let frontend = TcpFrontend::start(shard, shared.clone(), listen, http);
+            ready.fetch_add(1, Ordering::AcqRel);
+            frontend
+        })
+        .map_err(|e| e.to_string())?;
+        run.close();
+        if shutdown.load(Ordering::Relaxed) {
+            break;
+        }
+        match run.failure.reason() {
+            Some(reason) => tracing::warn!(
+                round,
+                served_s = joined.elapsed().as_secs_f64(),
+                "the cluster lost a node ({reason}); recovering from the log"
+            ),
+            None => break,
+        }
     }
-    tracing::info!(%listen, shards = n, "serving");
-    styx_runtime::run(app, opts, move |shard| {
-        let http = if shard.id() == 0 { metrics_addr } else { None };
-        let frontend = TcpFrontend::start(shard, shared.clone(), listen, http);
-        ready.fetch_add(1, Ordering::AcqRel);
-        frontend
-    })
-    .map_err(|e| e.to_string())?;
     tracing::info!("stopped");
     Ok(())
+}
+
+/// A hash of what every node of a cluster must run alike: operators, their
+/// partitions, their functions in order.
+fn app_fingerprint(app: &App) -> u64 {
+    let mut h = styx_engine::stable_hash(app.name().as_bytes());
+    for (_, op) in app.operators() {
+        h = styx_engine::mix64(h ^ styx_engine::stable_hash(op.name().as_bytes()) ^ u64::from(op.partitions()));
+        for f in op.functions() {
+            h = styx_engine::mix64(h ^ styx_engine::stable_hash(f.name().as_bytes()));
+        }
+    }
+    h
 }
 
 /// `--preload`: the workload's initial state as the data directory's first
@@ -357,6 +532,7 @@ struct Preload<'a> {
     app: &'a Arc<App>,
     dir: &'a DataDir,
     shards: u16,
+    local: std::ops::Range<styx_engine::ShardId>,
 }
 
 impl Visit for Preload<'_> {
@@ -391,7 +567,7 @@ impl Visit for Preload<'_> {
         tracing::info!(preload = %label, shards = self.shards, "preloading");
         let load =
             |emit: &mut dyn FnMut(styx_engine::OpId, styx_engine::Key, styx_engine::Value)| workload.load(&wapp, emit);
-        let done = styx_runtime::preload::write(self.dir, &wapp, self.shards, &label, &load)
+        let done = styx_runtime::preload::write(self.dir, &wapp, self.shards, self.local.clone(), &label, &load)
             .map_err(|e| format!("preload: {e}"))?;
         tracing::info!(
             preload = %label,

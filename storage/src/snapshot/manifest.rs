@@ -463,7 +463,11 @@ impl Catalog {
         self.latest = latest(&self.dir)?;
         // Generations only grow: a later commit must not reuse a removed one.
         self.latest.generation_max = self.latest.generation_max.max(generation_max);
-        assert_eq!(self.latest().map(|m| m.epoch), epoch, "rolled back to the wrong snapshot");
+        assert_eq!(
+            self.latest().map(|m| m.epoch),
+            epoch,
+            "rolled back to the wrong snapshot"
+        );
         Ok(())
     }
 

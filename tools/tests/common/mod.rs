@@ -133,8 +133,16 @@ pub struct Conn {
 
 impl Conn {
     pub fn connect(addr: &str) -> Conn {
-        let stream = TcpStream::connect(addr).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Conn::try_connect(addr).expect("WELCOME")
+    }
+
+    /// Connects and says HELLO; `None` if the server is not there or
+    /// closes the connection before its WELCOME (a node between runs).
+    pub fn try_connect(addr: &str) -> Option<Conn> {
+        let stream = TcpStream::connect(addr).ok()?;
+        // A node tearing a run down may take a connection and never read
+        // it: give up on its WELCOME soon.
+        stream.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
         stream.set_nodelay(true).unwrap();
         let mut c = Conn {
             stream,
@@ -143,15 +151,25 @@ impl Conn {
             next_corr: 1,
             pending: Default::default(),
         };
-        let corr = c.send(Body::Hello {
+        let corr = c.send_checked(Body::Hello {
             version_min: 1,
             version_max: 1,
             client: "test".into(),
-        });
-        let w = c.recv().expect("WELCOME");
+        })?;
+        let w = c.try_recv()?;
         assert_eq!(w.corr, corr);
         assert!(matches!(w.body, Body::Welcome(_)), "{w:?}");
-        c
+        c.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Some(c)
+    }
+
+    fn send_checked(&mut self, body: Body) -> Option<u32> {
+        let corr = self.next_corr;
+        self.next_corr += 1;
+        let mut out = Vec::new();
+        styx_net::encode(&Frame { corr, body }, &mut out).unwrap();
+        self.stream.write_all(&out).ok()?;
+        Some(corr)
     }
 
     pub fn send(&mut self, body: Body) -> u32 {
@@ -164,7 +182,34 @@ impl Conn {
     pub fn send_frame(&mut self, f: &Frame) {
         let mut out = Vec::new();
         styx_net::encode(f, &mut out).unwrap();
-        self.stream.write_all(&out).unwrap();
+        // A server that closed the connection shows in `recv`.
+        if let Err(e) = self.stream.write_all(&out) {
+            assert!(
+                matches!(
+                    e.kind(),
+                    std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+                ),
+                "write: {e}"
+            );
+        }
+    }
+
+    /// The next frame, or `None` when the server closed the connection or
+    /// the read timed out.
+    pub fn try_recv(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(f) = self.pending.pop_front() {
+                return Some(f);
+            }
+            let n = match self.stream.read(&mut self.buf) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => n,
+            };
+            let mut input = &self.buf[..n];
+            while let Some(r) = self.decoder.decode(&mut input) {
+                self.pending.push_back(r.expect("the server sends valid frames"));
+            }
+        }
     }
 
     /// The next frame, or `None` when the server closed the connection.
@@ -176,7 +221,14 @@ impl Conn {
             let n = match self.stream.read(&mut self.buf) {
                 Ok(0) => return None,
                 Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                    ) =>
+                {
+                    return None;
+                }
                 Err(e) => panic!("read: {e}"),
             };
             let mut input = &self.buf[..n];

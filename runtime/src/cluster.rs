@@ -1,0 +1,771 @@
+//! Several nodes, one engine: the cluster's layout and its control plane.
+//!
+//! A cluster is a static list of nodes ([`Spec`]). Shards are numbered
+//! across it: node 0 owns the first `shards` ids, node 1 the next, and so
+//! on, and every shard runs the same epoch protocol with every other one —
+//! a shard on another node is reached over TCP instead of an in-process
+//! queue (`remote`), nothing else changes in the engine.
+//!
+//! The control plane is a TCP connection between every pair of nodes, on
+//! plain threads so that a busy shard never delays it. It does three jobs:
+//!
+//! - **Join.** Before its shards start, a node says hello to every other
+//!   node with what its disk holds: the snapshots it completed and the last
+//!   epoch its logs reached. With every hello in, each node computes the
+//!   same [`Plan`]: restore the newest snapshot that *every* node completed,
+//!   replay every log up to the newest epoch *any* node logged (a shard
+//!   whose log lacks an epoch replays it empty, as a single node does after
+//!   a crash: no reply of such an epoch was released, since replies wait
+//!   for every shard's log). The run's id mixes every node's incarnation
+//!   and join round, so data links of different runs never connect.
+//! - **Failure detection.** Heartbeats every `heartbeat`; a node silent for
+//!   `failure_timeout`, or a connection that breaks, fails the run: every
+//!   node stops its shards, re-reads its disk and joins again (the failed
+//!   node once its supervisor restarted it). No acknowledged transaction is
+//!   lost (it is in every log), none is duplicated (replay rebuilds the
+//!   exactly-once table), clients retry the rest.
+//! - **Snapshot completion.** A node commits its own manifest when its
+//!   shards' files are written; a snapshot is complete for the cluster once
+//!   every node committed it. Until then nodes keep the older snapshot and
+//!   the logs after it: the cluster may still roll back to it.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use styx_engine::{Decode, Encode, Epoch, Payload, SHARDS_MAX, ShardId};
+
+/// Nodes in a cluster at most.
+pub const NODES_MAX: usize = SHARDS_MAX;
+/// A control frame's payload is at most this long.
+const CONTROL_FRAME_BYTES_MAX: usize = 1 << 20;
+/// Snapshot epochs a hello lists at most.
+const HELLO_SNAPSHOTS_MAX: usize = 1 << 12;
+/// How often a node waiting for its peers tries to reach them again.
+const DIAL_RETRY: Duration = Duration::from_millis(50);
+/// A connection that says nothing for this long during the join is dropped.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// Version of the control protocol.
+const CONTROL_VERSION: u16 = 1;
+const CONTROL_MAGIC: u64 = 0x5354_5958_4354_524c; // "STYXCTRL"
+
+const HELLO: u8 = 1;
+const HEARTBEAT: u8 = 2;
+const COMMITTED: u8 = 3;
+
+/// One node of a cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Node {
+    pub id: u16,
+    /// Where other nodes reach this one: the control plane on this port,
+    /// the data link of its `i`-th shard on `port + 1 + i`.
+    pub peer: SocketAddr,
+    /// Where clients reach it.
+    pub client: SocketAddr,
+    pub shards: u16,
+}
+
+/// A cluster: its nodes (ids `0..n` in order) and its failure detector.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    pub nodes: Vec<Node>,
+    pub heartbeat: Duration,
+    pub failure_timeout: Duration,
+}
+
+impl Spec {
+    /// A cluster of one node: the single-node daemon.
+    pub fn single(shards: u16, client: SocketAddr) -> Spec {
+        Spec {
+            nodes: vec![Node {
+                id: 0,
+                peer: SocketAddr::from(([127, 0, 0, 1], 0)),
+                client,
+                shards,
+            }],
+            heartbeat: Duration::from_millis(100),
+            failure_timeout: Duration::from_millis(500),
+        }
+    }
+
+    /// Checks the layout: ids in order, shards within bounds, addresses
+    /// distinct, the failure timeout above the heartbeat.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.nodes.is_empty() || self.nodes.len() > NODES_MAX {
+            return Err(format!("{} nodes; between 1 and {NODES_MAX}", self.nodes.len()));
+        }
+        for (i, n) in self.nodes.iter().enumerate() {
+            if usize::from(n.id) != i {
+                return Err(format!(
+                    "node ids must be 0, 1, 2, … in order; node {i} says id {}",
+                    n.id
+                ));
+            }
+            if n.shards == 0 {
+                return Err(format!("node {i} has no shards"));
+            }
+        }
+        let total: usize = self.nodes.iter().map(|n| usize::from(n.shards)).sum();
+        if total > SHARDS_MAX {
+            return Err(format!("{total} shards in the cluster; at most {SHARDS_MAX}"));
+        }
+        if self.nodes.len() > 1 {
+            let mut ports: Vec<SocketAddr> = Vec::new();
+            for n in &self.nodes {
+                for a in std::iter::once(n.client).chain((0..=n.shards).map(|i| with_port_offset(n.peer, i))) {
+                    if ports.contains(&a) {
+                        return Err(format!("address {a} is used twice (node {}'s)", n.id));
+                    }
+                    ports.push(a);
+                }
+            }
+        }
+        if self.failure_timeout <= self.heartbeat {
+            return Err(format!(
+                "failure_timeout ({:?}) must exceed heartbeat ({:?})",
+                self.failure_timeout, self.heartbeat
+            ));
+        }
+        Ok(())
+    }
+
+    pub fn n_shards(&self) -> u16 {
+        self.nodes.iter().map(|n| n.shards).sum()
+    }
+
+    /// The global shard ids of `node`.
+    pub fn shards_of(&self, node: u16) -> Range<ShardId> {
+        let base: u16 = self.nodes[..usize::from(node)].iter().map(|n| n.shards).sum();
+        base..base + self.nodes[usize::from(node)].shards
+    }
+
+    /// The node that runs `shard`.
+    pub fn node_of(&self, shard: ShardId) -> u16 {
+        self.nodes
+            .iter()
+            .position(|n| self.shards_of(n.id).contains(&shard))
+            .expect("a shard of the cluster") as u16
+    }
+
+    /// Where `shard`'s data links are accepted.
+    pub fn link_addr(&self, shard: ShardId) -> SocketAddr {
+        let node = self.node_of(shard);
+        let local = shard - self.shards_of(node).start;
+        with_port_offset(self.nodes[usize::from(node)].peer, 1 + local)
+    }
+
+    /// A hash of the layout every node must agree on.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for n in &self.nodes {
+            let text = format!("{}|{}|{}|{};", n.id, n.peer, n.client, n.shards);
+            h = styx_engine::mix64(h ^ styx_engine::stable_hash(text.as_bytes()));
+        }
+        h
+    }
+}
+
+fn with_port_offset(a: SocketAddr, offset: u16) -> SocketAddr {
+    let mut a = a;
+    a.set_port(a.port().checked_add(offset).expect("port in range"));
+    a
+}
+
+/// What a node's disk holds, told to the others at the join.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Survey {
+    /// Epochs of the complete snapshots it keeps, ascending.
+    pub snapshots: Vec<Epoch>,
+    /// The newest epoch any of its logs (or snapshots) reached.
+    pub log_epoch: Epoch,
+}
+
+/// Where every node restarts from: the same for all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The snapshot to restore (`None`: start empty and replay whole logs).
+    pub snapshot: Option<Epoch>,
+    /// Replay every log through this epoch (missing ones run empty).
+    pub replay_to: Epoch,
+}
+
+impl Plan {
+    /// The plan of a cluster whose nodes surveyed `surveys`.
+    pub fn of(surveys: &[Survey]) -> Plan {
+        let snapshot = surveys[0]
+            .snapshots
+            .iter()
+            .rev()
+            .find(|e| surveys.iter().all(|s| s.snapshots.contains(e)))
+            .copied();
+        let replay_to = surveys.iter().map(|s| s.log_epoch).chain(snapshot).max().unwrap_or(0);
+        Plan { snapshot, replay_to }
+    }
+}
+
+/// Why a run of the cluster ended early.
+#[derive(Debug, Default)]
+pub struct Failure {
+    failed: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl Failure {
+    /// Fails the run (the first reason is kept).
+    pub fn fail(&self, reason: impl Into<String>) {
+        let mut r = self.reason.lock().expect("failure lock");
+        if r.is_none() {
+            let reason = reason.into();
+            tracing::warn!("cluster run failed: {reason}");
+            *r = Some(reason);
+        }
+        self.failed.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    pub fn reason(&self) -> Option<String> {
+        self.reason.lock().expect("failure lock").clone()
+    }
+}
+
+/// One run of a joined cluster, as its shards see it.
+#[derive(Debug)]
+pub struct Run {
+    pub spec: Spec,
+    pub node: u16,
+    pub plan: Plan,
+    /// Mixes every node's incarnation and join round: data links of
+    /// another run are refused.
+    pub id: u64,
+    pub failure: Arc<Failure>,
+    /// Per node, the newest snapshot epoch it committed (this run).
+    committed: Arc<Vec<AtomicU64>>,
+    /// Control connections, to announce commits on.
+    peers: Mutex<Vec<TcpStream>>,
+}
+
+impl Run {
+    /// A run of one node: no peers, nothing to join.
+    pub fn single(spec: Spec, plan: Plan) -> Run {
+        Run {
+            spec,
+            node: 0,
+            plan,
+            id: 0,
+            failure: Arc::new(Failure::default()),
+            committed: Arc::new(vec![AtomicU64::new(0)]),
+            peers: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn local_shards(&self) -> Range<ShardId> {
+        self.spec.shards_of(self.node)
+    }
+
+    pub fn is_local(&self, shard: ShardId) -> bool {
+        self.local_shards().contains(&shard)
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        self.spec.nodes.len() > 1
+    }
+
+    /// This node committed the snapshot of `epoch`: tell the others.
+    pub fn committed_locally(&self, epoch: Epoch) {
+        self.committed[usize::from(self.node)].fetch_max(epoch, Ordering::SeqCst);
+        let frame = control_frame(COMMITTED, &epoch);
+        let mut peers = self.peers.lock().expect("peers lock");
+        for p in peers.iter_mut() {
+            // A broken connection fails the run through its reader.
+            let _ = p.write_all(&frame);
+        }
+    }
+
+    /// The newest snapshot every node committed: older ones and the logs
+    /// before it are no longer needed by anyone.
+    pub fn complete_epoch(&self) -> Epoch {
+        self.committed
+            .iter()
+            .map(|c| c.load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Stops the control threads' connections (the run is over).
+    pub fn close(&self) {
+        for p in self.peers.lock().expect("peers lock").drain(..) {
+            let _ = p.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A node's control plane: its listener, and the joins it makes.
+pub struct Control {
+    spec: Spec,
+    node: u16,
+    incarnation: u64,
+    round: u64,
+    app_fingerprint: u64,
+    accepted: mpsc::Receiver<TcpStream>,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control").field("node", &self.node).finish()
+    }
+}
+
+/// The hello a node sends at the join.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Hello {
+    fingerprint: u64,
+    app: u64,
+    node: u16,
+    incarnation: u64,
+    round: u64,
+    survey: Survey,
+}
+
+impl Control {
+    /// Binds `node`'s control port (a clear error if it is taken) and
+    /// starts accepting peers on it.
+    pub fn start(spec: Spec, node: u16, app_fingerprint: u64) -> Result<Control, String> {
+        spec.validate()?;
+        if usize::from(node) >= spec.nodes.len() {
+            return Err(format!("node id {node}: the cluster has nodes 0..{}", spec.nodes.len()));
+        }
+        let addr = spec.nodes[usize::from(node)].peer;
+        let listener = TcpListener::bind(addr).map_err(|e| format!("cannot listen for peers on {addr}: {e}"))?;
+        let (tx, accepted) = mpsc::sync_channel(NODES_MAX * 4);
+        std::thread::Builder::new()
+            .name("styx-control".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    match stream {
+                        Ok(s) => {
+                            if tx.try_send(s).is_err() {
+                                // A join that nobody runs, or a flood: drop it.
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!("accepting a peer: {e}");
+                            std::thread::sleep(DIAL_RETRY);
+                        }
+                    }
+                }
+            })
+            .map_err(|e| format!("control thread: {e}"))?;
+        let incarnation = styx_engine::mix64(
+            std::process::id() as u64
+                ^ std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64),
+        );
+        Ok(Control {
+            spec,
+            node,
+            incarnation,
+            round: 0,
+            app_fingerprint,
+            accepted,
+        })
+    }
+
+    /// Joins the cluster with what this node's disk holds: waits until
+    /// every other node said hello, then agrees on the plan. Returns `None`
+    /// if `stop` was set meanwhile.
+    pub fn join(&mut self, survey: Survey, stop: &AtomicBool) -> Result<Option<Run>, String> {
+        self.round += 1;
+        let me = Hello {
+            fingerprint: self.spec.fingerprint(),
+            app: self.app_fingerprint,
+            node: self.node,
+            incarnation: self.incarnation,
+            round: self.round,
+            survey,
+        };
+        let n = self.spec.nodes.len();
+        // Drop connections accepted for an earlier join.
+        while self.accepted.try_recv().is_ok() {}
+        let mut peers: BTreeMap<u16, (TcpStream, Hello)> = BTreeMap::new();
+        let mut last_log = Instant::now();
+        while peers.len() < n - 1 {
+            if stop.load(Ordering::Relaxed) {
+                return Ok(None);
+            }
+            // Dial the nodes above us; those below dial us.
+            for peer in self.spec.nodes.iter().filter(|p| p.id > self.node) {
+                if peers.contains_key(&peer.id) {
+                    continue;
+                }
+                if let Ok(s) = TcpStream::connect_timeout(&peer.peer, DIAL_RETRY) {
+                    match self.greet(s, &me, Some(peer.id)) {
+                        Ok((s, h)) => {
+                            peers.insert(h.node, (s, h));
+                        }
+                        Err(e) => tracing::warn!("joining node {}: {e}", peer.id),
+                    }
+                }
+            }
+            match self.accepted.recv_timeout(DIAL_RETRY) {
+                Ok(s) => match self.greet(s, &me, None) {
+                    Ok((s, h)) if h.node < self.node => {
+                        peers.insert(h.node, (s, h));
+                    }
+                    Ok((_, h)) => tracing::warn!("node {} dialed node {}: the lower id dials", h.node, self.node),
+                    Err(e) => tracing::warn!("a peer's hello: {e}"),
+                },
+                Err(mpsc::RecvTimeoutError::Timeout) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err("the control listener stopped".into()),
+            }
+            if last_log.elapsed() > Duration::from_secs(2) {
+                let missing: Vec<u16> = (0..n as u16)
+                    .filter(|i| *i != self.node && !peers.contains_key(i))
+                    .collect();
+                tracing::info!(?missing, "waiting for the cluster's other nodes");
+                last_log = Instant::now();
+            }
+        }
+        let mut surveys = vec![me.survey.clone()];
+        let mut parts = vec![(me.node, me.incarnation, me.round)];
+        for (_, h) in peers.values() {
+            surveys.push(h.survey.clone());
+            parts.push((h.node, h.incarnation, h.round));
+        }
+        // Every node must list the surveys in the same order.
+        let mut order: Vec<usize> = (0..surveys.len()).collect();
+        order.sort_by_key(|&i| parts[i].0);
+        let surveys: Vec<Survey> = order.iter().map(|&i| surveys[i].clone()).collect();
+        parts.sort_unstable();
+        let plan = Plan::of(&surveys);
+        let id = parts.iter().fold(0x5255_4e49_4400_0000u64, |h, (node, inc, round)| {
+            styx_engine::mix64(h ^ styx_engine::mix64(u64::from(*node) ^ inc.rotate_left(16) ^ round.rotate_left(40)))
+        });
+        let failure = Arc::new(Failure::default());
+        let committed: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+        let mut writers = Vec::with_capacity(peers.len());
+        for (peer, (s, _)) in peers {
+            let writer = s.try_clone().map_err(|e| format!("control connection: {e}"))?;
+            watch(peer, s, &self.spec, failure.clone(), committed.clone());
+            writers.push(writer);
+        }
+        Ok(Some(Run {
+            spec: self.spec.clone(),
+            node: self.node,
+            plan,
+            id,
+            failure,
+            committed,
+            peers: Mutex::new(writers),
+        }))
+    }
+
+    /// Exchanges hellos on a fresh connection (`dialed`: the node we
+    /// called) and checks that the peer runs the same cluster and app.
+    fn greet(&self, mut s: TcpStream, me: &Hello, dialed: Option<u16>) -> Result<(TcpStream, Hello), String> {
+        s.set_nodelay(true).map_err(|e| e.to_string())?;
+        s.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(|e| e.to_string())?;
+        s.write_all(&raw_control_frame(HELLO, &encode_hello(me)))
+            .map_err(|e| format!("sending hello: {e}"))?;
+        let (tag, body) = read_control_frame(&mut s)?;
+        if tag != HELLO {
+            return Err(format!("expected a hello, got frame {tag}"));
+        }
+        let h = decode_hello(&body)?;
+        if h.fingerprint != me.fingerprint {
+            return Err(format!(
+                "node {} runs another cluster layout (check that every node has the same cluster file)",
+                h.node
+            ));
+        }
+        if h.app != me.app {
+            return Err(format!(
+                "node {} serves another application (operators, functions or partitions differ)",
+                h.node
+            ));
+        }
+        if usize::from(h.node) >= self.spec.nodes.len() || h.node == self.node {
+            return Err(format!("a hello from node {}", h.node));
+        }
+        if let Some(d) = dialed
+            && d != h.node
+        {
+            return Err(format!("dialed node {d}, node {} answered", h.node));
+        }
+        Ok((s, h))
+    }
+}
+
+/// Per peer: a thread that reads its frames (heartbeats, commit notices)
+/// and fails the run when the peer goes silent or the connection breaks,
+/// and one that sends our heartbeats.
+fn watch(peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, committed: Arc<Vec<AtomicU64>>) {
+    let mut reader = s.try_clone().expect("control connection");
+    let mut writer = s;
+    let _ = reader.set_read_timeout(Some(spec.failure_timeout));
+    let f = failure.clone();
+    std::thread::Builder::new()
+        .name(format!("styx-watch-{peer}"))
+        .spawn(move || {
+            while !f.is_failed() {
+                match read_control_frame(&mut reader) {
+                    Ok((HEARTBEAT, _)) => {}
+                    Ok((COMMITTED, body)) => match Payload::from_bytes(&body).decode::<Epoch>() {
+                        Ok(e) => {
+                            committed[usize::from(peer)].fetch_max(e, Ordering::SeqCst);
+                        }
+                        Err(e) => f.fail(format!("node {peer} sent a bad commit notice: {e}")),
+                    },
+                    Ok((tag, _)) => f.fail(format!("node {peer} sent control frame {tag}")),
+                    Err(e) => f.fail(format!("node {peer}: {e}")),
+                }
+            }
+        })
+        .expect("control thread");
+    let heartbeat = spec.heartbeat;
+    let frame = control_frame(HEARTBEAT, &());
+    std::thread::Builder::new()
+        .name(format!("styx-beat-{peer}"))
+        .spawn(move || {
+            while !failure.is_failed() {
+                if let Err(e) = writer.write_all(&frame) {
+                    failure.fail(format!("node {peer}: {e}"));
+                }
+                std::thread::sleep(heartbeat);
+            }
+            let _ = writer.shutdown(Shutdown::Both);
+        })
+        .expect("control thread");
+}
+
+/// A control frame: payload length, its CRC-32C, a tag byte, the payload
+/// (`body` in the engine's encoding).
+fn control_frame<T: Encode + ?Sized>(tag: u8, body: &T) -> Vec<u8> {
+    let body = Payload::encode(body);
+    let body = body.as_bytes();
+    raw_control_frame(tag, body)
+}
+
+fn raw_control_frame(tag: u8, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c_append(crc32c::crc32c(&[tag]), body).to_le_bytes());
+    out.push(tag);
+    out.extend_from_slice(body);
+    out
+}
+
+fn read_control_frame(s: &mut TcpStream) -> Result<(u8, Vec<u8>), String> {
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => "silent past the failure timeout".to_string(),
+        std::io::ErrorKind::UnexpectedEof => "connection closed".to_string(),
+        _ => e.to_string(),
+    })?;
+    let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
+    let crc = u32::from_le_bytes(head[4..8].try_into().expect("4"));
+    if len > CONTROL_FRAME_BYTES_MAX {
+        return Err(format!("a control frame of {len} bytes"));
+    }
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body).map_err(|e| e.to_string())?;
+    if crc32c::crc32c_append(crc32c::crc32c(&[head[8]]), &body) != crc {
+        return Err("a control frame fails its checksum".into());
+    }
+    Ok((head[8], body))
+}
+
+fn encode_hello(h: &Hello) -> Vec<u8> {
+    let fields = (
+        (CONTROL_MAGIC, CONTROL_VERSION, h.fingerprint, h.app),
+        (h.node, h.incarnation, h.round),
+        (h.survey.snapshots.clone(), h.survey.log_epoch),
+    );
+    Payload::encode(&fields).as_bytes().to_vec()
+}
+
+fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
+    type Fields = ((u64, u16, u64, u64), (u16, u64, u64), (Vec<Epoch>, Epoch));
+    let ((magic, version, fingerprint, app), (node, incarnation, round), (snapshots, log_epoch)) =
+        Fields::decode(&mut &bytes[..]).map_err(|e| format!("a malformed hello: {e}"))?;
+    if magic != CONTROL_MAGIC {
+        return Err("not a Styx node (bad magic)".into());
+    }
+    if version != CONTROL_VERSION {
+        return Err(format!(
+            "control protocol version {version}, this node speaks {CONTROL_VERSION}"
+        ));
+    }
+    if snapshots.len() > HELLO_SNAPSHOTS_MAX || snapshots.windows(2).any(|w| w[0] >= w[1]) {
+        return Err("a hello whose snapshot list is not ascending".into());
+    }
+    Ok(Hello {
+        fingerprint,
+        app,
+        node,
+        incarnation,
+        round,
+        survey: Survey { snapshots, log_epoch },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn survey(snapshots: &[Epoch], log_epoch: Epoch) -> Survey {
+        Survey {
+            snapshots: snapshots.to_vec(),
+            log_epoch,
+        }
+    }
+
+    #[test]
+    fn the_plan_takes_the_newest_common_snapshot_and_the_longest_log() {
+        let plan = Plan::of(&[survey(&[1, 5, 9], 12), survey(&[1, 5], 15), survey(&[5, 9], 10)]);
+        assert_eq!(
+            plan,
+            Plan {
+                snapshot: Some(5),
+                replay_to: 15
+            }
+        );
+        let none = Plan::of(&[survey(&[], 3), survey(&[1], 7)]);
+        assert_eq!(
+            none,
+            Plan {
+                snapshot: None,
+                replay_to: 7
+            }
+        );
+        assert_eq!(Plan::of(&[survey(&[4], 0)]).replay_to, 4);
+    }
+
+    #[test]
+    fn layouts_number_shards_across_nodes() {
+        let node = |id, port, shards| Node {
+            id,
+            peer: SocketAddr::from(([127, 0, 0, 1], port)),
+            client: SocketAddr::from(([127, 0, 0, 1], port + 100)),
+            shards,
+        };
+        let spec = Spec {
+            nodes: vec![node(0, 7000, 2), node(1, 7010, 1), node(2, 7020, 3)],
+            heartbeat: Duration::from_millis(50),
+            failure_timeout: Duration::from_millis(300),
+        };
+        spec.validate().unwrap();
+        assert_eq!(spec.n_shards(), 6);
+        assert_eq!(spec.shards_of(1), 2..3);
+        assert_eq!(spec.node_of(5), 2);
+        assert_eq!(spec.link_addr(4).port(), 7022);
+        let mut clash = spec.clone();
+        clash.nodes[1].peer = SocketAddr::from(([127, 0, 0, 1], 7001));
+        assert!(clash.validate().unwrap_err().contains("used twice"));
+        let mut order = spec.clone();
+        order.nodes[2].id = 5;
+        assert!(order.validate().is_err());
+        assert_ne!(spec.fingerprint(), clash.fingerprint());
+    }
+
+    #[test]
+    fn hellos_round_trip_and_garbage_is_refused() {
+        let h = Hello {
+            fingerprint: 1,
+            app: 2,
+            node: 3,
+            incarnation: 4,
+            round: 5,
+            survey: survey(&[1, 5], 9),
+        };
+        assert_eq!(decode_hello(&encode_hello(&h)).unwrap(), h);
+        let bytes = encode_hello(&h);
+        for cut in 0..bytes.len() {
+            assert!(decode_hello(&bytes[..cut]).is_err());
+        }
+        let mut bad = h.clone();
+        bad.survey.snapshots = vec![5, 1];
+        assert!(decode_hello(&encode_hello(&bad)).is_err());
+    }
+
+    #[test]
+    fn nodes_join_agree_and_detect_a_silent_peer() {
+        let base = 17_300 + (std::process::id() % 200) as u16 * 10;
+        let node = |id: u16| Node {
+            id,
+            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 3)),
+            client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
+            shards: 1,
+        };
+        let spec = Spec {
+            nodes: vec![node(0), node(1), node(2)],
+            heartbeat: Duration::from_millis(20),
+            failure_timeout: Duration::from_millis(200),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..3u16)
+            .map(|i| {
+                let spec = spec.clone();
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let mut c = Control::start(spec, i, 42).unwrap();
+                    let run = c
+                        .join(survey(&[1, u64::from(i) + 2], 10 + u64::from(i)), &stop)
+                        .unwrap()
+                        .unwrap();
+                    (c, run)
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !threads.iter().all(|t| t.is_finished()) {
+            if Instant::now() > deadline {
+                stop.store(true, Ordering::Relaxed);
+                panic!("the nodes did not join within 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut runs: Vec<(Control, Run)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let plan = runs[0].1.plan;
+        assert_eq!(
+            plan,
+            Plan {
+                snapshot: Some(1),
+                replay_to: 12
+            }
+        );
+        assert!(runs.iter().all(|(_, r)| r.plan == plan && r.id == runs[0].1.id));
+        // Commits: complete once every node committed.
+        for (_, r) in &runs[..2] {
+            r.committed_locally(7);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(runs[0].1.complete_epoch(), 0);
+        runs[2].1.committed_locally(7);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(runs.iter().all(|(_, r)| r.complete_epoch() == 7));
+        // Node 2 goes away: the others fail their run within the timeout.
+        let (_, gone) = runs.pop().unwrap();
+        gone.failure.fail("test: node 2 stops");
+        drop(gone);
+        let started = Instant::now();
+        while !runs.iter().all(|(_, r)| r.failure.is_failed()) {
+            assert!(started.elapsed() < Duration::from_secs(2), "failure not detected");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(runs[0].1.failure.reason().unwrap().contains("node 2"));
+    }
+}
