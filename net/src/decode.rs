@@ -22,7 +22,8 @@
 
 use crate::error::{Error, ErrorCode};
 use crate::frame::{
-    Body, Frame, FrameType, Request, Status, TARGET_ENTITY, TARGET_PARTITION, VERSION, Welcome, abort_kind_on_wire,
+    Body, Frame, FrameType, MAP_NODES_MAX, MAP_OPERATORS_MAX, Map, MapNode, MapOperator, Request, Status,
+    TARGET_ENTITY, TARGET_PARTITION, VERSION, Welcome, abort_kind_on_wire,
 };
 use crate::limits::{
     BUFFER_RETAINED_MAX, ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, HEADER_LEN, NAME_LEN_MAX,
@@ -265,6 +266,40 @@ fn parse(frame: &[u8]) -> Result<Frame, Error> {
             connections: r.u32("connections")?,
             in_flight: r.u32("in_flight")?,
         }),
+        FrameType::Map => Body::Map,
+        FrameType::MapReply => {
+            let node = r.u16("node")?;
+            let shards = r.u16("shards")?;
+            let count = r.count("nodes", MAP_NODES_MAX)?;
+            // Each entry takes at least 8 bytes: no more room than the frame can fill.
+            let mut nodes = Vec::with_capacity(count.min(r.bytes.len() / 8));
+            for _ in 0..count {
+                nodes.push(MapNode {
+                    first_shard: r.u16("first_shard")?,
+                    shards: r.u16("node shards")?,
+                    client: r.text("node address", NAME_LEN_MAX)?.to_string(),
+                });
+            }
+            let count = r.count("operators", MAP_OPERATORS_MAX)?;
+            let mut operators = Vec::with_capacity(count.min(r.bytes.len() / 8));
+            for _ in 0..count {
+                operators.push(MapOperator {
+                    name: r.text("operator", NAME_LEN_MAX)?.to_string(),
+                    partitions: r.u32("partitions")?,
+                });
+            }
+            let map = Map {
+                node,
+                shards,
+                nodes,
+                operators,
+            };
+            if !map.is_consistent() {
+                // Ranges that do not tile the shards cannot place anything.
+                return Err(r.bad_tag("map", u64::from(shards)));
+            }
+            Body::MapReply(map)
+        }
         FrameType::Request => Body::Request(Request {
             client: r.u64("client")?,
             seq: r.u64("seq")?,
@@ -345,6 +380,20 @@ impl<'a> Reader<'a> {
 
     fn u16(&mut self, field: &'static str) -> Result<u16, Error> {
         Ok(u16::from_le_bytes(self.array(field)?))
+    }
+
+    /// A `u16` count of list items, at most `max`.
+    fn count(&mut self, field: &'static str, max: usize) -> Result<usize, Error> {
+        let n = usize::from(self.u16(field)?);
+        if n > max {
+            return Err(Error::FieldTooLong {
+                corr: self.corr,
+                field,
+                len: n,
+                max,
+            });
+        }
+        Ok(n)
     }
 
     fn u32(&mut self, field: &'static str) -> Result<u32, Error> {

@@ -8,7 +8,10 @@
 //! the bytes written are the length it announced.
 
 use crate::error::Error;
-use crate::frame::{Body, Frame, Request, TARGET_ENTITY, TARGET_PARTITION, VERSION, abort_kind_on_wire};
+use crate::frame::{
+    Body, Frame, MAP_NODES_MAX, MAP_OPERATORS_MAX, Request, TARGET_ENTITY, TARGET_PARTITION, VERSION,
+    abort_kind_on_wire,
+};
 use crate::limits::{ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, HEADER_LEN, NAME_LEN_MAX, PEER_NAME_LEN_MAX, PREFIX_LEN};
 use styx_engine::{ABORT_MESSAGE_LEN_MAX, Address, KEY_LEN_MAX, PAYLOAD_LEN_MAX};
 
@@ -57,6 +60,12 @@ fn body_len(body: &Body) -> usize {
         Body::Ping { .. } | Body::Pong { .. } => 8,
         Body::Status => 0,
         Body::StatusReply(_) => 2 + 8 * 7 + 4 + 4,
+        Body::Map => 0,
+        Body::MapReply(m) => {
+            let nodes: usize = m.nodes.iter().map(|n| 4 + 4 + n.client.len()).sum();
+            let ops: usize = m.operators.iter().map(|o| 4 + o.name.len() + 4).sum();
+            2 + 2 + 2 + nodes + 2 + ops
+        }
         Body::Request(r) => {
             let target = match &r.target {
                 Address::Entity(key) => 4 + key.as_bytes().len(),
@@ -85,7 +94,18 @@ fn check(frame: &Frame) -> Result<(), Error> {
     match &frame.body {
         Body::Hello { client, .. } => cap("client name", client.len(), PEER_NAME_LEN_MAX),
         Body::Welcome(w) => cap("server name", w.server.len(), PEER_NAME_LEN_MAX),
-        Body::Ping { .. } | Body::Pong { .. } | Body::Status | Body::StatusReply(_) => Ok(()),
+        Body::Ping { .. } | Body::Pong { .. } | Body::Status | Body::StatusReply(_) | Body::Map => Ok(()),
+        Body::MapReply(m) => {
+            cap("nodes", m.nodes.len(), MAP_NODES_MAX)?;
+            cap("operators", m.operators.len(), MAP_OPERATORS_MAX)?;
+            for n in &m.nodes {
+                cap("node address", n.client.len(), NAME_LEN_MAX)?;
+            }
+            for o in &m.operators {
+                cap("operator", o.name.len(), NAME_LEN_MAX)?;
+            }
+            Ok(())
+        }
         Body::Request(Request {
             operator,
             function,
@@ -162,6 +182,22 @@ fn write_body(body: &Body, out: &mut Vec<u8>) {
             }
             out.extend_from_slice(&s.connections.to_le_bytes());
             out.extend_from_slice(&s.in_flight.to_le_bytes());
+        }
+        Body::Map => {}
+        Body::MapReply(m) => {
+            out.extend_from_slice(&m.node.to_le_bytes());
+            out.extend_from_slice(&m.shards.to_le_bytes());
+            out.extend_from_slice(&(m.nodes.len() as u16).to_le_bytes());
+            for n in &m.nodes {
+                out.extend_from_slice(&n.first_shard.to_le_bytes());
+                out.extend_from_slice(&n.shards.to_le_bytes());
+                put_bytes(out, n.client.as_bytes());
+            }
+            out.extend_from_slice(&(m.operators.len() as u16).to_le_bytes());
+            for o in &m.operators {
+                put_bytes(out, o.name.as_bytes());
+                out.extend_from_slice(&o.partitions.to_le_bytes());
+            }
         }
         Body::Request(r) => {
             out.extend_from_slice(&r.client.to_le_bytes());

@@ -43,11 +43,13 @@ pub enum FrameType {
     Hello = 0x01,
     Ping = 0x02,
     Status = 0x03,
+    Map = 0x04,
     Request = 0x10,
     Get = 0x11,
     Welcome = 0x81,
     Pong = 0x82,
     StatusReply = 0x83,
+    MapReply = 0x84,
     Committed = 0x90,
     Aborted = 0x91,
     State = 0x92,
@@ -55,15 +57,17 @@ pub enum FrameType {
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 12] = [
+    pub const ALL: [FrameType; 14] = [
         FrameType::Hello,
         FrameType::Ping,
         FrameType::Status,
+        FrameType::Map,
         FrameType::Request,
         FrameType::Get,
         FrameType::Welcome,
         FrameType::Pong,
         FrameType::StatusReply,
+        FrameType::MapReply,
         FrameType::Committed,
         FrameType::Aborted,
         FrameType::State,
@@ -113,6 +117,10 @@ pub enum Body {
     Status,
     /// Server, answers STATUS.
     StatusReply(Status),
+    /// Client: asks where the engine's shards and partitions are.
+    Map,
+    /// Server, answers MAP.
+    MapReply(Map),
     /// Client: run one transaction.
     Request(Request),
     /// Client: read one entity's state.
@@ -136,6 +144,8 @@ impl Body {
             Body::Pong { .. } => FrameType::Pong,
             Body::Status => FrameType::Status,
             Body::StatusReply(_) => FrameType::StatusReply,
+            Body::Map => FrameType::Map,
+            Body::MapReply(_) => FrameType::MapReply,
             Body::Request(_) => FrameType::Request,
             Body::Get { .. } => FrameType::Get,
             Body::Committed { .. } => FrameType::Committed,
@@ -197,6 +207,96 @@ pub struct Status {
     pub connections: u32,
     /// Frames awaiting an answer, over all connections.
     pub in_flight: u32,
+}
+
+/// Nodes a MAP_REPLY lists at most (a cluster has at most one shard per node).
+pub const MAP_NODES_MAX: usize = styx_engine::SHARDS_MAX;
+/// Operators a MAP_REPLY lists at most (a server whose application has
+/// more answers MAP with `INTERNAL`). It bounds what a decoder allocates
+/// for a small frame: 128 entries of 32 bytes.
+pub const MAP_OPERATORS_MAX: usize = 128;
+
+/// Where the engine's state lives, answering MAP: which node holds which
+/// shards, and each operator's partition count. With the engine's stable
+/// key hash this places every entity: an entity of `operator` with key `k`
+/// is in partition `hash64(k) % partitions`, partition `p` on shard
+/// `p % shards`, and shard `s` on the node whose range holds it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Map {
+    /// The answering node: an index into `nodes`.
+    pub node: u16,
+    /// Shards of the engine, all nodes together.
+    pub shards: u16,
+    /// Every node in order; their shard ranges tile `0..shards`.
+    pub nodes: Vec<MapNode>,
+    /// Every operator of the application, in registration order.
+    pub operators: Vec<MapOperator>,
+}
+
+/// One node of a [`Map`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapNode {
+    /// Its first shard; it holds `first_shard..first_shard + shards`.
+    pub first_shard: u16,
+    pub shards: u16,
+    /// Where clients reach it (`host:port`).
+    pub client: String,
+}
+
+/// One operator of a [`Map`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MapOperator {
+    pub name: String,
+    pub partitions: u32,
+}
+
+impl Map {
+    /// The map of one node holding every shard, reached at `client`.
+    pub fn single(shards: u16, client: String, operators: Vec<MapOperator>) -> Map {
+        Map {
+            node: 0,
+            shards,
+            nodes: vec![MapNode {
+                first_shard: 0,
+                shards,
+                client,
+            }],
+            operators,
+        }
+    }
+
+    /// The shard that owns partition `partition`.
+    pub fn shard_of_partition(&self, partition: u32) -> u16 {
+        (partition % u32::from(self.shards.max(1))) as u16
+    }
+
+    /// The node (index into `nodes`) that holds `shard`.
+    pub fn node_of_shard(&self, shard: u16) -> Option<usize> {
+        self.nodes
+            .iter()
+            .position(|n| (n.first_shard..n.first_shard + n.shards).contains(&shard))
+    }
+
+    /// The shard that owns `key` of `operator`, if the map knows the operator.
+    pub fn shard_of(&self, operator: &str, key: &Key) -> Option<u16> {
+        let op = self.operators.iter().find(|o| o.name == operator)?;
+        Some(self.shard_of_partition(key.partition(op.partitions)))
+    }
+
+    /// Whether the nodes' ranges tile `0..shards` in order and every
+    /// operator has partitions: what a decoded map must satisfy.
+    pub fn is_consistent(&self) -> bool {
+        let mut next = 0u16;
+        for n in &self.nodes {
+            if n.first_shard != next || n.shards == 0 {
+                return false;
+            }
+            next = next.saturating_add(n.shards);
+        }
+        next == self.shards
+            && usize::from(self.node) < self.nodes.len()
+            && self.operators.iter().all(|o| o.partitions > 0)
+    }
 }
 
 /// Whether `kind` may travel in an ABORTED frame.

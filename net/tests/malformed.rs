@@ -95,7 +95,7 @@ fn length_below_the_header() {
 
 #[test]
 fn unknown_frame_type() {
-    for t in [0x00u8, 0x04, 0x12, 0x80, 0x93, 0xfe] {
+    for t in [0x00u8, 0x05, 0x12, 0x80, 0x85, 0x93, 0xfe] {
         assert!(FrameType::from_u8(t).is_none());
         let bytes = Raw::default().u64(1).frame(t, 5);
         assert_eq!(recoverable(&bytes), Error::UnknownFrameType { corr: 5, frame_type: t });
@@ -327,4 +327,96 @@ fn errors_become_frames_for_the_peer() {
     assert_eq!(*code, ErrorCode::UNKNOWN_FRAME_TYPE);
     assert!(message.contains("0x42"), "{message}");
     encode(&reply, &mut Vec::new()).unwrap();
+}
+
+#[test]
+fn maps_that_place_nothing() {
+    let map_reply = FrameType::MapReply as u8;
+    // One node holding shards 0..2 of an engine of 3: a shard with no node.
+    let gap = Raw::default()
+        .u16(0)
+        .u16(3)
+        .u16(1)
+        .u16(0)
+        .u16(2)
+        .sized(b"127.0.0.1:7000")
+        .u16(0)
+        .frame(map_reply, 1);
+    assert_eq!(
+        recoverable(&gap),
+        Error::BadTag {
+            corr: 1,
+            field: "map",
+            value: 3
+        }
+    );
+    // The answering node is not in the list.
+    let stranger = Raw::default()
+        .u16(1)
+        .u16(1)
+        .u16(1)
+        .u16(0)
+        .u16(1)
+        .sized(b"a:1")
+        .u16(0)
+        .frame(map_reply, 2);
+    assert_eq!(recoverable(&stranger).code(), ErrorCode::BAD_TAG);
+    // An operator without partitions places no key.
+    let empty = Raw::default()
+        .u16(0)
+        .u16(1)
+        .u16(1)
+        .u16(0)
+        .u16(1)
+        .sized(b"a:1")
+        .u16(1)
+        .sized(b"account")
+        .u32(0)
+        .frame(map_reply, 3);
+    assert_eq!(recoverable(&empty).code(), ErrorCode::BAD_TAG);
+    // More nodes than an engine has shards, refused before reading them.
+    let many = Raw::default().u16(0).u16(1).u16(u16::MAX).frame(map_reply, 4);
+    assert_eq!(
+        recoverable(&many),
+        Error::FieldTooLong {
+            corr: 4,
+            field: "nodes",
+            len: usize::from(u16::MAX),
+            max: styx_net::MAP_NODES_MAX
+        }
+    );
+}
+
+#[test]
+fn a_map_places_keys_like_the_engine() {
+    use styx_engine::{App, Shard};
+    let mut app = App::new("placement");
+    let op = app.operator("account", 12);
+    let map = styx_net::Map {
+        node: 0,
+        shards: 5,
+        nodes: vec![
+            styx_net::MapNode {
+                first_shard: 0,
+                shards: 2,
+                client: "a:1".into(),
+            },
+            styx_net::MapNode {
+                first_shard: 2,
+                shards: 3,
+                client: "b:1".into(),
+            },
+        ],
+        operators: vec![styx_net::MapOperator {
+            name: "account".into(),
+            partitions: 12,
+        }],
+    };
+    for k in 0..1_000u64 {
+        let key = Key::from(k);
+        let shard = map.shard_of("account", &key).unwrap();
+        assert_eq!(shard, Shard::owner(&app, 5, op, &key), "key {k}");
+        assert_eq!(map.node_of_shard(shard), Some(usize::from(shard >= 2)));
+    }
+    assert_eq!(map.shard_of("hotel", &Key::from(1u64)), None);
 }

@@ -124,3 +124,37 @@ fn tables_name_every_code_and_type() {
     assert_eq!(styx_net::FRAME_LEN_MAX_FLOOR, 4_096);
     assert_eq!(PAYLOAD_LEN_MAX, 1_048_576);
 }
+
+/// The key hash as section 5 (MAP_REPLY) spells it, for clients in other
+/// languages: it must be the engine's, or their requests land elsewhere.
+#[test]
+fn the_documented_key_hash_is_the_engines() {
+    fn documented(bytes: &[u8]) -> u64 {
+        let mut h: u64 = 0xcbf29ce484222325;
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x100000001b3);
+        }
+        let mut z = h;
+        z ^= z >> 30;
+        z = z.wrapping_mul(0xbf58476d1ce4e5b9);
+        z ^= z >> 27;
+        z = z.wrapping_mul(0x94d049bb133111eb);
+        z ^ (z >> 31)
+    }
+    for text in [
+        "cbf29ce484222325",
+        "100000001b3",
+        "bf58476d1ce4e5b9",
+        "94d049bb133111eb",
+    ] {
+        assert!(SPEC.contains(text), "the spec no longer gives {text}");
+    }
+    for k in [0u64, 1, 42, u64::MAX] {
+        let key = Key::from(k);
+        assert_eq!(documented(key.as_bytes()), key.hash64(), "key {k}");
+    }
+    for bytes in [&b""[..], b"alice", &[0xff; 300]] {
+        assert_eq!(documented(bytes), Key::from_bytes(bytes).hash64());
+    }
+}

@@ -51,6 +51,8 @@ pub struct ServerShared {
     pub server_name: String,
     /// The id of this node's first shard (metrics are numbered from it).
     pub first_shard: styx_engine::ShardId,
+    /// What MAP answers: the cluster's nodes and the operators' partitions.
+    pub map: styx_net::Map,
 }
 
 /// A request on its way from a connection to the shard.
@@ -449,6 +451,25 @@ fn handle(id: u64, frame: Frame, welcomed: &mut bool, hub: &Rc<RefCell<Hub>>, sh
                 },
             );
         }
+        Body::Map if shared.map.operators.len() > styx_net::MAP_OPERATORS_MAX => h.push_out(
+            id,
+            error_frame(
+                corr,
+                ErrorCode::INTERNAL,
+                &format!(
+                    "the application has {} operators, more than MAP lists ({})",
+                    shared.map.operators.len(),
+                    styx_net::MAP_OPERATORS_MAX
+                ),
+            ),
+        ),
+        Body::Map => h.push_out(
+            id,
+            Frame {
+                corr,
+                body: Body::MapReply(shared.map.clone()),
+            },
+        ),
         Body::Request(_) | Body::Get { .. } if shutting_down => {
             h.push_out(
                 id,

@@ -126,14 +126,19 @@ struct RunArgs {
     /// No progress line on stderr.
     #[arg(long)]
     quiet: bool,
-    /// Run against the daemon at this address instead of in-process.
+    /// Run against the daemon at this address instead of in-process; for a
+    /// cluster, any of its nodes' client addresses (comma-separated: tried
+    /// in order). The rest of the cluster is learned from the node.
     #[arg(long)]
     connect: Option<String>,
-    /// With --connect: pipelined connections the lanes are spread over.
+    /// With --connect: pipelined connections per node, the lanes spread
+    /// over them.
     #[arg(long, default_value_t = 4)]
     connections: usize,
     /// With --connect: name every request for exactly-once (client id,
-    /// seq, ack), to measure the daemon's bookkeeping.
+    /// seq, ack), to measure the daemon's bookkeeping; requests whose
+    /// connection broke are then sent again, so a run survives a node's
+    /// failure and the cluster's recovery.
     #[arg(long)]
     exactly_once: bool,
 }

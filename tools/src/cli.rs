@@ -244,7 +244,17 @@ pub fn status(a: StatusArgs) -> ExitCode {
         println!("epochs/s    {}", s.epochs_per_s);
         println!("connections {} ({} requests in flight)", s.connections, s.in_flight);
         println!("round trip  {} µs", ping.as_micros());
-        Ok(ExitCode::SUCCESS)
+        let map = match client.map().await {
+            Ok(map) => map,
+            // A daemon older than MAP is one node.
+            Err(e) if e.code() == Some(styx_net::ErrorCode::UNKNOWN_FRAME_TYPE) => return Ok(ExitCode::SUCCESS),
+            Err(e) => return Err(format!("MAP: {e}")),
+        };
+        if map.nodes.len() > 1 {
+            Ok(print_nodes(&map, &connect).await)
+        } else {
+            Ok(ExitCode::SUCCESS)
+        }
     }));
     // Positions live on the metrics endpoint; a daemon started without one
     // only loses these lines.
@@ -255,6 +265,54 @@ pub fn status(a: StatusArgs) -> ExitCode {
         }
     }
     code
+}
+
+/// One line per node of a cluster: its shards, epoch, rates, health.
+/// Fails (exit 1) if a node does not answer.
+async fn print_nodes(map: &styx_net::Map, connect: &Connect) -> ExitCode {
+    println!("nodes       {} ({} shards)", map.nodes.len(), map.shards);
+    println!(
+        "  {:<4} {:<22} {:<8} {:>10} {:>12} {:>6} {:>9}  health",
+        "node", "address", "shards", "epoch", "committed/s", "conns", "rtt µs"
+    );
+    let mut down = 0;
+    for (i, n) in map.nodes.iter().enumerate() {
+        let shards = format!("{}..{}", n.first_shard, n.first_shard + n.shards);
+        let one = Connect {
+            connect: n.client.clone(),
+            timeout: connect.timeout.min(2.0),
+        };
+        let answer = async {
+            let c = client(&one)?;
+            let s = c.status().await.map_err(|e| e.to_string())?;
+            let rtt = c.ping().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((s, rtt))
+        };
+        let mark = if i == usize::from(map.node) { "*" } else { " " };
+        match answer.await {
+            Ok((s, rtt)) => println!(
+                "{mark} {i:<4} {:<22} {shards:<8} {:>10} {:>12} {:>6} {:>9}  serving",
+                n.client,
+                s.epoch,
+                s.committed_per_s,
+                s.connections,
+                rtt.as_micros()
+            ),
+            Err(e) => {
+                down += 1;
+                println!(
+                    "{mark} {i:<4} {:<22} {shards:<8} {:>10} {:>12} {:>6} {:>9}  down: {e}",
+                    n.client, "-", "-", "-", "-"
+                );
+            }
+        }
+    }
+    if down > 0 {
+        eprintln!("error: {down} of {} nodes do not answer", map.nodes.len());
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
 }
 
 /// GET /metrics over plain HTTP/1.0.

@@ -451,6 +451,7 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
             started,
             server_name: format!("styxd {} ({})", env!("CARGO_PKG_VERSION"), app.name()),
             first_shard: local.start,
+            map: partition_map(&spec, node, &app),
         });
         let engine = Config {
             epoch_txns_max: settings.epoch_txns_max,
@@ -578,5 +579,29 @@ impl Visit for Preload<'_> {
             "preloaded"
         );
         Ok(())
+    }
+}
+
+/// What MAP answers on `node` of `spec`.
+fn partition_map(spec: &Spec, node: u16, app: &App) -> styx_net::Map {
+    styx_net::Map {
+        node,
+        shards: spec.n_shards(),
+        nodes: spec
+            .nodes
+            .iter()
+            .map(|n| styx_net::MapNode {
+                first_shard: spec.shards_of(n.id).start,
+                shards: n.shards,
+                client: n.client.to_string(),
+            })
+            .collect(),
+        operators: app
+            .operators()
+            .map(|(_, info)| styx_net::MapOperator {
+                name: info.name().to_string(),
+                partitions: info.partitions(),
+            })
+            .collect(),
     }
 }

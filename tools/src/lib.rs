@@ -3,6 +3,7 @@
 
 pub mod apps;
 pub mod daemon;
+pub mod pool;
 pub mod remote;
 pub mod remote_workload;
 pub mod workloads;

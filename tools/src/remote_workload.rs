@@ -1,13 +1,15 @@
-//! `styx bench WORKLOAD --connect ADDR`: any [`Workload`] against a running
-//! daemon, with the same report and the same final check as in-process.
+//! `styx bench WORKLOAD --connect ADDR[,ADDR…]`: any [`Workload`] against a
+//! running daemon or cluster, with the same report and the same final
+//! check as in-process.
 //!
-//! The client learns the daemon's shard count from STATUS and builds each
-//! shard's [`Source`] exactly as the in-process runner does (same seeds),
-//! so it draws the same kind of requests, rooted where that shard owns
-//! them. Requests go out by operator and function *name* (the [`App`]
-//! knows both) over `connections` pipelined connections, lanes spread over
-//! them round-robin; outcomes come back as the engine's [`Outcome`]s for
-//! [`Source::record`].
+//! The client learns the engine's map from any node it reaches (MAP: the
+//! shards, which node holds which, see [`Pool`]) and builds each shard's
+//! [`Source`] exactly as the in-process runner does (same seeds), so it
+//! draws the same kind of requests, rooted where that shard owns them.
+//! Requests go out by operator and function *name* (the [`App`] knows
+//! both) over `connections` pipelined connections per node, each lane on
+//! a connection to the node of its shard; outcomes come back as the
+//! engine's [`Outcome`]s for [`Source::record`].
 //!
 //! Load is offered like in-process: closed loop keeps `in_flight` requests
 //! outstanding per lane, capped so that all lanes together stay within the
@@ -30,15 +32,19 @@
 //!   `epoch_txns_max` are the daemon's and the wire protocol does not carry
 //!   them: they stay 0 (read them from the daemon's /metrics). `epochs` is
 //!   the difference of STATUS's epoch before and after.
-//! - `ERROR OVERLOADED` answers (the request did not run) are counted in
-//!   `parameters.rejected` and retried on the lane after a pause; they do
-//!   not fail the check, which stays exact. A request whose connection
-//!   dropped has an unknown outcome: that fails the check, which can no
-//!   longer account for it.
+//! - `ERROR OVERLOADED` and `SHUTTING_DOWN` answers (the request did not
+//!   run) are counted in `parameters.rejected` and sent again after a
+//!   pause; they do not fail the check, which stays exact. A request whose
+//!   connection broke is sent again with the same seq on a connection
+//!   dialled anew (`parameters.retried`) when requests are named for
+//!   exactly-once: a run rides out a node's failure and the cluster's
+//!   recovery and still checks exactly. Without names its outcome is
+//!   unknown, which fails the check.
 //! - Requests carry client id 0 unless `exactly_once`: one client id per
 //!   request stream, seqs from 1 and `ack` the lowest unanswered seq, so
 //!   the server's exactly-once bookkeeping is measured (nothing is resent).
 
+use crate::pool::Pool;
 use crate::workloads::{Knobs, Name, Visit};
 use hdrhistogram::Histogram;
 use std::cell::{Cell, RefCell};
@@ -112,21 +118,12 @@ where
         .map_err(|e| format!("client executor: {e}"))?
 }
 
-async fn connect(addr: &str, connections: usize) -> Result<Vec<Connection>, String> {
-    let options = ConnectOptions {
+fn connect_options() -> ConnectOptions {
+    ConnectOptions {
         name: "styx bench".into(),
         in_flight_max: styx_net::IN_FLIGHT_MAX,
         ..ConnectOptions::default()
-    };
-    let mut conns = Vec::with_capacity(connections);
-    for _ in 0..connections {
-        conns.push(
-            Connection::connect(addr, &options)
-                .await
-                .map_err(|e| format!("cannot connect to {addr}: {e}"))?,
-        );
     }
-    Ok(conns)
 }
 
 /// One request stream's exactly-once naming: client id, next seq, and the
@@ -202,6 +199,8 @@ struct Meter {
     failed: u64,
     failures: Vec<String>,
     rejected: u64,
+    /// Requests sent again after their connection broke (same seq).
+    retried: u64,
     lost: u64,
     lost_reasons: Vec<String>,
     timeline: Vec<u64>,
@@ -221,6 +220,7 @@ impl Meter {
             failed: 0,
             failures: Vec::new(),
             rejected: 0,
+            retried: 0,
             lost: 0,
             lost_reasons: Vec::new(),
             timeline: Vec::new(),
@@ -271,12 +271,17 @@ impl Meter {
         if refused {
             self.rejected += 1;
         } else {
-            self.lost += 1;
-            if self.lost_reasons.len() < FAILURES_KEPT_MAX {
-                self.lost_reasons.push(e.to_string());
-            }
+            self.lose(e.to_string());
         }
         refused
+    }
+
+    /// Notes a request whose outcome the run cannot know.
+    fn lose(&mut self, reason: String) {
+        self.lost += 1;
+        if self.lost_reasons.len() < FAILURES_KEPT_MAX {
+            self.lost_reasons.push(reason);
+        }
     }
 }
 
@@ -287,7 +292,7 @@ struct Lanes<S: Source> {
     sources: Vec<RefCell<Option<S>>>,
     /// (shard, lane) of every lane, in order.
     lanes: Vec<(usize, usize)>,
-    conns: Vec<Connection>,
+    pool: Rc<Pool>,
     meter: Rc<RefCell<Meter>>,
     exactly_once: bool,
 }
@@ -298,14 +303,38 @@ fn source<S: Source>(l: &Lanes<S>, shard: usize) -> std::cell::RefMut<'_, S> {
     })
 }
 
-/// Sends one request of `lane` and records its outcome; false if the
-/// connection is gone.
+/// Sends one request of `lane` and records its outcome; false if no node
+/// answers any more.
+///
+/// A refused request (`OVERLOADED`, `SHUTTING_DOWN`: it did not run) is
+/// sent again after a pause. A request whose connection broke is sent
+/// again, with the same seq, on a connection dialled anew — only when
+/// requests are named for exactly-once: the engine then answers a request
+/// that had committed with its first outcome, and runs one that had not.
+/// Without names its outcome is unknown and the check fails.
 async fn one<S: Source>(l: &Lanes<S>, index: usize, stream: &RefCell<Stream>, intended: Instant) -> bool {
     let (shard, lane) = l.lanes[index];
-    let conn = &l.conns[index % l.conns.len()];
+    let slot = l.pool.slot_for_shard(shard as u16, index);
     let (request, tag) = source(l, shard).next(lane);
     let naming = stream.borrow_mut().begin();
-    let answer = conn.request(to_wire(&l.app, request, naming)).await;
+    let answer = loop {
+        let conn = match l.pool.get(slot).await {
+            Ok(c) => c,
+            Err(e) => break Err(e),
+        };
+        match conn.request(to_wire(&l.app, request.clone(), naming)).await {
+            Ok(outcome) => break Ok(outcome),
+            Err(e) if e.outcome_unknown() && l.exactly_once => {
+                l.meter.borrow_mut().retried += 1;
+            }
+            Err(e) => {
+                if !l.meter.borrow_mut().error(&e) {
+                    break Err(String::new());
+                }
+                glommio::timer::sleep(OVERLOAD_PAUSE).await;
+            }
+        }
+    };
     stream.borrow_mut().end(naming.1);
     match answer {
         Ok(outcome) => {
@@ -314,12 +343,11 @@ async fn one<S: Source>(l: &Lanes<S>, index: usize, stream: &RefCell<Stream>, in
             source(l, shard).record(tag, &outcome);
             true
         }
+        // Counted by `error` already.
+        Err(e) if e.is_empty() => true,
         Err(e) => {
-            let refused = l.meter.borrow_mut().error(&e);
-            if refused {
-                glommio::timer::sleep(OVERLOAD_PAUSE).await;
-            }
-            !conn.is_closed()
+            l.meter.borrow_mut().lose(e);
+            false
         }
     }
 }
@@ -402,15 +430,16 @@ async fn progress(
 
 async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, String> {
     let app = workload.app();
-    let conns = connect(&r.addr, r.connections).await?;
-    let before = conns[0].status().await.map_err(|e| format!("STATUS: {e}"))?;
-    let shards = before.shards;
+    let pool = Pool::connect(&r.addr, r.connections, connect_options()).await?;
+    let first = pool.get(0).await?;
+    let before = first.status().await.map_err(|e| format!("STATUS: {e}"))?;
+    let shards = pool.map().shards;
     if shards == 0 {
         return Err("the daemon reports 0 shards".into());
     }
     let loaded = Instant::now();
     if let Some(keys) = r.deposit_keys {
-        crate::remote::deposit(&conns, keys).await?;
+        crate::remote::deposit(&pool.all().await?, keys).await?;
     }
     let load_s = loaded.elapsed().as_secs_f64();
 
@@ -426,7 +455,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
         return Err(format!("{}: no lane to send on", workload.name()));
     }
     // All lanes together within the connections' in-flight limits.
-    let capacity: usize = conns.iter().map(Connection::in_flight_max).sum();
+    let capacity = pool.in_flight_max();
     let in_flight = match r.load {
         Load::Closed { in_flight } => Some(in_flight.min((capacity / lanes.len()).max(1))),
         Load::Open { .. } => None,
@@ -439,7 +468,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
         app: app.clone(),
         sources,
         lanes,
-        conns: conns.clone(),
+        pool: pool.clone(),
         meter: meter.clone(),
         exactly_once: r.exactly_once,
     });
@@ -489,8 +518,10 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
             DRAIN_TIMEOUT.as_secs()
         ));
     }
+    let conns = pool.all().await?;
     let after = conns[0].status().await.map_err(|e| format!("STATUS: {e}"))?;
     let state = dump_state(&conns, &app).await?;
+    pool.close();
 
     let tallies: Vec<_> = l
         .sources
@@ -532,6 +563,9 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     p.insert("connections".into(), r.connections.into());
     p.insert("exactly_once".into(), r.exactly_once.into());
     p.insert("rejected".into(), m.rejected.into());
+    p.insert("retried".into(), m.retried.into());
+    p.insert("nodes".into(), pool.nodes().into());
+    p.insert("reconnects".into(), pool.reconnects().into());
     p.insert("entities".into(), state.len().into());
     if let Load::Closed { in_flight } = r.load {
         p.insert("in_flight_requested".into(), in_flight.into());
@@ -618,8 +652,10 @@ impl Visit for Verify {
         let app = workload.app();
         let a = app.clone();
         let state = on_client(move || async move {
-            let conns = connect(&self.addr, 1).await?;
-            dump_state(&conns, &a).await
+            let pool = Pool::connect(&self.addr, 1, connect_options()).await?;
+            let state = dump_state(&pool.all().await?, &a).await;
+            pool.close();
+            state
         })?;
         Ok(match workload.name() {
             // Balances moved by transfers the verifier never saw: only the

@@ -10,7 +10,7 @@ use common::*;
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use styx_engine::rng::Rng;
 use styx_engine::{Key, Outcome, Payload, Tid};
@@ -77,7 +77,9 @@ fn free_port_block(len: u16) -> u16 {
     }
 }
 
-fn cluster(root: &Path) -> (PathBuf, Vec<Node>) {
+/// A cluster of `NODES` nodes under `root`, each preloaded with `preload`
+/// (`styxd` flags), not started.
+fn cluster(root: &Path, preload: &[&str]) -> (PathBuf, Vec<Node>) {
     let base = free_port_block(NODES as u16 * 3);
     let mut file = String::from("heartbeat_ms = 50\nfailure_timeout_ms = 400\n");
     let mut nodes = Vec::new();
@@ -102,11 +104,10 @@ fn cluster(root: &Path) -> (PathBuf, Vec<Node>) {
                 i.to_string(),
                 "--snapshot-interval-ms".into(),
                 "200".into(),
-                "--preload".into(),
-                "ycsbt".into(),
-                "--keys".into(),
-                KEYS.to_string(),
-            ],
+            ]
+            .into_iter()
+            .chain(preload.iter().map(|a| a.to_string()))
+            .collect(),
             client,
         });
     }
@@ -172,7 +173,8 @@ fn collect(c: &mut Conn, corrs: &BTreeMap<u32, u64>, answered: &mut BTreeMap<u64
 fn three_nodes_survive_kill_9_of_one_under_load() {
     let root = data_dir("cluster");
     let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
-    let (_, mut nodes) = cluster(&root);
+    let keys = KEYS.to_string();
+    let (_, mut nodes) = cluster(&root, &["--preload", "ycsbt", "--keys", &keys]);
     for n in &mut nodes {
         n.spawn(bin);
     }
@@ -274,4 +276,123 @@ fn three_nodes_survive_kill_9_of_one_under_load() {
     );
     assert_eq!(got.values().sum::<i64>(), START * KEYS as i64, "money is conserved");
     eprintln!("kill -9 to serving: {recoveries:?}");
+}
+
+/// `styx bench WORKLOAD --connect` (every node's address) while nodes are
+/// killed and restarted: the run rides out each recovery (requests named
+/// for exactly-once, resent on new connections), its own exact check holds
+/// (each committed request applied once, nothing acknowledged lost), and
+/// `styx verify` holds on the state left behind.
+fn bench_through_kills(workload: &str, knobs: &[&str], in_flight: &str) {
+    let root = data_dir(&format!("cluster-bench-{workload}"));
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    let mut preload = vec!["--preload", workload];
+    preload.extend_from_slice(knobs);
+    let (_, mut nodes) = cluster(&root, &preload);
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
+    for n in &nodes {
+        connect(&n.client, Duration::from_secs(60)).expect("the cluster serves");
+    }
+    let bench = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "bench",
+            workload,
+            "--connect",
+            &addrs,
+            "--connections",
+            "1",
+            "--exactly-once",
+        ])
+        .args(["--duration", "6", "--warmup", "0", "--json", "--no-serial", "--quiet"])
+        .args(["--in-flight", in_flight])
+        .args(knobs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("styx runs");
+    for (at, victim) in [(1.5, 1), (2.0, 2)] {
+        std::thread::sleep(Duration::from_secs_f64(at));
+        nodes[victim].kill9();
+        nodes[victim].spawn(bin);
+    }
+    let out = bench.wait_with_output().expect("styx bench finishes");
+    let report = report_of(workload, &out);
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    assert_eq!(report["shards"], NODES as u64);
+    assert_eq!(report["parameters"]["nodes"], NODES as u64);
+    assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
+    // The kills happened inside the run: connections broke and came back.
+    assert!(
+        report["parameters"]["reconnects"].as_u64().unwrap() > 0,
+        "no connection broke: {report}"
+    );
+    eprintln!(
+        "{workload}: {} committed, {} resent, {} reconnects",
+        report["committed"], report["parameters"]["retried"], report["parameters"]["reconnects"]
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["verify", workload, "--connect", &addrs])
+        .args(knobs)
+        .output()
+        .expect("styx runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "styx verify {workload}: {text}");
+    assert!(text.contains("consistent"), "{text}");
+}
+
+fn report_of(workload: &str, out: &Output) -> serde_json::Value {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "styx bench {workload} failed:\n{stderr}");
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{stderr}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn ycsbt_bench_rides_out_kill_9_of_nodes() {
+    bench_through_kills("ycsbt", &["--keys", "300"], "8");
+}
+
+#[test]
+fn tpcc_bench_rides_out_kill_9_of_nodes() {
+    bench_through_kills("tpcc", &["--warehouses", "3", "--scale", "small"], "1");
+}
+
+#[test]
+fn status_shows_every_node() {
+    let root = data_dir("cluster-status");
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    let (_, mut nodes) = cluster(&root, &["--preload", "ycsbt", "--keys", "10"]);
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    for n in &nodes {
+        connect(&n.client, Duration::from_secs(60)).expect("the cluster serves");
+    }
+    let status = |at: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+            .args(["status", "--connect", at, "--metrics", "127.0.0.1:1"])
+            .output()
+            .expect("styx runs");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.success(), text + &String::from_utf8_lossy(&out.stderr))
+    };
+    let (ok, text) = status(&nodes[1].client);
+    assert!(ok, "{text}");
+    assert!(text.contains("nodes       3 (3 shards)"), "{text}");
+    for (i, n) in nodes.iter().enumerate() {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&n.client) && !l.starts_with("server"))
+            .unwrap_or_else(|| panic!("node {i} missing:\n{text}"));
+        assert!(line.contains(&format!("{i}..{}", i + 1)), "{line}");
+        assert!(line.ends_with("serving"), "{line}");
+        assert_eq!(line.starts_with('*'), i == 1, "the answering node is marked: {line}");
+    }
 }

@@ -30,7 +30,7 @@ use super::error::Error;
 use super::sync::{Answer, Slots};
 use crate::decode::Decoder;
 use crate::encode::{encode, encoded_len};
-use crate::frame::{Body, Frame, FrameType, Request, Status, VERSION_MAX, VERSION_MIN, Welcome};
+use crate::frame::{Body, Frame, FrameType, Map, Request, Status, VERSION_MAX, VERSION_MIN, Welcome};
 use crate::limits::{FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, IN_FLIGHT_MAX, PEER_NAME_LEN_MAX};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::Task;
@@ -233,7 +233,7 @@ impl Connection {
         let sent = body.frame_type();
         if !matches!(
             sent,
-            FrameType::Ping | FrameType::Status | FrameType::Request | FrameType::Get
+            FrameType::Ping | FrameType::Status | FrameType::Map | FrameType::Request | FrameType::Get
         ) {
             return Err(Error::Unsendable { frame_type: sent });
         }
@@ -326,6 +326,18 @@ impl Connection {
         match self.send(Body::Status).await? {
             Body::StatusReply(status) => Ok(status),
             other => unreachable!("the reader let a {:?} answer a STATUS", other.frame_type()),
+        }
+    }
+
+    /// Where the engine's shards and partitions are (MAP): every node of a
+    /// cluster, the shards each holds and where clients reach it, and each
+    /// operator's partition count — what a client needs to send a request
+    /// to the node of its root. A server older than MAP answers
+    /// `UNKNOWN_FRAME_TYPE`; treat it as one node holding every shard.
+    pub async fn map(&self) -> Result<Map, Error> {
+        match self.send(Body::Map).await? {
+            Body::MapReply(map) => Ok(map),
+            other => unreachable!("the reader let a {:?} answer a MAP", other.frame_type()),
         }
     }
 
@@ -524,7 +536,7 @@ fn answers(sent: FrameType, got: FrameType) -> bool {
     got == Error
         || matches!(
             (sent, got),
-            (Ping, Pong) | (Status, StatusReply) | (Request, Committed | Aborted) | (Get, State)
+            (Ping, Pong) | (Status, StatusReply) | (Map, MapReply) | (Request, Committed | Aborted) | (Get, State)
         )
 }
 

@@ -391,6 +391,11 @@ impl Client {
         self.retrying(true, |conn| async move { conn.status().await }).await
     }
 
+    /// Where the engine's shards and partitions are (see [`Connection::map`]).
+    pub async fn map(&self) -> Result<crate::frame::Map, Error> {
+        self.retrying(true, |conn| async move { conn.map().await }).await
+    }
+
     /// A round trip to the server.
     pub async fn ping(&self) -> Result<Duration, Error> {
         self.retrying(true, |conn| async move { conn.ping().await }).await

@@ -7,8 +7,8 @@
 use styx_engine::rng::Rng;
 use styx_engine::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind, Address, KEY_LEN_MAX, Key, PAYLOAD_LEN_MAX, Payload};
 use styx_net::{
-    Body, Decoder, Error, ErrorCode, FRAME_LEN_MAX, Frame, FrameType, NAME_LEN_MAX, PEER_NAME_LEN_MAX, Request, Status,
-    VERSION, Welcome, encode,
+    Body, Decoder, Error, ErrorCode, FRAME_LEN_MAX, Frame, FrameType, Map, MapNode, MapOperator, NAME_LEN_MAX,
+    PEER_NAME_LEN_MAX, Request, Status, VERSION, Welcome, encode,
 };
 
 pub fn frame(corr: u32, body: Body) -> Frame {
@@ -83,6 +83,52 @@ pub fn samples() -> Vec<Frame> {
                 epochs_per_s: 900,
                 connections: 12,
                 in_flight: u32::MAX,
+            }),
+        ),
+        frame(3, Body::Map),
+        frame(
+            3,
+            Body::MapReply(Map::single(
+                1,
+                "127.0.0.1:7000".into(),
+                vec![MapOperator {
+                    name: "account".into(),
+                    partitions: 64,
+                }],
+            )),
+        ),
+        frame(
+            3,
+            Body::MapReply(Map {
+                node: 2,
+                shards: 5,
+                nodes: vec![
+                    MapNode {
+                        first_shard: 0,
+                        shards: 2,
+                        client: "10.0.0.1:7000".into(),
+                    },
+                    MapNode {
+                        first_shard: 2,
+                        shards: 1,
+                        client: "[::1]:7000".into(),
+                    },
+                    MapNode {
+                        first_shard: 3,
+                        shards: 2,
+                        client: "db-3.example:7000".into(),
+                    },
+                ],
+                operators: vec![
+                    MapOperator {
+                        name: "a".into(),
+                        partitions: 1,
+                    },
+                    MapOperator {
+                        name: long_name.clone(),
+                        partitions: u32::MAX,
+                    },
+                ],
             }),
         ),
         request(4, Address::Entity(Key::from(5u64)), Payload::encode(&100i64)),
@@ -203,7 +249,7 @@ pub fn random_frame(rng: &mut Rng) -> Frame {
         AbortKind::State,
         AbortKind::Stalled,
     ];
-    let body = match rng.below(12) {
+    let body = match rng.below(14) {
         0 => Body::Hello {
             version_min: rng.next_u64() as u8,
             version_max: rng.next_u64() as u8,
@@ -262,6 +308,32 @@ pub fn random_frame(rng: &mut Rng) -> Frame {
         10 => Body::State {
             value: rng.chance(0.7).then(|| random_bytes(rng, 64)),
         },
+        11 => Body::Map,
+        12 => {
+            // A consistent map: random node sizes tiling the shards.
+            let mut nodes = Vec::new();
+            let mut first = 0u16;
+            for _ in 0..1 + rng.below(4) {
+                let shards = 1 + rng.below(3) as u16;
+                nodes.push(MapNode {
+                    first_shard: first,
+                    shards,
+                    client: random_string(rng, 24),
+                });
+                first += shards;
+            }
+            Body::MapReply(Map {
+                node: rng.below(nodes.len() as u64) as u16,
+                shards: first,
+                nodes,
+                operators: (0..rng.below(4))
+                    .map(|_| MapOperator {
+                        name: random_string(rng, 24),
+                        partitions: 1 + rng.below(1 << 20) as u32,
+                    })
+                    .collect(),
+            })
+        }
         _ => Body::Error {
             code: ErrorCode(rng.next_u64() as u16),
             message: random_string(rng, 80),

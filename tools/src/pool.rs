@@ -1,0 +1,238 @@
+//! Connections to every node of an engine, for clients that must ride out
+//! a node's failure: `styx bench --connect` and `styx verify`.
+//!
+//! A [`Pool`] starts from any reachable address of the list it is given,
+//! asks that node for the engine's map (MAP: every node, its shards, where
+//! clients reach it) and opens `per_node` connections to each node. A
+//! request for shard `s` goes to a connection of the node holding `s`, so
+//! it runs without a hop between nodes.
+//!
+//! When a connection breaks (its node was killed, or the cluster is
+//! recovering from a failure and every node restarted its shards) the slot
+//! is dialled again — its own node first, then the others, which forward —
+//! until [`RECONNECT_TIMEOUT`]. A single node is a pool of one.
+
+use std::cell::{Cell, RefCell};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+use styx_net::client::{ConnectOptions, Connection, Error as ClientError};
+use styx_net::{ErrorCode, Map, MapNode};
+
+/// How long a slot keeps dialling before its request is given up.
+pub const RECONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The pause between two rounds of dialling.
+const REDIAL_PAUSE: Duration = Duration::from_millis(20);
+
+/// One connection of the pool, replaced when it breaks.
+struct Slot {
+    node: usize,
+    conn: RefCell<Option<Connection>>,
+    /// A task is dialling for this slot: others wait for it.
+    dialling: Cell<bool>,
+}
+
+/// Connections to every node of an engine; see the module comment.
+pub struct Pool {
+    map: Map,
+    /// Where each node is reached, in the map's order.
+    addrs: Vec<String>,
+    /// `per_node` slots of node 0, then node 1, ...
+    slots: Vec<Slot>,
+    per_node: usize,
+    options: ConnectOptions,
+    reconnects: Cell<u64>,
+}
+
+impl Pool {
+    /// Connects to the engine at any of `addrs` (comma-separated
+    /// `host:port`s, tried in order), learns its map and opens `per_node`
+    /// connections to each of its nodes.
+    pub async fn connect(addrs: &str, per_node: usize, options: ConnectOptions) -> Result<Rc<Pool>, String> {
+        let given: Vec<&str> = addrs.split(',').map(str::trim).filter(|a| !a.is_empty()).collect();
+        if given.is_empty() {
+            return Err("no address to connect to".into());
+        }
+        let mut errors = Vec::new();
+        let mut first = None;
+        for addr in &given {
+            match Connection::connect(*addr, &options).await {
+                Ok(c) => {
+                    first = Some(c);
+                    break;
+                }
+                Err(e) => errors.push(format!("{addr}: {e}")),
+            }
+        }
+        let first = first.ok_or_else(|| format!("cannot connect: {}", errors.join("; ")))?;
+        let map = match first.map().await {
+            Ok(map) => map,
+            // A server older than MAP: one node holding every shard.
+            Err(ClientError::Server { code, .. }) if code == ErrorCode::UNKNOWN_FRAME_TYPE => {
+                let shards = first.status().await.map_err(|e| format!("STATUS: {e}"))?.shards;
+                Map::single(shards, first.peer().to_string(), Vec::new())
+            }
+            Err(e) => return Err(format!("MAP: {e}")),
+        };
+        let addrs: Vec<String> = map.nodes.iter().map(|n| reachable(n, first.peer())).collect();
+        let mut slots = Vec::with_capacity(addrs.len() * per_node);
+        for (node, addr) in addrs.iter().enumerate() {
+            for _ in 0..per_node {
+                let conn = Connection::connect(addr.as_str(), &options)
+                    .await
+                    .map_err(|e| format!("cannot connect to node {node} at {addr}: {e}"))?;
+                slots.push(Slot {
+                    node,
+                    conn: RefCell::new(Some(conn)),
+                    dialling: Cell::new(false),
+                });
+            }
+        }
+        first.close();
+        Ok(Rc::new(Pool {
+            map,
+            addrs,
+            slots,
+            per_node,
+            options,
+            reconnects: Cell::new(0),
+        }))
+    }
+
+    pub fn map(&self) -> &Map {
+        &self.map
+    }
+
+    pub fn nodes(&self) -> usize {
+        self.addrs.len()
+    }
+
+    /// Where node `i` is reached.
+    pub fn addr(&self, node: usize) -> &str {
+        &self.addrs[node]
+    }
+
+    /// Connections opened again after one broke.
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.get()
+    }
+
+    /// Slots in all.
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// The `i`-th slot among those of the node holding `shard`.
+    pub fn slot_for_shard(&self, shard: u16, i: usize) -> usize {
+        let node = self.map.node_of_shard(shard).unwrap_or(0);
+        node * self.per_node + i % self.per_node
+    }
+
+    /// The in-flight limit of every slot together (as connected now).
+    pub fn in_flight_max(&self) -> usize {
+        self.slots
+            .iter()
+            .map(|s| s.conn.borrow().as_ref().map_or(0, Connection::in_flight_max))
+            .sum()
+    }
+
+    /// Slot `i`'s connection as it is now, broken or not.
+    pub fn current(&self, i: usize) -> Option<Connection> {
+        self.slots[i].conn.borrow().clone()
+    }
+
+    /// Slot `i`'s connection, dialled again if it broke: its node first,
+    /// then the others. Err once [`RECONNECT_TIMEOUT`] passed without one.
+    pub async fn get(&self, i: usize) -> Result<Connection, String> {
+        let slot = &self.slots[i];
+        let deadline = Instant::now() + RECONNECT_TIMEOUT;
+        loop {
+            if let Some(c) = slot.conn.borrow().as_ref().filter(|c| !c.is_closed()) {
+                return Ok(c.clone());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "no node answered for {}s (slot {i}, node {} at {})",
+                    RECONNECT_TIMEOUT.as_secs(),
+                    slot.node,
+                    self.addrs[slot.node]
+                ));
+            }
+            if slot.dialling.get() {
+                glommio::timer::sleep(REDIAL_PAUSE / 4).await;
+                continue;
+            }
+            slot.dialling.set(true);
+            let dialled = self.dial(slot.node).await;
+            slot.dialling.set(false);
+            match dialled {
+                Some(c) => {
+                    self.reconnects.set(self.reconnects.get() + 1);
+                    *slot.conn.borrow_mut() = Some(c);
+                }
+                None => glommio::timer::sleep(REDIAL_PAUSE).await,
+            }
+        }
+    }
+
+    /// One round of dialling: `node`, then every other node in order.
+    async fn dial(&self, node: usize) -> Option<Connection> {
+        let n = self.addrs.len();
+        for k in 0..n {
+            let addr = &self.addrs[(node + k) % n];
+            if let Ok(c) = Connection::connect(addr.as_str(), &self.options).await {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// A live connection to every node that has one, after dialling every
+    /// broken slot again (for the reads at the end of a run).
+    pub async fn all(&self) -> Result<Vec<Connection>, String> {
+        let mut out = Vec::with_capacity(self.slots.len());
+        for i in 0..self.slots.len() {
+            out.push(self.get(i).await?);
+        }
+        Ok(out)
+    }
+
+    pub fn close(&self) {
+        for s in &self.slots {
+            if let Some(c) = s.conn.borrow().as_ref() {
+                c.close();
+            }
+        }
+    }
+}
+
+/// The address a client reaches `node` at: its own, with an unspecified
+/// host replaced by the host that answered the map.
+fn reachable(node: &MapNode, answered: SocketAddr) -> String {
+    match node.client.to_socket_addrs().ok().and_then(|mut a| a.next()) {
+        Some(a) if a.ip().is_unspecified() => SocketAddr::new(answered.ip(), a.port()).to_string(),
+        _ => node.client.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unspecified_host_is_the_one_that_answered() {
+        let node = |client: &str| MapNode {
+            first_shard: 0,
+            shards: 1,
+            client: client.into(),
+        };
+        let answered: SocketAddr = "10.1.2.3:7000".parse().unwrap();
+        assert_eq!(reachable(&node("0.0.0.0:7100"), answered), "10.1.2.3:7100");
+        assert_eq!(reachable(&node("127.0.0.1:7100"), answered), "127.0.0.1:7100");
+        assert_eq!(reachable(&node("[::]:7100"), answered), "10.1.2.3:7100");
+    }
+}
