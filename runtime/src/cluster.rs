@@ -50,7 +50,7 @@ const DIAL_RETRY: Duration = Duration::from_millis(50);
 /// A connection that says nothing for this long during the join is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Version of the control protocol.
-const CONTROL_VERSION: u16 = 1;
+const CONTROL_VERSION: u16 = 2;
 const CONTROL_MAGIC: u64 = 0x5354_5958_4354_524c; // "STYXCTRL"
 
 const HELLO: u8 = 1;
@@ -182,6 +182,9 @@ pub struct Survey {
     pub snapshots: Vec<Epoch>,
     /// The newest epoch any of its logs (or snapshots) reached.
     pub log_epoch: Epoch,
+    /// The newest snapshot it knew every node had completed (kept on disk):
+    /// every node that kept its data directory still holds that snapshot.
+    pub complete: Epoch,
 }
 
 /// Where every node restarts from: the same for all of them.
@@ -194,16 +197,41 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The plan of a cluster whose nodes surveyed `surveys`.
-    pub fn of(surveys: &[Survey]) -> Plan {
+    /// The plan of a cluster whose nodes (in id order) surveyed `surveys`.
+    ///
+    /// Refused when a node lacks a snapshot another node recorded as
+    /// complete on every node: that node's data directory was lost,
+    /// replaced or restored from an older copy, and starting would replay
+    /// epochs whose replies left as if they were empty — a silent
+    /// divergence. (Before the first snapshot completes everywhere this
+    /// cannot be told from a node that had not run yet.)
+    pub fn of(surveys: &[Survey]) -> Result<Plan, String> {
         let snapshot = surveys[0]
             .snapshots
             .iter()
             .rev()
             .find(|e| surveys.iter().all(|s| s.snapshots.contains(e)))
             .copied();
+        let (recorder, need) = surveys
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s.complete))
+            .max_by_key(|(_, c)| *c)
+            .unwrap_or((0, 0));
+        if need > 0 && snapshot.is_none_or(|s| s < need) {
+            let lacking: Vec<String> = surveys
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !s.snapshots.contains(&need))
+                .map(|(i, _)| i.to_string())
+                .collect();
+            return Err(format!(
+                "node {} lacks the snapshot of epoch {need}, which node {recorder} recorded as complete on every node: its data directory was lost, replaced or restored from an older copy, and the cluster refuses to start rather than diverge (restore that node's directory, or start every node with an empty one)",
+                lacking.join(", node ")
+            ));
+        }
         let replay_to = surveys.iter().map(|s| s.log_epoch).chain(snapshot).max().unwrap_or(0);
-        Plan { snapshot, replay_to }
+        Ok(Plan { snapshot, replay_to })
     }
 }
 
@@ -450,7 +478,7 @@ impl Control {
         order.sort_by_key(|&i| parts[i].0);
         let surveys: Vec<Survey> = order.iter().map(|&i| surveys[i].clone()).collect();
         parts.sort_unstable();
-        let plan = Plan::of(&surveys);
+        let plan = Plan::of(&surveys)?;
         let id = parts.iter().fold(0x5255_4e49_4400_0000u64, |h, (node, inc, round)| {
             styx_engine::mix64(h ^ styx_engine::mix64(u64::from(*node) ^ inc.rotate_left(16) ^ round.rotate_left(40)))
         });
@@ -592,14 +620,14 @@ fn encode_hello(h: &Hello) -> Vec<u8> {
     let fields = (
         (CONTROL_MAGIC, CONTROL_VERSION, h.fingerprint, h.app),
         (h.node, h.incarnation, h.round),
-        (h.survey.snapshots.clone(), h.survey.log_epoch),
+        (h.survey.snapshots.clone(), h.survey.log_epoch, h.survey.complete),
     );
     Payload::encode(&fields).as_bytes().to_vec()
 }
 
 fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
-    type Fields = ((u64, u16, u64, u64), (u16, u64, u64), (Vec<Epoch>, Epoch));
-    let ((magic, version, fingerprint, app), (node, incarnation, round), (snapshots, log_epoch)) =
+    type Fields = ((u64, u16, u64, u64), (u16, u64, u64), (Vec<Epoch>, Epoch, Epoch));
+    let ((magic, version, fingerprint, app), (node, incarnation, round), (snapshots, log_epoch, complete)) =
         Fields::decode(&mut &bytes[..]).map_err(|e| format!("a malformed hello: {e}"))?;
     if magic != CONTROL_MAGIC {
         return Err("not a Styx node (bad magic)".into());
@@ -618,7 +646,11 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
         node,
         incarnation,
         round,
-        survey: Survey { snapshots, log_epoch },
+        survey: Survey {
+            snapshots,
+            log_epoch,
+            complete,
+        },
     })
 }
 
@@ -630,12 +662,13 @@ mod tests {
         Survey {
             snapshots: snapshots.to_vec(),
             log_epoch,
+            complete: 0,
         }
     }
 
     #[test]
     fn the_plan_takes_the_newest_common_snapshot_and_the_longest_log() {
-        let plan = Plan::of(&[survey(&[1, 5, 9], 12), survey(&[1, 5], 15), survey(&[5, 9], 10)]);
+        let plan = Plan::of(&[survey(&[1, 5, 9], 12), survey(&[1, 5], 15), survey(&[5, 9], 10)]).unwrap();
         assert_eq!(
             plan,
             Plan {
@@ -643,7 +676,7 @@ mod tests {
                 replay_to: 15
             }
         );
-        let none = Plan::of(&[survey(&[], 3), survey(&[1], 7)]);
+        let none = Plan::of(&[survey(&[], 3), survey(&[1], 7)]).unwrap();
         assert_eq!(
             none,
             Plan {
@@ -651,7 +684,25 @@ mod tests {
                 replay_to: 7
             }
         );
-        assert_eq!(Plan::of(&[survey(&[4], 0)]).replay_to, 4);
+        assert_eq!(Plan::of(&[survey(&[4], 0)]).unwrap().replay_to, 4);
+    }
+
+    #[test]
+    fn a_node_that_lost_its_data_directory_is_refused() {
+        let kept = |snapshots: &[Epoch], log_epoch, complete| Survey {
+            complete,
+            ..survey(snapshots, log_epoch)
+        };
+        // Nodes 0 and 2 recorded 9 complete everywhere; node 1 came back
+        // empty (or with only its preload snapshot).
+        for lost in [survey(&[], 0), survey(&[1], 0)] {
+            let e = Plan::of(&[kept(&[9, 12], 14, 9), lost, kept(&[9], 13, 9)]).unwrap_err();
+            assert!(e.contains("node 1 lacks the snapshot of epoch 9"), "{e}");
+        }
+        // A node that crashed before committing what others committed, but
+        // kept its directory, still holds the complete one: accepted.
+        let plan = Plan::of(&[kept(&[9, 12], 14, 9), kept(&[9], 10, 9), kept(&[5, 9], 13, 5)]).unwrap();
+        assert_eq!(plan.snapshot, Some(9));
     }
 
     #[test]

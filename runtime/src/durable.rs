@@ -40,6 +40,56 @@ use styx_storage::{DataDir, Error};
 const COMPACT_AFTER_FILES: usize = 8;
 /// How often shard 0 looks for a snapshot to commit.
 const COMMIT_POLL: Duration = Duration::from_millis(5);
+/// In a cluster node's data directory: the newest snapshot it knew every
+/// node had completed (8 bytes little-endian, then their crc32c).
+const COMPLETE_FILE: &str = "cluster-complete";
+
+/// The epoch in `dir`'s [`COMPLETE_FILE`] (0 without one).
+fn read_complete(dir: &DataDir) -> Result<Epoch, Error> {
+    let path = dir.root().join(COMPLETE_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => {
+            return Err(Error::Io {
+                op: "read",
+                path,
+                source: e,
+            });
+        }
+    };
+    if bytes.len() != 12 || crc32c::crc32c(&bytes[..8]).to_le_bytes() != bytes[8..] {
+        return Err(Error::Snapshot(format!(
+            "{} is damaged ({} bytes, checksum {}): restore the data directory from a backup",
+            path.display(),
+            bytes.len(),
+            if bytes.len() == 12 { "wrong" } else { "missing" }
+        )));
+    }
+    Ok(u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")))
+}
+
+/// Records `epoch` in `dir`'s [`COMPLETE_FILE`], atomically and durably.
+fn write_complete(dir: &DataDir, epoch: Epoch) -> Result<(), Error> {
+    let path = dir.root().join(COMPLETE_FILE);
+    let tmp = dir.root().join(format!("{COMPLETE_FILE}.tmp"));
+    let mut bytes = epoch.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
+    let io = |op: &'static str, p: &std::path::Path| {
+        let p = p.to_path_buf();
+        move |source| Error::Io { op, path: p, source }
+    };
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+        f.write_all(&bytes).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("fsync", &tmp))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(io("rename", &path))?;
+    std::fs::File::open(dir.root())
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync", dir.root()))
+}
 
 /// What a shard starts from.
 pub struct ShardStart {
@@ -115,6 +165,7 @@ pub struct Surveyed {
     catalog: Catalog,
     epochs: Vec<Epoch>,
     logs: Vec<wal::Recovered>,
+    complete: Epoch,
 }
 
 impl std::fmt::Debug for Surveyed {
@@ -139,6 +190,7 @@ impl Surveyed {
         Survey {
             snapshots: self.epochs.clone(),
             log_epoch,
+            complete: self.complete,
         }
     }
 
@@ -247,6 +299,7 @@ impl Durable {
         }
         let mut epochs: Vec<Epoch> = manifests.iter().map(|m| m.epoch).collect();
         epochs.dedup();
+        let complete = read_complete(&dir)?;
         Ok(Surveyed {
             dir,
             options,
@@ -254,6 +307,7 @@ impl Durable {
             catalog,
             epochs,
             logs,
+            complete,
         })
     }
 
@@ -261,7 +315,7 @@ impl Durable {
     /// shard's log after it.
     pub fn open(dir: DataDir, shards: usize, options: wal::Options) -> Result<(Arc<Durable>, Recovered), Error> {
         let surveyed = Durable::survey(Arc::new(dir), 0..shards as ShardId, options)?;
-        let plan = Plan::of(&[surveyed.survey()]);
+        let plan = Plan::of(&[surveyed.survey()]).map_err(Error::Snapshot)?;
         let client = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         let run = Arc::new(Run::single(Spec::single(shards as u16, client), plan));
         surveyed.start(plan, run)
@@ -602,8 +656,13 @@ fn collect_garbage(durable: &Durable) -> Result<(), Error> {
     if complete <= c.collected_through {
         return Ok(());
     }
-    // Manifests first, logs second: a crash in between leaves a log longer
-    // than needed, never a kept snapshot whose log is gone.
+    // The record first: a node restarting with a directory that lacks this
+    // snapshot is then refused (`Plan::of`). Manifests second, logs third:
+    // a crash in between leaves a log longer than needed, never a kept
+    // snapshot whose log is gone.
+    if durable.run.is_cluster() {
+        write_complete(&durable.dir, complete)?;
+    }
     c.catalog.gc_keeping(complete)?;
     for s in durable.shards.clone() {
         // A snapshot's log resumes after its epoch.

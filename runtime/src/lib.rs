@@ -168,7 +168,10 @@ where
     let mut handles = Vec::with_capacity(n_local);
     for i in 0..n_local {
         let placement = if opts.pin && n_local <= cpus {
-            Placement::Fixed(i)
+            // By the shard's id across the cluster: nodes sharing a machine
+            // (a test, a benchmark) spread over its CPUs instead of all
+            // pinning their first shard to CPU 0.
+            Placement::Fixed((base as usize + i) % cpus)
         } else {
             Placement::Unbound
         };
@@ -188,7 +191,9 @@ where
                 let waiter = Rc::new(RefCell::new(None));
                 let remote = match &opts.cluster {
                     Some(run) if run.is_cluster() => {
-                        match remote::Remote::connect(run.clone(), id, links.clone(), waiter.clone()).await {
+                        match remote::Remote::connect(run.clone(), id, links.clone(), waiter.clone(), metrics.clone())
+                            .await
+                        {
                             Ok(r) => Some(r),
                             Err(e) => {
                                 run.failure.fail(e);

@@ -43,6 +43,11 @@ pub struct ShardMetrics {
     pub snapshot_epoch: AtomicU64,
     /// Wall time between epoch starts, summed (÷ epochs = mean epoch time).
     pub epoch_us_sum: AtomicU64,
+    /// Sent to shards on other nodes: frames (one batch each), messages,
+    /// bytes (frame headers included).
+    pub remote_batches: AtomicU64,
+    pub remote_messages: AtomicU64,
+    pub remote_bytes: AtomicU64,
 }
 
 impl ShardMetrics {
@@ -81,7 +86,7 @@ impl Metrics {
     /// The Prometheus text exposition (version 0.0.4).
     pub fn render(&self) -> String {
         type Field = fn(&ShardMetrics) -> &AtomicU64;
-        let series: [(&str, &str, &str, Field); 20] = [
+        let series: [(&str, &str, &str, Field); 23] = [
             ("styx_epochs_total", "counter", "Epochs finished.", |s| &s.epochs),
             (
                 "styx_transactions_committed_total",
@@ -172,6 +177,24 @@ impl Metrics {
             ("styx_epoch_seconds_sum", "counter", "Wall time of epochs.", |s| {
                 &s.epoch_us_sum
             }),
+            (
+                "styx_remote_frames_total",
+                "counter",
+                "Frames (message batches) sent to shards on other nodes.",
+                |s| &s.remote_batches,
+            ),
+            (
+                "styx_remote_messages_total",
+                "counter",
+                "Messages sent to shards on other nodes.",
+                |s| &s.remote_messages,
+            ),
+            (
+                "styx_remote_bytes_total",
+                "counter",
+                "Bytes sent to shards on other nodes, frame headers included.",
+                |s| &s.remote_bytes,
+            ),
         ];
         let mut out = String::new();
         for (name, kind, help, field) in series {

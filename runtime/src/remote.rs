@@ -23,11 +23,13 @@
 use crate::Envelope;
 use crate::cluster::Run;
 use crate::link::Links;
+use crate::metrics::ShardMetrics;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 use styx_engine::{Message, ShardId};
@@ -42,14 +44,6 @@ const LINK_MAGIC: u64 = 0x5354_5958_4c49_4e4b; // "STYXLINK"
 const LINK_VERSION: u16 = 1;
 const HANDSHAKE_BYTES: usize = 22;
 
-/// What crossed this shard's remote links.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct RemoteStats {
-    pub batches_sent: u64,
-    pub messages_sent: u64,
-    pub bytes_sent: u64,
-}
-
 struct Outgoing {
     buf: Vec<u8>,
     writer: Option<Waker>,
@@ -58,7 +52,8 @@ struct Outgoing {
 /// This shard's connections to every shard on other nodes.
 pub(crate) struct Remote {
     outs: Vec<Option<Rc<RefCell<Outgoing>>>>,
-    pub stats: RemoteStats,
+    /// Where what crosses the links is counted (`styx_remote_*` series).
+    metrics: Option<Arc<ShardMetrics>>,
     /// The reader and writer tasks: dropping them (with the `Remote`, when
     /// the shard loop ends) cancels them and closes the connections, so a
     /// peer still running learns at once that this run is over.
@@ -74,6 +69,7 @@ impl Remote {
         me: ShardId,
         links: Arc<Links<Envelope>>,
         waiter: Rc<RefCell<Option<Waker>>>,
+        metrics: Option<Arc<ShardMetrics>>,
     ) -> Result<Remote, String> {
         let n = run.spec.n_shards();
         let remote: Vec<ShardId> = (0..n).filter(|s| !run.is_local(*s)).collect();
@@ -149,7 +145,7 @@ impl Remote {
         }
         Ok(Remote {
             outs,
-            stats: RemoteStats::default(),
+            metrics,
             _tasks: tasks,
         })
     }
@@ -174,9 +170,11 @@ impl Remote {
         let crc = crc32c::crc32c(&o.buf[start + 8..]);
         o.buf[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
         o.buf[start + 4..start + 8].copy_from_slice(&crc.to_le_bytes());
-        self.stats.batches_sent += 1;
-        self.stats.messages_sent += batch.len() as u64;
-        self.stats.bytes_sent += (len + 8) as u64;
+        if let Some(m) = &self.metrics {
+            m.remote_batches.fetch_add(1, Relaxed);
+            m.remote_messages.fetch_add(batch.len() as u64, Relaxed);
+            m.remote_bytes.fetch_add((len + 8) as u64, Relaxed);
+        }
         if let Some(w) = o.writer.take() {
             w.wake();
         }

@@ -418,7 +418,7 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
         round += 1;
         let surveyed = Durable::survey(dir.clone(), local.clone(), options).map_err(|e| format!("recovery: {e}"))?;
         let run = match &mut control {
-            None => Arc::new(Run::single(spec.clone(), Plan::of(&[surveyed.survey()]))),
+            None => Arc::new(Run::single(spec.clone(), Plan::of(&[surveyed.survey()])?)),
             Some(c) => {
                 tracing::info!(node, round, survey = ?surveyed.survey(), "joining the cluster");
                 match c.join(surveyed.survey(), &shutdown)? {

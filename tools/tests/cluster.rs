@@ -396,3 +396,68 @@ fn status_shows_every_node() {
         assert_eq!(line.starts_with('*'), i == 1, "the answering node is marked: {line}");
     }
 }
+
+#[test]
+fn a_node_back_without_its_data_directory_is_refused() {
+    let root = data_dir("cluster-lost-dir");
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    let keys = KEYS.to_string();
+    let (_, mut nodes) = cluster(&root, &["--preload", "ycsbt", "--keys", &keys]);
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    // Traffic for a while, so that snapshots complete on every node (every
+    // 200 ms) and each node records the newest one.
+    let mut c = connect(&nodes[0].client, Duration::from_secs(60)).expect("the cluster serves");
+    c.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let began = Instant::now();
+    let mut seq = 0;
+    while began.elapsed() < Duration::from_millis(1500) || !root.join("node-1/cluster-complete").exists() {
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "no snapshot completed everywhere"
+        );
+        seq += 1;
+        let t = Transfer {
+            debtor: seq % KEYS,
+            creditor: (seq + 1) % KEYS,
+            amount: 1,
+        };
+        send(&mut c, seq, t);
+        assert!(c.recv().and_then(|f| f.body.outcome().map(|_| ())).is_some());
+    }
+    drop(c);
+    // Node 1's disk is replaced by an empty one (it preloads afresh).
+    nodes[1].kill9();
+    std::fs::remove_dir_all(root.join("node-1")).unwrap();
+    std::fs::create_dir_all(root.join("node-1")).unwrap();
+    let mut child = Command::new(bin)
+        .args(&nodes[1].args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("styxd starts");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the node without its data kept running");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains("node 1 lacks the snapshot of epoch") && stderr.contains("refuses to start"),
+        "{stderr}"
+    );
+    // The others refuse too, rather than roll back to nothing: their data
+    // is still there.
+    for i in [0, 2] {
+        let kept = std::fs::read_dir(root.join(format!("node-{i}/snapshot")))
+            .unwrap()
+            .count();
+        assert!(kept > 0, "node {i} lost its snapshots");
+    }
+}
