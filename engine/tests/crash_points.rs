@@ -259,6 +259,7 @@ fn check_journal(events: &[DiskEvent], shards: u16, seed: u64) {
                 assert!(synced.iter().all(|s| *s >= epoch), "seed {seed}: event {i}");
                 manifest = epoch;
             }
+            DiskEvent::NodeManifest { .. } => panic!("seed {seed}: event {i}: a node manifest in a sim of one node"),
         }
     }
 }
