@@ -212,6 +212,23 @@ impl Sim {
         start..start + self.node_shards[usize::from(node)]
     }
 
+    /// The simulated clock (µs since the Unix epoch).
+    pub fn now_us(&self) -> u64 {
+        self.now_us
+    }
+
+    /// Moves the clock forward to `now_us` (a restarted cluster does not
+    /// go back in time).
+    pub fn advance_clock_us(&mut self, now_us: u64) {
+        assert!(now_us >= self.now_us, "the clock goes back to {now_us}");
+        self.now_us = now_us;
+    }
+
+    /// Batches on links, sent and not yet delivered.
+    pub fn in_flight(&self) -> usize {
+        self.links.iter().map(VecDeque::len).sum()
+    }
+
     /// Whether `shard`'s node has not crashed.
     pub fn is_alive(&self, shard: ShardId) -> bool {
         self.alive[shard as usize]
