@@ -17,6 +17,19 @@
 //! reply is released after the fsyncs it waits for: a crash test cuts the
 //! journal at any event and knows exactly what survived and which replies
 //! had left ([`Sim::take_replies_at`]).
+//!
+//! **Nodes.** By default every shard runs on one node. [`Sim::set_nodes`]
+//! splits the shards into nodes, numbered as a cluster numbers them (node 0
+//! owns the first shards, node 1 the next ones, …). A link between shards
+//! of different nodes is remote: each batch sent on it becomes deliverable
+//! only after a delay drawn from the seed, and stays behind the batches sent
+//! before it (TCP is FIFO; the protocol relies on it). Each node commits its
+//! own manifest ([`DiskEvent::NodeManifest`]) once its own shards' files are
+//! complete and its own shards' logs durable through the snapshot's epoch; a
+//! snapshot is usable once every node committed it. [`Sim::crash_node`]
+//! stops one node: its shards do nothing more, the others run on (they have
+//! not noticed yet). A sim of one node draws exactly the random numbers it
+//! drew before nodes existed, so old seeds replay the same runs.
 
 use crate::abort::Abort;
 use crate::app::App;
@@ -53,15 +66,42 @@ pub enum DiskEvent {
         last: bool,
     },
     /// The manifest of the snapshot at `epoch` committed: recovery starts
-    /// from it and replays only the logged epochs after it.
+    /// from it and replays only the logged epochs after it. Only in a sim of
+    /// one node.
     Manifest { epoch: Epoch },
+    /// In a sim of several nodes, `node` committed its own manifest of the
+    /// snapshot at `epoch`: its shards' files are complete and its shards'
+    /// logs durable through `epoch`. The snapshot is complete once every
+    /// node committed it; until then recovery rolls back to an older one.
+    NodeManifest { node: u16, epoch: Epoch },
+}
+
+/// Bound of the delay drawn for a batch on a remote link, by default.
+pub const REMOTE_DELAY_US_MAX: u64 = 200;
+/// A remote batch is held up this many times longer with chance
+/// [`REMOTE_STALL_CHANCE`] (a retransmission, a full socket buffer).
+const REMOTE_STALL_FACTOR: u64 = 10;
+const REMOTE_STALL_CHANCE: f64 = 0.05;
+
+/// A batch on a link, deliverable from `deliverable_us` on.
+struct Flight {
+    deliverable_us: u64,
+    batch: Vec<Message>,
 }
 
 /// A simulated engine.
 pub struct Sim {
     shards: Vec<Shard>,
     /// `links[from * n + to]`: batches in flight, oldest first.
-    links: Vec<VecDeque<Vec<Message>>>,
+    links: Vec<VecDeque<Flight>>,
+    /// Per shard, the node it runs on (see [`Sim::set_nodes`]).
+    node_of: Vec<u16>,
+    /// Per node, how many shards it runs.
+    node_shards: Vec<u16>,
+    /// Per shard, false once its node crashed ([`Sim::crash_node`]).
+    alive: Vec<bool>,
+    /// See [`Sim::set_remote_delay_us_max`].
+    remote_delay_us_max: u64,
     rng: Rng,
     seed: u64,
     now_us: u64,
@@ -77,8 +117,9 @@ pub struct Sim {
     chunks_emitted: usize,
     /// Per shard, the epoch through which its log is synced.
     synced: Vec<Epoch>,
-    /// Snapshots not yet committed: epoch -> shards whose file is complete.
-    snapshot_files: BTreeMap<Epoch, u16>,
+    /// Per node, its snapshots not yet committed: epoch -> shards of the
+    /// node whose file is complete.
+    snapshot_files: Vec<BTreeMap<Epoch, u16>>,
     /// See [`Sim::set_fsync_busy`].
     fsync_busy: f64,
     out: Outputs,
@@ -94,6 +135,10 @@ impl Sim {
         Sim {
             shards,
             links: (0..n * n).map(|_| VecDeque::new()).collect(),
+            node_of: vec![0; n],
+            node_shards: vec![n_shards],
+            alive: vec![true; n],
+            remote_delay_us_max: REMOTE_DELAY_US_MAX,
             rng: Rng::new(seed),
             seed,
             now_us: 1_700_000_000_000_000,
@@ -105,7 +150,7 @@ impl Sim {
             disk: Vec::new(),
             chunks_emitted: 0,
             synced: vec![0; n],
-            snapshot_files: BTreeMap::new(),
+            snapshot_files: vec![BTreeMap::new()],
             fsync_busy: 0.0,
             out: Outputs::default(),
             steps: 0,
@@ -128,6 +173,100 @@ impl Sim {
         &mut self.rng
     }
 
+    /// Splits the shards into nodes: `shards[i]` shards on node `i`, in
+    /// order (the first ones on node 0). Call it before anything runs.
+    pub fn set_nodes(&mut self, shards: &[u16]) {
+        assert!(!shards.is_empty() && shards.iter().all(|s| *s > 0), "nodes {shards:?}");
+        assert_eq!(
+            shards.iter().map(|s| usize::from(*s)).sum::<usize>(),
+            self.shards.len(),
+            "nodes {shards:?} for {} shards",
+            self.shards.len()
+        );
+        assert!(
+            self.steps == 0 && self.disk.is_empty() && self.links.iter().all(VecDeque::is_empty),
+            "set_nodes after the run started"
+        );
+        self.node_of = shards
+            .iter()
+            .enumerate()
+            .flat_map(|(node, count)| std::iter::repeat_n(node as u16, usize::from(*count)))
+            .collect();
+        self.node_shards = shards.to_vec();
+        self.snapshot_files = vec![BTreeMap::new(); shards.len()];
+    }
+
+    /// How many nodes the shards run on.
+    pub fn n_nodes(&self) -> u16 {
+        self.node_shards.len() as u16
+    }
+
+    /// The node that runs `shard`.
+    pub fn node_of(&self, shard: ShardId) -> u16 {
+        self.node_of[shard as usize]
+    }
+
+    /// The shards of `node`.
+    pub fn shards_of(&self, node: u16) -> std::ops::Range<ShardId> {
+        let start: u16 = self.node_shards[..usize::from(node)].iter().sum();
+        start..start + self.node_shards[usize::from(node)]
+    }
+
+    /// The simulated clock (µs since the Unix epoch).
+    pub fn now_us(&self) -> u64 {
+        self.now_us
+    }
+
+    /// Moves the clock forward to `now_us` (a restarted cluster does not
+    /// go back in time).
+    pub fn advance_clock_us(&mut self, now_us: u64) {
+        assert!(now_us >= self.now_us, "the clock goes back to {now_us}");
+        self.now_us = now_us;
+    }
+
+    /// Batches on links, sent and not yet delivered.
+    pub fn in_flight(&self) -> usize {
+        self.links.iter().map(VecDeque::len).sum()
+    }
+
+    /// Whether `shard`'s node has not crashed.
+    pub fn is_alive(&self, shard: ShardId) -> bool {
+        self.alive[shard as usize]
+    }
+
+    /// Bounds the delay of a batch on a remote link (µs; see
+    /// [`REMOTE_DELAY_US_MAX`]).
+    pub fn set_remote_delay_us_max(&mut self, delay_us_max: u64) {
+        self.remote_delay_us_max = delay_us_max;
+    }
+
+    /// Crashes `node` now: its shards stop for good (no step, no delivery,
+    /// no fsync; the log writes they queued are lost), batches sent to them
+    /// are dropped, and of the batches they sent a prefix drawn from the
+    /// seed per link still arrives (what the kernel had sent before the
+    /// connection broke). The other nodes run on as if nothing happened:
+    /// they have not detected the failure yet.
+    pub fn crash_node(&mut self, node: u16) {
+        assert!(node < self.n_nodes(), "node {node} of {}", self.n_nodes());
+        let n = self.shards.len();
+        for s in self.shards_of(node) {
+            self.alive[s as usize] = false;
+        }
+        let alive = &self.alive;
+        self.unsynced.retain(|(s, _)| alive[*s as usize]);
+        for from in 0..n {
+            for to in 0..n {
+                let link = &mut self.links[from * n + to];
+                if !self.alive[to] {
+                    link.clear();
+                } else if !self.alive[from] && !link.is_empty() {
+                    let kept = self.rng.below(link.len() as u64 + 1) as usize;
+                    link.truncate(kept);
+                }
+            }
+        }
+    }
+
     /// Loads an entity on the shard that owns it.
     pub fn load(&mut self, op: OpId, key: &Key, value: Option<Value>) {
         let owner = Shard::owner(self.shards[0].app(), self.n_shards(), op, key);
@@ -136,6 +275,7 @@ impl Sim {
 
     /// Submits a request on `shard`.
     pub fn submit(&mut self, shard: ShardId, token: Token, request: Request) -> Result<(), Abort> {
+        assert!(self.alive[shard as usize], "submit on crashed shard {shard}");
         self.shards[shard as usize].tick(self.now_us);
         let r = self.shards[shard as usize].submit(token, request);
         self.collect(shard);
@@ -159,10 +299,28 @@ impl Sim {
         let n = self.shards.len();
         self.shards[shard as usize].drain(&mut self.out);
         for (to, msgs) in self.out.messages.iter_mut().enumerate() {
-            if !msgs.is_empty() {
-                assert_ne!(to, shard as usize, "a shard sent itself a message over a link");
-                self.links[shard as usize * n + to].push_back(std::mem::take(msgs));
+            if msgs.is_empty() {
+                continue;
             }
+            assert_ne!(to, shard as usize, "a shard sent itself a message over a link");
+            if !self.alive[to] {
+                // The peer's node crashed: nothing arrives there.
+                msgs.clear();
+                continue;
+            }
+            let deliverable_us = if self.node_of[shard as usize] == self.node_of[to] {
+                0
+            } else {
+                let mut delay_us = self.rng.below(self.remote_delay_us_max + 1);
+                if self.rng.chance(REMOTE_STALL_CHANCE) {
+                    delay_us *= REMOTE_STALL_FACTOR;
+                }
+                self.now_us + delay_us
+            };
+            self.links[shard as usize * n + to].push_back(Flight {
+                deliverable_us,
+                batch: std::mem::take(msgs),
+            });
         }
         let at = self.disk.len();
         self.replies.extend(self.out.replies.drain(..).map(|r| (at, r)));
@@ -176,7 +334,8 @@ impl Sim {
             });
             self.chunks_emitted += 1;
             if c.last {
-                *self.snapshot_files.entry(c.epoch).or_default() += 1;
+                let node = self.node_of[c.shard as usize] as usize;
+                *self.snapshot_files[node].entry(c.epoch).or_default() += 1;
             }
         }
         self.snapshots.append(&mut self.out.snapshots);
@@ -187,18 +346,38 @@ impl Sim {
         self.commit_manifests();
     }
 
-    /// Writes the manifest of every snapshot whose files are all complete
-    /// and whose epoch every shard's log holds durably, oldest first.
+    /// Writes, per live node, the manifest of every snapshot whose files
+    /// are all complete on the node and whose epoch every log of the node
+    /// holds durably, oldest first.
     fn commit_manifests(&mut self) {
-        let n = self.shards.len() as u16;
-        let logged = self.synced.iter().copied().min().unwrap_or(0);
-        while let Some((&epoch, &files)) = self.snapshot_files.first_key_value() {
-            assert!(files <= n, "snapshot {epoch} completed {files} times");
-            if files < n || epoch > logged {
-                break;
+        let nodes = self.n_nodes();
+        for node in 0..nodes {
+            let shards = self.shards_of(node);
+            if !self.alive[shards.start as usize] {
+                continue;
             }
-            self.snapshot_files.pop_first();
-            self.disk.push(DiskEvent::Manifest { epoch });
+            let n = self.node_shards[usize::from(node)];
+            let logged = self.synced[shards.start as usize..shards.end as usize]
+                .iter()
+                .copied()
+                .min()
+                .unwrap_or(0);
+            let files = &mut self.snapshot_files[usize::from(node)];
+            while let Some((&epoch, &complete)) = files.first_key_value() {
+                assert!(
+                    complete <= n,
+                    "snapshot {epoch} completed {complete} times on node {node}"
+                );
+                if complete < n || epoch > logged {
+                    break;
+                }
+                files.pop_first();
+                self.disk.push(if nodes == 1 {
+                    DiskEvent::Manifest { epoch }
+                } else {
+                    DiskEvent::NodeManifest { node, epoch }
+                });
+            }
         }
     }
 
@@ -207,18 +386,36 @@ impl Sim {
         self.steps += 1;
         self.now_us += self.rng.below(20);
         let n = self.shards.len();
-        let busy: Vec<usize> = (0..self.links.len()).filter(|i| !self.links[*i].is_empty()).collect();
-        let working: Vec<usize> = (0..n).filter(|i| self.shards[*i].has_work()).collect();
+        let now_us = self.now_us;
+        let busy: Vec<usize> = (0..self.links.len())
+            .filter(|i| self.links[*i].front().is_some_and(|f| f.deliverable_us <= now_us))
+            .collect();
+        let working: Vec<usize> = (0..n)
+            .filter(|i| self.alive[*i] && self.shards[*i].has_work())
+            .collect();
         let choices = busy.len() + self.unsynced.len() + working.len();
         if choices == 0 {
-            // Nothing in flight: let time pass so gathering shards start.
-            if self.shards.iter().all(Shard::is_quiet) {
+            // Nothing to do now: let time pass so gathering shards start
+            // and remote batches arrive.
+            let next_us = self
+                .links
+                .iter()
+                .filter_map(|l| l.front())
+                .map(|f| f.deliverable_us)
+                .min();
+            let quiet = (0..n).all(|i| !self.alive[i] || self.shards[i].is_quiet());
+            if quiet && next_us.is_none() {
                 return false;
             }
             self.now_us += 1_000;
+            if let Some(next_us) = next_us {
+                self.now_us = self.now_us.min(next_us.max(now_us + 1));
+            }
             for i in 0..n {
-                self.shards[i].tick(self.now_us);
-                self.collect(i as ShardId);
+                if self.alive[i] {
+                    self.shards[i].tick(self.now_us);
+                    self.collect(i as ShardId);
+                }
             }
             return true;
         }
@@ -226,14 +423,14 @@ impl Sim {
         if pick < busy.len() {
             let link = busy[pick];
             let (from, to) = (link / n, link % n);
-            let head = self.links[link].front_mut().expect("busy link");
+            let head = &mut self.links[link].front_mut().expect("busy link").batch;
             let batch = if head.len() > 1 && self.rng.chance(0.25) {
                 // Deliver a prefix: the rest stays first in line.
                 let cut = 1 + self.rng.below(head.len() as u64 - 1) as usize;
                 let rest = head.split_off(cut);
                 std::mem::replace(head, rest)
             } else {
-                self.links[link].pop_front().expect("busy link")
+                self.links[link].pop_front().expect("busy link").batch
             };
             self.shards[to].receive(from as ShardId, batch);
             self.collect(to as ShardId);
@@ -263,8 +460,10 @@ impl Sim {
         }
         if self.rng.chance(0.01) {
             let i = self.rng.below(n as u64) as usize;
-            self.shards[i].tick(self.now_us);
-            self.collect(i as ShardId);
+            if self.alive[i] {
+                self.shards[i].tick(self.now_us);
+                self.collect(i as ShardId);
+            }
         }
         true
     }
@@ -325,6 +524,11 @@ impl Sim {
     /// Mutable access to a shard (to restore it before a run).
     pub fn shard_mut(&mut self, i: ShardId) -> &mut Shard {
         &mut self.shards[i as usize]
+    }
+
+    /// Every batch `shard` emitted for its log, in epoch order.
+    pub fn log(&self, shard: ShardId) -> &[Batch] {
+        &self.logs[shard as usize]
     }
 
     /// Every batch each shard emitted for the log, in order.

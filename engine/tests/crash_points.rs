@@ -34,8 +34,8 @@ use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::{DiskEvent, Sim, test_config};
 use styx_engine::{
-    App, Batch, ClientSeq, Config, Epoch, EpochRecord, Key, OpId, Outcome, Reply, Request, Serial, ShardId,
-    SnapshotChunk, Tid, Token, Value, serial_order,
+    App, Batch, Config, Epoch, EpochRecord, Key, OpId, Outcome, Reply, Request, Serial, ShardId, SnapshotChunk, Tid,
+    Token, Value, serial_order,
 };
 
 const ACCOUNTS: u64 = 24;
@@ -46,8 +46,6 @@ const REQUESTS: u64 = 160;
 const SEEDS: u64 = 8;
 /// Per seed, how slow the disk is (see [`Sim::set_fsync_busy`]).
 const FSYNC_BUSY: [f64; SEEDS as usize] = [0.0, 0.5, 0.8, 0.95, 0.0, 0.3, 0.7, 0.9];
-
-type State = BTreeMap<(OpId, Key), Value>;
 
 /// What the live run left: the disk journal and everything the journal's
 /// events point at, plus the serial oracle's view of the whole run.
@@ -72,15 +70,6 @@ struct Live {
     outcome: HashMap<Tid, Outcome>,
 }
 
-fn account(k: u64) -> (OpId, Key) {
-    (OpId(0), Key::from(k))
-}
-
-fn with_client(mut r: Request, client: u64, seq: u64) -> Request {
-    r.client = Some(ClientSeq { client, seq, ack: 0 });
-    r
-}
-
 /// Runs the workload to the end on `shards` shards and checks it against
 /// the serial oracle.
 /// `fsync_busy`: see [`Sim::set_fsync_busy`].
@@ -94,12 +83,7 @@ fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64) 
     let mut rng = Rng::new(seed);
     let mut sim = Sim::new(app.clone(), config.clone(), shards, seed);
     sim.set_fsync_busy(fsync_busy);
-    let initial: Vec<(OpId, Key, Value)> = (0..ACCOUNTS)
-        .map(|k| {
-            let (op, key) = account(k);
-            (op, key, Value::encode(&START, &mut Default::default()).unwrap())
-        })
-        .collect();
+    let initial = accounts(ACCOUNTS, START);
     for (op, k, v) in &initial {
         sim.load(*op, k, Some(v.clone()));
     }
@@ -259,6 +243,7 @@ fn check_journal(events: &[DiskEvent], shards: u16, seed: u64) {
                 assert!(synced.iter().all(|s| *s >= epoch), "seed {seed}: event {i}");
                 manifest = epoch;
             }
+            DiskEvent::NodeManifest { .. } => panic!("seed {seed}: event {i}: a node manifest in a sim of one node"),
         }
     }
 }
@@ -430,24 +415,9 @@ fn crash_at(live: &Live, k: usize, counts: &mut Counts) {
     );
     let state = rec.state();
     if state != serial.snapshot() {
-        let expected = serial.snapshot();
-        let diffs: Vec<String> = expected
-            .keys()
-            .chain(state.keys())
-            .collect::<BTreeSet<_>>()
-            .into_iter()
-            .filter(|key| expected.get(key) != state.get(key))
-            .map(|key| {
-                format!(
-                    "{key:?}: serial {:?}, recovered {:?}",
-                    expected.get(key),
-                    state.get(key)
-                )
-            })
-            .collect();
         panic!(
-            "{at}: recovered state differs from serial execution:\n{}",
-            diffs.join("\n")
+            "{at}: recovered state differs from serial execution (expected: serial):\n{}",
+            state_diff(&serial.snapshot(), &state)
         );
     }
     if last > complete {
@@ -484,14 +454,7 @@ fn crash_at(live: &Live, k: usize, counts: &mut Counts) {
     counts.unanswered_recovered += survived_tids.difference(&answered).count();
 
     // (c) Money is conserved.
-    let total: i64 = (0..ACCOUNTS)
-        .map(|a| {
-            let b = state.get(&account(a)).map(balance_of).unwrap_or(0);
-            assert!(b >= 0, "{at}: account {a} overdrawn: {b}");
-            b
-        })
-        .sum();
-    assert_eq!(total, ACCOUNTS as i64 * START, "{at}: money not conserved");
+    assert_conserved(&state, ACCOUNTS, ACCOUNTS as i64 * START, &at);
 
     // (d) Retries after recovery: every request whose outcome survived
     // (answered or not) gets it back, with its tid, and nothing runs.
@@ -519,7 +482,7 @@ fn crash_at(live: &Live, k: usize, counts: &mut Counts) {
             rec.step();
         }
     }
-    let logged_before = rec.logs().len();
+    let logged_before: Vec<usize> = (0..shards).map(|s| rec.log(s).len()).collect();
     rec.run();
     let replies = rec.take_replies();
     assert_eq!(replies.len(), expect.len(), "{at}: every retry answered");
@@ -533,7 +496,9 @@ fn crash_at(live: &Live, k: usize, counts: &mut Counts) {
     }
     counts.retries_checked += expect.len();
     assert!(
-        rec.logs()[logged_before..].iter().all(|b| b.txns.is_empty()),
+        (0..shards).all(|s| rec.log(s)[logged_before[s as usize]..]
+            .iter()
+            .all(|b| b.txns.is_empty())),
         "{at}: a retry after recovery was sequenced again"
     );
     assert!(rec.state() == state, "{at}: a retry after recovery changed the state");

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::Sim;
 use styx_engine::{
-    Abort, Address, App, Batch, CallLimits, EpochRecord, Key, OpId, Outcome, Payload, Reply, Request, Serial, Tid,
-    Value, serial_order,
+    Abort, Address, App, Batch, CallLimits, ClientSeq, EpochRecord, Key, OpId, Outcome, Payload, Reply, Request,
+    Serial, Tid, Value, serial_order,
 };
 
 // ---------------------------------------------------------------------------
@@ -52,6 +52,56 @@ pub fn transfer(app: &App, debtor: u64, creditor: u64, amount: i64) -> Request {
 
 pub fn balance_of(v: &Value) -> i64 {
     v.decode::<i64>().unwrap()
+}
+
+/// The whole state of an engine, sorted.
+pub type State = BTreeMap<(OpId, Key), Value>;
+
+/// The bank's entity for account `k`.
+pub fn account(k: u64) -> (OpId, Key) {
+    (OpId(0), Key::from(k))
+}
+
+/// `accounts` accounts holding `balance` each.
+pub fn accounts(accounts: u64, balance: i64) -> Vec<(OpId, Key, Value)> {
+    (0..accounts)
+        .map(|k| {
+            let (op, key) = account(k);
+            (op, key, Value::encode(&balance, &mut Default::default()).unwrap())
+        })
+        .collect()
+}
+
+/// Panics unless the bank's `accounts` accounts hold `total` together,
+/// none overdrawn.
+pub fn assert_conserved(state: &State, accounts: u64, total: i64, at: &str) {
+    let sum: i64 = (0..accounts)
+        .map(|a| {
+            let b = state.get(&account(a)).map(balance_of).unwrap_or(0);
+            assert!(b >= 0, "{at}: account {a} overdrawn: {b}");
+            b
+        })
+        .sum();
+    assert_eq!(sum, total, "{at}: money not conserved");
+}
+
+/// `r` sent by exactly-once client `client` as its request `seq`.
+pub fn with_client(mut r: Request, client: u64, seq: u64) -> Request {
+    r.client = Some(ClientSeq { client, seq, ack: 0 });
+    r
+}
+
+/// The entities where two states differ, one line each.
+pub fn state_diff(expected: &State, got: &State) -> String {
+    expected
+        .keys()
+        .chain(got.keys())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .filter(|key| expected.get(key) != got.get(key))
+        .map(|key| format!("{key:?}: expected {:?}, got {:?}", expected.get(key), got.get(key)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 // ---------------------------------------------------------------------------

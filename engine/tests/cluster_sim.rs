@@ -1,0 +1,1103 @@
+//! A cluster in the simulator: 2–3 nodes of 1–2 shards each, remote links
+//! that delay batches, and failures at random points while exactly-once
+//! clients send cross-shard transfers and balance reads on a few hot
+//! accounts (and retry them, acknowledging answers in half the seeds).
+//!
+//! It follows the recovery of `runtime::cluster`. A node crashes (or a link
+//! breaks, which fails the run just the same); the others run on for a while
+//! — they have not noticed yet, and clients still send to them — then every
+//! node stops, every batch in flight is lost (links reconnect under a new
+//! run id, so frames of the old run never arrive), and all shards are
+//! rebuilt from the disks: the newest snapshot that *every* node committed
+//! (each node commits its own manifest), then every log replayed up to the
+//! newest epoch *any* log reached, the epochs a log lacks written to it
+//! empty and replayed empty. Clients retry everything unanswered with the
+//! same `(client, seq)`. A seed fails one to [`CRASHES_MAX`] times,
+//! sometimes during the replay of the previous recovery.
+//!
+//! The disks: a crashed node keeps what it had made durable (its fsynced
+//! log batches, its snapshot files, its manifests), not its queued log
+//! writes; the other nodes keep everything they wrote until they stopped.
+//! Crashes fall between the simulator's steps: a step writes and fsyncs a
+//! log batch together, so a cut inside one leaves the same disk as a cut
+//! before it (`crash_points.rs` cuts one node's journal at every event).
+//! Rolling back to a snapshot drops every newer one on every node (the
+//! catalog's rollback); logs are never truncated here.
+//!
+//! The checks, at each crash:
+//!
+//! - every reply the run released is for an epoch every shard's log holds
+//!   (a reply waits for all of them);
+//!
+//! and at the end, over the lineage of epochs that survived every crash:
+//!
+//! - (a) every reply any run released is in it with the outcome the client
+//!   saw: no acknowledged transaction is lost or changed;
+//! - (b) the final state is the serial execution of the logged transactions,
+//!   epoch by epoch in the engine's serial order, and so is every restored
+//!   snapshot;
+//! - (c) money is conserved;
+//! - (d) every `(client, seq)` ran at most once and every answer to it (the
+//!   first, retries in flight, retries after recovery) has the same tid and
+//!   outcome, unless it was refused as forgotten after its client
+//!   acknowledged it; a last round of retries of everything sequences
+//!   nothing and changes nothing.
+//!
+//! `STYX_SIM_SEEDS=n` runs `n` seeds (default [`SEEDS_DEFAULT`]) from
+//! `STYX_SIM_SEED_FIRST` (default 0); `STYX_SIM_SEED=s` runs only seed `s`.
+//! A failure prints the seed, its settings and its crashes.
+
+mod common;
+
+use common::*;
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use styx_engine::rng::Rng;
+use styx_engine::sim::{DiskEvent, STUCK_STEPS_MAX, Sim, test_config};
+use styx_engine::{
+    AbortKind, Address, App, Batch, Config, Epoch, EpochRecord, Key, OpId, Outcome, Payload, Reply, Request, Serial,
+    ShardId, SnapshotChunk, Tid, Token, Value, mix64, serial_order,
+};
+
+const ACCOUNTS: u64 = 24;
+const START: i64 = 6;
+/// Accounts most requests touch, and how many do.
+const HOT_ACCOUNTS: u64 = 4;
+const HOT_CHANCE: f64 = 0.5;
+/// The share of requests that read a balance.
+const READ_CHANCE: f64 = 0.2;
+const CLIENTS: u64 = 6;
+/// Requests sent per seed (new ones, retries, client-less ones).
+const REQUESTS: u64 = 200;
+/// Per step, the chance that a client sends a request.
+const SEND_CHANCE: f64 = 0.05;
+/// Node crashes per seed at most (at least one).
+const CRASHES_MAX: u64 = 3;
+/// The chance that a failure is a broken link rather than a node crash.
+const LINK_FAILURE_CHANCE: f64 = 0.15;
+/// Steps the survivors of a crash run before they notice it, at most.
+const DETECT_STEPS_MAX: u64 = 400;
+/// Seeds a plain `cargo test` runs: 10 s in release on two quiet cores, 30 s
+/// on two cores loaded six deep.
+const SEEDS_DEFAULT: u64 = 8_000;
+/// Tokens of client submissions start here; below it are the tids a replay
+/// answers to.
+const TOKEN_BASE: Token = 1 << 40;
+/// How nodes split the shards, per seed.
+const LAYOUTS: [&[u16]; 8] = [
+    &[1, 1],
+    &[1, 2],
+    &[2, 1],
+    &[2, 2],
+    &[1, 1, 1],
+    &[2, 1, 1],
+    &[1, 2, 2],
+    &[2, 2, 2],
+];
+
+/// One shard's snapshot files: epoch -> the state the chain of deltas up to
+/// that file holds, and the file's machine state.
+type Files = BTreeMap<Epoch, (State, Vec<u8>)>;
+
+/// What the nodes' disks hold, across runs.
+struct Disk {
+    /// Per shard, its durable log batches.
+    logs: Vec<BTreeMap<Epoch, Batch>>,
+    /// Per shard, its complete snapshot files.
+    files: Vec<Files>,
+    /// Per node, the snapshots whose manifest it committed.
+    manifests: Vec<BTreeSet<Epoch>>,
+}
+
+impl Disk {
+    /// The epoch through which `shard`'s log is durable.
+    fn logged(&self, shard: ShardId) -> Epoch {
+        let log = &self.logs[shard as usize];
+        let last = log.last_key_value().map_or(0, |(e, _)| *e);
+        assert_eq!(log.len() as Epoch, last, "shard {shard}'s log has holes");
+        last
+    }
+}
+
+/// One run of the cluster: from a recovery (or the start) to a crash (or
+/// the end).
+struct Run {
+    sim: Sim,
+    /// The snapshot it started from.
+    snapshot: Epoch,
+    /// Disk events of `sim` already moved to the disks.
+    absorbed: usize,
+    /// Every snapshot chunk `sim` emitted, in order (`DiskEvent::Chunk`
+    /// indexes them).
+    chunks: Vec<SnapshotChunk>,
+    /// Per shard, the state its last snapshot file holds (what the next
+    /// delta extends) and the file being written.
+    base: Vec<State>,
+    writing: Vec<Option<(Epoch, State)>>,
+}
+
+/// One request a client sent (a token per attempt).
+struct Sent {
+    key: Option<(u64, u64)>,
+    request: Request,
+}
+
+/// What one crash did, to replay it.
+struct Crash {
+    /// `None`: a link broke, no node crashed.
+    node: Option<u16>,
+    /// The harness step it happened after, and the crashed run's disk events
+    /// before it.
+    step: u64,
+    events: usize,
+    /// Steps the survivors ran on.
+    detect_steps: u64,
+    /// Whether a shard was still replaying the previous recovery.
+    during_replay: bool,
+    /// Where the cluster restarted from: the snapshot, the replay's end.
+    restart: Option<(Epoch, Epoch)>,
+}
+
+impl std::fmt::Debug for Crash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.node {
+            Some(node) => write!(f, "node {node} crashed")?,
+            None => write!(f, "a link broke")?,
+        }
+        write!(
+            f,
+            " after step {} (disk event {} of its run{}), noticed {} steps later",
+            self.step,
+            self.events,
+            if self.during_replay { ", during replay" } else { "" },
+            self.detect_steps,
+        )?;
+        match self.restart {
+            Some((snapshot, replay_to)) => {
+                write!(f, ", restarted from snapshot {snapshot} replaying to epoch {replay_to}")
+            }
+            None => write!(f, ", not restarted yet"),
+        }
+    }
+}
+
+/// What the seeds exercised, summed.
+#[derive(Default)]
+struct Counts {
+    seeds: u64,
+    crashes: u64,
+    during_replay: u64,
+    from_snapshot: u64,
+    /// A node had committed a newer snapshot than the one every node had.
+    rolled_back: u64,
+    /// Some log lacked an epoch another log held.
+    partial_epochs: u64,
+    /// Replies the survivors released after the crash.
+    released_after_crash: u64,
+    /// Batches in flight lost at a restart.
+    frames_lost: u64,
+    replies_checked: u64,
+    /// Answers to a `(client, seq)` already answered.
+    repeat_answers: u64,
+    /// Client-less requests in flight at a crash (never retried).
+    abandoned: u64,
+    /// Retries refused because their client acknowledged the answer.
+    forgotten: u64,
+    /// Failures where a link broke and no node crashed.
+    link_failures: u64,
+    epochs: u64,
+}
+
+impl Counts {
+    fn add(&mut self, o: &Counts) {
+        self.seeds += o.seeds;
+        self.crashes += o.crashes;
+        self.during_replay += o.during_replay;
+        self.from_snapshot += o.from_snapshot;
+        self.rolled_back += o.rolled_back;
+        self.partial_epochs += o.partial_epochs;
+        self.released_after_crash += o.released_after_crash;
+        self.frames_lost += o.frames_lost;
+        self.replies_checked += o.replies_checked;
+        self.repeat_answers += o.repeat_answers;
+        self.abandoned += o.abandoned;
+        self.forgotten += o.forgotten;
+        self.link_failures += o.link_failures;
+        self.epochs += o.epochs;
+    }
+}
+
+struct Cluster {
+    seed: u64,
+    app: Arc<App>,
+    config: Config,
+    layout: &'static [u16],
+    shards: u16,
+    fsync_busy: f64,
+    remote_delay_us_max: u64,
+    rng: Rng,
+    initial: Vec<(OpId, Key, Value)>,
+    disk: Disk,
+    run: Run,
+    /// Runs so far (the current one included).
+    runs: u64,
+    steps: u64,
+    crashes: Vec<Crash>,
+    /// The epochs of the lineage: each epoch's records from the run that
+    /// ran it last (replay included).
+    history: BTreeMap<Epoch, Vec<EpochRecord>>,
+    /// Every snapshot a recovery restored, with the state it held.
+    restored: Vec<(Epoch, State)>,
+    sent: HashMap<Token, Sent>,
+    /// Exactly-once requests by `(client, seq)`.
+    requests: BTreeMap<(u64, u64), Request>,
+    next_seq: Vec<u64>,
+    /// Whether clients acknowledge answers (the engine then forgets them).
+    acks: bool,
+    /// Per client, the highest ack it sent.
+    ack_sent: Vec<u64>,
+    /// Requests sent so far (attempts the harness makes after a crash
+    /// excluded).
+    sends: u64,
+    next_token: Token,
+    /// Attempts waiting for a shard that takes requests (not replaying).
+    outbox: VecDeque<Token>,
+    /// Attempts submitted to the current run and not answered.
+    in_flight: BTreeSet<Token>,
+    /// The first answer to each `(client, seq)`.
+    answered: BTreeMap<(u64, u64), (Tid, Outcome)>,
+    /// Every answer to a client, in order, with the run that released it.
+    replies: Vec<(u64, Reply)>,
+    counts: Counts,
+}
+
+impl Cluster {
+    fn new(seed: u64) -> Cluster {
+        let mut rng = Rng::new(seed);
+        let layout = LAYOUTS[rng.below(LAYOUTS.len() as u64) as usize];
+        let shards: u16 = layout.iter().sum();
+        let app = bank(8);
+        let mut config = test_config(8);
+        config.snapshot_interval_us = [250, 1_500][rng.below(2) as usize];
+        config.epoch_gather_us = 30;
+        config.step_messages_max = [2, 8, 64][rng.below(3) as usize];
+        let fsync_busy = [0.0, 0.3, 0.7, 0.9][rng.below(4) as usize];
+        let remote_delay_us_max = [20, 200, 1_000][rng.below(3) as usize];
+        let acks = rng.chance(0.5);
+        let initial = accounts(ACCOUNTS, START);
+        let n = shards as usize;
+        let mut cluster = Cluster {
+            seed,
+            app,
+            config,
+            layout,
+            shards,
+            fsync_busy,
+            remote_delay_us_max,
+            rng,
+            disk: Disk {
+                logs: vec![BTreeMap::new(); n],
+                files: vec![Files::new(); n],
+                manifests: vec![BTreeSet::new(); layout.len()],
+            },
+            run: Run {
+                // Replaced below.
+                sim: Sim::new(bank(1), test_config(1), 1, 0),
+                snapshot: 0,
+                absorbed: 0,
+                chunks: Vec::new(),
+                base: Vec::new(),
+                writing: Vec::new(),
+            },
+            initial,
+            runs: 0,
+            steps: 0,
+            crashes: Vec::new(),
+            history: BTreeMap::new(),
+            restored: Vec::new(),
+            sent: HashMap::new(),
+            requests: BTreeMap::new(),
+            next_seq: vec![1; CLIENTS as usize],
+            acks,
+            ack_sent: vec![0; CLIENTS as usize],
+            sends: 0,
+            next_token: TOKEN_BASE,
+            outbox: VecDeque::new(),
+            in_flight: BTreeSet::new(),
+            answered: BTreeMap::new(),
+            replies: Vec::new(),
+            counts: Counts {
+                seeds: 1,
+                ..Counts::default()
+            },
+        };
+        cluster.run = cluster.start_run(0, Vec::new());
+        cluster
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "seed {} (nodes {:?}, snapshot every {} µs, fsync busy {}, remote delay ≤ {} µs, step_messages_max {}, \
+             acks {}), run {}, step {}, crashes {:?}",
+            self.seed,
+            self.layout,
+            self.config.snapshot_interval_us,
+            self.fsync_busy,
+            self.remote_delay_us_max,
+            self.config.step_messages_max,
+            self.acks,
+            self.runs,
+            self.steps,
+            self.crashes
+        )
+    }
+
+    /// A fresh run of every shard: from the snapshot of `snapshot` (0: the
+    /// initial load), replaying `batches` (every shard's, through the same
+    /// epoch).
+    fn start_run(&mut self, snapshot: Epoch, batches: Vec<Batch>) -> Run {
+        let n = self.shards;
+        let now_us = if self.runs == 0 {
+            None
+        } else {
+            // The restart takes a while.
+            Some(self.run.sim.now_us() + 1_000_000)
+        };
+        self.runs += 1;
+        let mut sim = Sim::new(
+            self.app.clone(),
+            self.config.clone(),
+            n,
+            mix64(self.seed ^ (self.runs << 48)),
+        );
+        sim.set_nodes(self.layout);
+        sim.set_fsync_busy(self.fsync_busy);
+        sim.set_remote_delay_us_max(self.remote_delay_us_max);
+        if let Some(now_us) = now_us {
+            sim.advance_clock_us(now_us);
+        }
+        let mut base = vec![State::new(); n as usize];
+        if snapshot == 0 {
+            for (op, k, v) in &self.initial {
+                sim.load(*op, k, Some(v.clone()));
+            }
+        } else {
+            let mut whole = State::new();
+            for s in 0..n {
+                let (state, meta) = &self.disk.files[s as usize][&snapshot];
+                let shard = sim.shard_mut(s);
+                for ((op, k), v) in state {
+                    shard.load_snapshot_entity(*op, k, v.clone());
+                }
+                assert_eq!(shard.restore(meta).unwrap(), snapshot, "shard {s}'s snapshot");
+                whole.extend(state.iter().map(|(k, v)| (k.clone(), v.clone())));
+                base[s as usize] = state.clone();
+            }
+            self.restored.push((snapshot, whole));
+        }
+        sim.replay(batches);
+        Run {
+            sim,
+            snapshot,
+            absorbed: 0,
+            chunks: Vec::new(),
+            base,
+            writing: vec![None; n as usize],
+        }
+    }
+
+    /// Moves what the current run wrote since the last call to the disks.
+    fn absorb(&mut self) {
+        let run = &mut self.run;
+        run.chunks.append(&mut run.sim.take_snapshots());
+        let events = run.sim.disk_events();
+        for (i, event) in events.iter().enumerate().skip(run.absorbed) {
+            match *event {
+                // Its fsync follows in the same step: a crash never splits them.
+                DiskEvent::LogWrite { shard, epoch } => {
+                    assert_eq!(events.get(i + 1), Some(&DiskEvent::LogSync { shard, epoch }));
+                }
+                DiskEvent::LogSync { shard, epoch } => {
+                    assert_eq!(
+                        epoch,
+                        self.disk.logged(shard) + 1,
+                        "shard {shard} logged epoch {epoch} out of order"
+                    );
+                    let batch = run
+                        .sim
+                        .log(shard)
+                        .iter()
+                        .rev()
+                        .find(|b| b.epoch == epoch)
+                        .expect("a synced batch was sealed");
+                    self.disk.logs[shard as usize].insert(epoch, batch.clone());
+                }
+                DiskEvent::Chunk {
+                    shard,
+                    epoch,
+                    index,
+                    last,
+                } => {
+                    let chunk = &run.chunks[index];
+                    assert_eq!((chunk.shard, chunk.epoch, chunk.last), (shard, epoch, last));
+                    let s = shard as usize;
+                    let base = &run.base[s];
+                    let (file_epoch, state) = run.writing[s].get_or_insert_with(|| (epoch, base.clone()));
+                    assert_eq!(*file_epoch, epoch, "shard {shard} interleaved two snapshot files");
+                    for (op, k, v) in &chunk.entries {
+                        match v {
+                            Some(v) => state.insert((*op, k.clone()), v.clone()),
+                            None => state.remove(&(*op, k.clone())),
+                        };
+                    }
+                    if last {
+                        let (_, state) = run.writing[s].take().expect("a file being written");
+                        run.base[s] = state.clone();
+                        let old = self.disk.files[s].insert(epoch, (state, chunk.meta.clone()));
+                        assert!(old.is_none(), "shard {shard} wrote snapshot {epoch} twice");
+                    }
+                }
+                DiskEvent::Manifest { epoch } => panic!("a one-node manifest ({epoch}) in a cluster"),
+                DiskEvent::NodeManifest { node, epoch } => {
+                    for s in run.sim.shards_of(node) {
+                        assert!(
+                            self.disk.files[s as usize].contains_key(&epoch),
+                            "node {node} committed snapshot {epoch} without shard {s}'s file"
+                        );
+                        assert!(
+                            self.disk.logged(s) >= epoch,
+                            "node {node} committed snapshot {epoch} with shard {s}'s log durable through {}",
+                            self.disk.logged(s)
+                        );
+                    }
+                    let manifests = &mut self.disk.manifests[usize::from(node)];
+                    assert!(manifests.last().is_none_or(|m| *m < epoch), "node {node}'s manifests");
+                    manifests.insert(epoch);
+                }
+            }
+        }
+        run.absorbed = events.len();
+        for r in run.sim.take_history() {
+            assert!(r.epoch > run.snapshot, "epoch {} ran again after its snapshot", r.epoch);
+            self.history.entry(r.epoch).or_default().push(r);
+        }
+    }
+
+    /// Now and then, until [`REQUESTS`] went out, a client sends a request.
+    fn maybe_send(&mut self) {
+        if self.sends < REQUESTS && self.rng.chance(SEND_CHANCE) {
+            self.send();
+            self.sends += 1;
+        }
+    }
+
+    /// A client sends a request: a new one, a retry of one of its earlier
+    /// ones (answered or not), or one without a client id.
+    fn send(&mut self) {
+        let rng = &mut self.rng;
+        let client = rng.below(CLIENTS);
+        let request = new_request(&self.app, rng);
+        let sent = if rng.chance(0.1) {
+            Sent { key: None, request }
+        } else if rng.chance(0.7) || self.next_seq[client as usize] == 1 {
+            let seq = self.next_seq[client as usize];
+            self.next_seq[client as usize] += 1;
+            let mut request = with_client(request, client, seq);
+            if self.acks {
+                // Every seq below the first unanswered one is answered.
+                let mut ack = self.ack_sent[client as usize].max(1);
+                while self.answered.contains_key(&(client, ack)) {
+                    ack += 1;
+                }
+                request.client.as_mut().expect("a client").ack = ack;
+                self.ack_sent[client as usize] = ack;
+            }
+            self.requests.insert((client, seq), request.clone());
+            Sent {
+                key: Some((client, seq)),
+                request,
+            }
+        } else {
+            let seq = 1 + rng.below(self.next_seq[client as usize] - 1);
+            Sent {
+                key: Some((client, seq)),
+                request: self.requests[&(client, seq)].clone(),
+            }
+        };
+        self.queue(sent);
+    }
+
+    fn queue(&mut self, sent: Sent) {
+        let token = self.next_token;
+        self.next_token += 1;
+        self.sent.insert(token, sent);
+        self.outbox.push_back(token);
+    }
+
+    /// Submits waiting attempts, each on a random shard that takes requests.
+    fn submit_ready(&mut self) {
+        while let Some(&token) = self.outbox.front() {
+            let sim = &self.run.sim;
+            let ready: Vec<ShardId> = (0..self.shards)
+                .filter(|s| sim.is_alive(*s) && !sim.shard(*s).is_replaying())
+                .collect();
+            if ready.is_empty() {
+                return;
+            }
+            let shard = ready[self.rng.below(ready.len() as u64) as usize];
+            let request = self.sent[&token].request.clone();
+            self.run.sim.submit(shard, token, request).expect("request accepted");
+            self.in_flight.insert(token);
+            self.outbox.pop_front();
+        }
+    }
+
+    /// Takes the replies released so far; returns how many reached clients.
+    fn take_replies(&mut self) -> u64 {
+        let mut count = 0;
+        for r in self.run.sim.take_replies() {
+            if r.token < TOKEN_BASE {
+                assert_eq!(r.token, r.tid, "a replayed transaction answers its own tid");
+                continue;
+            }
+            assert!(
+                self.in_flight.remove(&r.token),
+                "reply to attempt {} which is not in flight",
+                r.token
+            );
+            let sent = &self.sent[&r.token];
+            if r.tid == 0 {
+                // Refused unrun: only a seq its client acknowledged may be.
+                let key = sent.key.expect("a client-less request is never refused");
+                assert!(
+                    matches!(&r.outcome, Outcome::Aborted(a) if a.kind() == AbortKind::Forgotten),
+                    "attempt {} of {key:?} refused: {:?}",
+                    r.token,
+                    r.outcome
+                );
+                assert!(
+                    key.1 < self.ack_sent[key.0 as usize] && self.answered.contains_key(&key),
+                    "{key:?} forgotten though its client did not acknowledge it"
+                );
+                self.counts.forgotten += 1;
+                continue;
+            }
+            if let Some(key) = sent.key {
+                match self.answered.get(&key) {
+                    Some(first) => {
+                        self.counts.repeat_answers += 1;
+                        assert_eq!(
+                            (&r.tid, &r.outcome),
+                            (&first.0, &first.1),
+                            "(client, seq) {key:?} answered twice, differently"
+                        );
+                    }
+                    None => {
+                        self.answered.insert(key, (r.tid, r.outcome.clone()));
+                    }
+                }
+            }
+            self.replies.push((self.runs, r));
+            count += 1;
+        }
+        count
+    }
+
+    /// Steps to wait before the next crash.
+    fn crash_delay(&mut self, crashes: u64) -> u64 {
+        if self.rng.chance(0.25) {
+            // Soon: often while the last recovery still replays.
+            self.rng.below(80)
+        } else {
+            self.rng.below((REQUESTS as f64 / SEND_CHANCE) as u64 / crashes)
+        }
+    }
+
+    /// Drives the workload through its crashes to the end, then checks.
+    fn drive(&mut self) {
+        let crashes = 1 + self.rng.below(CRASHES_MAX);
+        let mut next_crash = self.crash_delay(crashes);
+        let mut since_progress = 0u64;
+        loop {
+            self.maybe_send();
+            self.submit_ready();
+            let busy = self.run.sim.step();
+            self.steps += 1;
+            since_progress = if self.take_replies() > 0 { 0 } else { since_progress + 1 };
+            assert!(since_progress < STUCK_STEPS_MAX, "no reply for {STUCK_STEPS_MAX} steps");
+            let idle = !busy && self.sends == REQUESTS && self.outbox.is_empty();
+            if (self.crashes.len() as u64) < crashes && (self.steps >= next_crash || idle) {
+                self.crash();
+                next_crash = self.steps + self.crash_delay(crashes);
+                continue;
+            }
+            if idle {
+                break;
+            }
+        }
+        assert!(
+            self.in_flight.is_empty(),
+            "attempts {:?} never answered",
+            self.in_flight
+        );
+        self.absorb();
+        self.check();
+    }
+
+    /// One node crashes (or a link breaks: no node crashes); the others run
+    /// on until they notice; then every node restarts from the disks.
+    fn crash(&mut self) {
+        let node = if self.rng.chance(LINK_FAILURE_CHANCE) {
+            self.counts.link_failures += 1;
+            None
+        } else {
+            Some(self.rng.below(self.layout.len() as u64) as u16)
+        };
+        let sim = &mut self.run.sim;
+        let during_replay = (0..self.shards).any(|s| sim.shard(s).is_replaying());
+        let events = sim.disk_events().len();
+        if let Some(node) = node {
+            let in_flight = sim.in_flight();
+            sim.crash_node(node);
+            self.counts.frames_lost += (in_flight - sim.in_flight()) as u64;
+        }
+        let detect_steps = if self.rng.chance(0.5) {
+            // Noticed at once: what the survivors had in flight is lost too.
+            self.rng.below(4)
+        } else {
+            self.rng.below(DETECT_STEPS_MAX + 1)
+        };
+        self.crashes.push(Crash {
+            node,
+            step: self.steps,
+            events,
+            detect_steps,
+            during_replay,
+            restart: None,
+        });
+        for _ in 0..detect_steps {
+            // Clients keep sending to the nodes that still run.
+            self.maybe_send();
+            self.submit_ready();
+            if !self.run.sim.step() {
+                break;
+            }
+        }
+        self.counts.released_after_crash += self.take_replies();
+        self.counts.frames_lost += self.run.sim.in_flight() as u64;
+        self.absorb();
+
+        // The plan every node computes: the newest snapshot all committed,
+        // every log through the newest epoch any reached.
+        let manifests = &self.disk.manifests;
+        let snapshot = manifests[0]
+            .iter()
+            .rev()
+            .find(|e| manifests.iter().all(|m| m.contains(e)))
+            .copied()
+            .unwrap_or(0);
+        if manifests.iter().any(|m| m.last().is_some_and(|e| *e > snapshot)) {
+            self.counts.rolled_back += 1;
+        }
+        for files in &mut self.disk.files {
+            files.split_off(&(snapshot + 1));
+        }
+        for m in &mut self.disk.manifests {
+            m.split_off(&(snapshot + 1));
+        }
+        let logged: Vec<Epoch> = (0..self.shards).map(|s| self.disk.logged(s)).collect();
+        assert!(
+            logged.iter().all(|l| *l >= snapshot),
+            "a snapshot ahead of a log: {snapshot}, {logged:?}"
+        );
+        // A reply leaves once every shard's log holds its epoch, and what a
+        // log holds durably stays there.
+        let epoch_of: HashMap<Tid, Epoch> = self
+            .disk
+            .logs
+            .iter()
+            .flat_map(|log| log.values())
+            .flat_map(|b| b.txns.iter().map(|(tid, _)| (*tid, b.epoch)))
+            .collect();
+        let complete = logged.iter().copied().min().unwrap_or(0);
+        for (_, r) in self.replies.iter().filter(|(run, _)| *run == self.runs) {
+            let epoch = epoch_of
+                .get(&r.tid)
+                .unwrap_or_else(|| panic!("tid {} was answered and is in no log after the crash", r.tid));
+            assert!(
+                *epoch <= complete,
+                "tid {} of epoch {epoch} was answered but the logs hold only {logged:?}",
+                r.tid
+            );
+        }
+        let replay_to = logged.iter().copied().max().unwrap_or(0);
+        if logged.iter().any(|l| *l < replay_to) {
+            self.counts.partial_epochs += 1;
+        }
+        // Epochs a log lacks are written to it empty before serving.
+        let mut batches = Vec::new();
+        for s in 0..self.shards {
+            let log = &mut self.disk.logs[s as usize];
+            let lc = log.range(snapshot + 1..).next_back().map_or(0, |(_, b)| b.lc);
+            for epoch in logged[s as usize] + 1..=replay_to {
+                let empty = Batch {
+                    epoch,
+                    shard: s,
+                    lc,
+                    now_us: 0,
+                    txns: Vec::new(),
+                };
+                log.insert(epoch, empty);
+            }
+            batches.extend(log.range(snapshot + 1..).map(|(_, b)| b.clone()));
+        }
+        self.history.split_off(&(snapshot + 1));
+        self.counts.crashes += 1;
+        self.counts.during_replay += u64::from(during_replay);
+        self.counts.from_snapshot += u64::from(snapshot > 0);
+        self.crashes.last_mut().expect("this crash").restart = Some((snapshot, replay_to));
+        self.run = self.start_run(snapshot, batches);
+
+        // Clients: attempts of the old run are lost; retry whatever is
+        // unanswered (client-less requests cannot be retried safely).
+        for token in std::mem::take(&mut self.in_flight) {
+            if self.sent[&token].key.is_none() {
+                self.counts.abandoned += 1;
+            }
+        }
+        let queued: BTreeSet<(u64, u64)> = self.outbox.iter().filter_map(|t| self.sent[t].key).collect();
+        let retry: Vec<(u64, u64)> = self
+            .requests
+            .keys()
+            .filter(|k| !self.answered.contains_key(k) && !queued.contains(k))
+            .copied()
+            .collect();
+        for key in retry {
+            let request = self.requests[&key].clone();
+            self.queue(Sent {
+                key: Some(key),
+                request,
+            });
+        }
+    }
+
+    /// The checks (a)–(d) over the lineage of epochs that survived.
+    fn check(&mut self) {
+        let n = self.shards;
+        let last = self.disk.logged(0);
+        for s in 1..n {
+            assert_eq!(self.disk.logged(s), last, "the logs end at different epochs");
+        }
+        assert_eq!(
+            self.history.keys().copied().collect::<Vec<_>>(),
+            (1..=last).collect::<Vec<_>>(),
+            "the lineage runs every logged epoch"
+        );
+
+        // (b) The serial oracle over the logged transactions.
+        let mut logged: HashMap<Tid, (Epoch, u64, &Request)> = HashMap::new();
+        let mut by_key: HashMap<(u64, u64), Tid> = HashMap::new();
+        for log in &self.disk.logs {
+            for b in log.values() {
+                for (tid, r) in &b.txns {
+                    assert!(
+                        logged.insert(*tid, (b.epoch, b.now_us, r)).is_none(),
+                        "tid {tid} logged twice"
+                    );
+                    if let Some(c) = r.client {
+                        let dup = by_key.insert((c.client, c.seq), *tid);
+                        assert!(
+                            dup.is_none(),
+                            "(client, seq) ({}, {}) sequenced twice: tids {} and {tid}",
+                            c.client,
+                            c.seq,
+                            dup.unwrap()
+                        );
+                    }
+                }
+            }
+        }
+        let mut serial = Serial::new(self.app.clone(), self.config.limits);
+        for (op, k, v) in &self.initial {
+            serial.load(*op, k.clone(), Some(v.clone()));
+        }
+        let restored: BTreeMap<Epoch, Vec<&State>> = self.restored.iter().fold(BTreeMap::new(), |mut m, (e, s)| {
+            m.entry(*e).or_insert_with(Vec::new).push(s);
+            m
+        });
+        let mut outcome: HashMap<Tid, Outcome> = HashMap::new();
+        for (epoch, records) in &self.history {
+            for tid in serial_order(records) {
+                let (e, now_us, request) = logged
+                    .get(&tid)
+                    .unwrap_or_else(|| panic!("tid {tid} ran in epoch {epoch} but was not logged"));
+                assert_eq!(e, epoch, "tid {tid} ran outside its epoch");
+                let o = serial.execute(tid, *now_us, request);
+                assert!(outcome.insert(tid, o).is_none(), "tid {tid} ran twice");
+            }
+            for state in restored.get(epoch).into_iter().flatten() {
+                let expected = serial.snapshot();
+                assert!(
+                    **state == expected,
+                    "the snapshot of epoch {epoch} differs from serial execution (expected: serial):\n{}",
+                    state_diff(&expected, state)
+                );
+            }
+        }
+        assert_eq!(outcome.len(), logged.len(), "every logged transaction ran");
+        let state = self.run.sim.state();
+        let expected = serial.snapshot();
+        assert!(
+            state == expected,
+            "the final state differs from serial execution (expected: serial):\n{}",
+            state_diff(&expected, &state)
+        );
+
+        // (c) Money is conserved.
+        assert_conserved(&state, ACCOUNTS, ACCOUNTS as i64 * START, "the final state");
+
+        // (a) Every answer is in the lineage, as the client saw it.
+        for (_, r) in &self.replies {
+            let sent = &self.sent[&r.token];
+            match sent.key {
+                Some(key) => assert_eq!(
+                    by_key.get(&key),
+                    Some(&r.tid),
+                    "(client, seq) {key:?} was answered with tid {} but that is not what the log holds",
+                    r.tid
+                ),
+                None => assert_eq!(
+                    logged.get(&r.tid).map(|l| l.2),
+                    Some(&sent.request),
+                    "client-less attempt {} was answered with tid {} but the log holds another request",
+                    r.token,
+                    r.tid
+                ),
+            }
+            assert_eq!(
+                outcome.get(&r.tid),
+                Some(&r.outcome),
+                "tid {} was answered with an outcome serial execution did not give it",
+                r.tid
+            );
+        }
+        self.counts.replies_checked += self.replies.len() as u64;
+        let unanswered: Vec<_> = self
+            .requests
+            .keys()
+            .filter(|k| !self.answered.contains_key(k))
+            .collect();
+        assert!(unanswered.is_empty(), "never answered: {unanswered:?}");
+
+        // (d) Retrying everything once more runs nothing.
+        let before: Vec<usize> = (0..n).map(|s| self.run.sim.log(s).len()).collect();
+        let keys: Vec<(u64, u64)> = self.requests.keys().copied().collect();
+        for key in &keys {
+            let request = self.requests[key].clone();
+            self.queue(Sent {
+                key: Some(*key),
+                request,
+            });
+        }
+        let answers_before = self.replies.len() as u64 + self.counts.forgotten;
+        self.submit_ready();
+        self.run.sim.run();
+        self.take_replies();
+        assert_eq!(
+            self.replies.len() as u64 + self.counts.forgotten - answers_before,
+            keys.len() as u64,
+            "every last retry answered"
+        );
+        assert!(self.in_flight.is_empty());
+        assert!(
+            (0..n).all(|s| self.run.sim.log(s)[before[s as usize]..]
+                .iter()
+                .all(|b| b.txns.is_empty())),
+            "a retry of an answered request was sequenced again"
+        );
+        assert!(
+            self.run.sim.state() == state,
+            "a retry of an answered request changed the state"
+        );
+        self.counts.epochs += last;
+    }
+}
+
+/// An account, a hot one with chance [`HOT_CHANCE`]: transactions of one
+/// epoch then touch the same accounts, so an outcome depends on the others
+/// of its epoch (a lost one changes it).
+fn pick_account(rng: &mut Rng) -> u64 {
+    if rng.chance(HOT_CHANCE) {
+        rng.below(HOT_ACCOUNTS)
+    } else {
+        rng.below(ACCOUNTS)
+    }
+}
+
+/// A transfer between two accounts, or a read of one balance (whose
+/// outcome shows every transfer before it).
+fn new_request(app: &App, rng: &mut Rng) -> Request {
+    let d = pick_account(rng);
+    if rng.chance(READ_CHANCE) {
+        return Request {
+            function: app.resolve("account", "balance").unwrap(),
+            address: Address::Entity(Key::from(d)),
+            args: Payload::encode(&()),
+            client: None,
+        };
+    }
+    let mut c = pick_account(rng);
+    if c == d {
+        c = (d + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS;
+    }
+    transfer(app, d, c, 1 + rng.below(4) as i64)
+}
+
+fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: expected a number")))
+}
+
+#[test]
+fn nodes_crash_at_random_points() {
+    let seeds: Vec<u64> = match env_u64("STYX_SIM_SEED") {
+        Some(seed) => vec![seed],
+        None => {
+            let first = env_u64("STYX_SIM_SEED_FIRST").unwrap_or(0);
+            (first..first + env_u64("STYX_SIM_SEEDS").unwrap_or(SEEDS_DEFAULT)).collect()
+        }
+    };
+    let next = AtomicU64::new(0);
+    let failed = AtomicBool::new(false);
+    let total = std::sync::Mutex::new(Counts::default());
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(seeds.len());
+    let started = std::time::Instant::now();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed) as usize;
+                    if i >= seeds.len() || failed.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let mut cluster = Cluster::new(seeds[i]);
+                    match catch_unwind(AssertUnwindSafe(|| cluster.drive())) {
+                        Ok(()) => total.lock().unwrap().add(&cluster.counts),
+                        Err(_) => {
+                            failed.store(true, Ordering::Relaxed);
+                            eprintln!(
+                                "FAILED: {}\nreplay: STYX_SIM_SEED={} cargo test --release -p styx-engine --test cluster_sim",
+                                cluster.describe(),
+                                seeds[i]
+                            );
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert!(!failed.load(Ordering::Relaxed), "a seed failed (see above)");
+    let c = total.into_inner().unwrap();
+    println!(
+        "{} seeds in {:.1?}: {} failures ({} broken links; {} during a replay, {} from a snapshot, {} rolled back \
+         past a node's newer snapshot, {} with a partial epoch), {} epochs, {} replies checked ({} repeat answers, \
+         {} forgotten), {} released by survivors after a crash, {} batches in flight lost, {} client-less requests \
+         abandoned",
+        c.seeds,
+        started.elapsed(),
+        c.crashes,
+        c.link_failures,
+        c.during_replay,
+        c.from_snapshot,
+        c.rolled_back,
+        c.partial_epochs,
+        c.epochs,
+        c.replies_checked,
+        c.repeat_answers,
+        c.forgotten,
+        c.released_after_crash,
+        c.frames_lost,
+        c.abandoned,
+    );
+    if seeds.len() as u64 >= SEEDS_DEFAULT {
+        // The seeds reach the cases they exist for.
+        assert!(c.during_replay > 0, "no crash during a replay");
+        assert!(c.from_snapshot > 0, "no recovery from a snapshot");
+        assert!(c.rolled_back > 0, "no rollback past a node's newer snapshot");
+        assert!(c.partial_epochs > 0, "no recovery with a partial epoch");
+        assert!(c.released_after_crash > 0, "no reply released by survivors");
+        assert!(c.repeat_answers > 0, "no repeat answer");
+        assert!(c.forgotten > 0, "no acknowledged answer forgotten");
+        assert!(c.link_failures > 0, "no broken link");
+    }
+}
+
+/// A sim of shards on several nodes, without failures, runs like one on a
+/// single node: serializable, conserving, every request answered.
+#[test]
+fn remote_links_keep_the_protocol_serializable() {
+    for seed in 0..40 {
+        let app = bank(8);
+        let config = test_config(8);
+        let layout = LAYOUTS[seed as usize % LAYOUTS.len()];
+        let shards = layout.iter().sum();
+        let mut sim = Sim::new(app.clone(), config.clone(), shards, seed);
+        sim.set_nodes(layout);
+        sim.set_remote_delay_us_max([20, 200, 1_000, 10_000][seed as usize % 4]);
+        let initial = accounts(ACCOUNTS, START);
+        for (op, k, v) in &initial {
+            sim.load(*op, k, Some(v.clone()));
+        }
+        let mut rng = Rng::new(seed);
+        for token in 0..200 {
+            let shard = rng.below(u64::from(shards)) as ShardId;
+            sim.submit(shard, token, new_request(&app, &mut rng)).unwrap();
+            for _ in 0..rng.below(20) {
+                sim.step();
+            }
+        }
+        let checked = run_and_check(&mut sim, &app, config.limits, &initial);
+        assert_eq!(
+            checked.committed + checked.aborted,
+            200,
+            "seed {seed}: every request answered"
+        );
+        assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START, &format!("seed {seed}"));
+    }
+}
+
+/// One node, named or not, is the same simulation: the same seed draws the
+/// same numbers (single-node seeds replay as they did before nodes).
+#[test]
+fn one_node_is_the_default() {
+    let run = |seed: u64, named: bool| {
+        let app = bank(8);
+        let mut config = test_config(8);
+        config.snapshot_interval_us = 250;
+        let mut sim = Sim::new(app.clone(), config, 3, seed);
+        if named {
+            sim.set_nodes(&[3]);
+        }
+        for (op, k, v) in accounts(ACCOUNTS, START) {
+            sim.load(op, &k, Some(v));
+        }
+        let mut rng = Rng::new(seed);
+        for token in 0..100 {
+            let shard = rng.below(3) as ShardId;
+            sim.submit(shard, token, new_request(&app, &mut rng)).unwrap();
+            for _ in 0..rng.below(20) {
+                sim.step();
+            }
+        }
+        sim.run();
+        (sim.disk_events().to_vec(), sim.take_replies_at(), sim.state())
+    };
+    for seed in 0..10 {
+        assert!(run(seed, false) == run(seed, true), "seed {seed}");
+    }
+}
