@@ -40,6 +40,8 @@ use styx_storage::{DataDir, Error};
 const COMPACT_AFTER_FILES: usize = 8;
 /// How often shard 0 looks for a snapshot to commit.
 const COMMIT_POLL: Duration = Duration::from_millis(5);
+/// How often the committer looks when no snapshot file is being written.
+const COMMIT_POLL_IDLE: Duration = Duration::from_millis(50);
 /// In a cluster node's data directory: the newest snapshot it knew every
 /// node had completed (8 bytes little-endian, then their crc32c).
 const COMPLETE_FILE: &str = "cluster-complete";
@@ -340,7 +342,7 @@ pub(crate) struct ShardDurable {
     /// On the node's first shard: the committer task and its stop flag.
     /// Stopping waits for a commit in progress (its blocking thread must
     /// hand its result to a live executor).
-    committer: Option<(glommio::Task<()>, Rc<std::cell::Cell<bool>>)>,
+    committer: Option<(glommio::Task<()>, Rc<Stop>)>,
 }
 
 struct LogState {
@@ -428,7 +430,7 @@ impl ShardDurable {
         ))
         .detach();
         let committer = (id == durable.shards.start).then(|| {
-            let stop = Rc::new(std::cell::Cell::new(false));
+            let stop = Rc::new(Stop::default());
             (
                 glommio::spawn_local(committer_task(durable.clone(), stop.clone())),
                 stop,
@@ -519,7 +521,7 @@ impl ShardDurable {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
         if let Some((task, stop)) = self.committer {
-            stop.set(true);
+            stop.set();
             task.await;
         }
     }
@@ -590,10 +592,43 @@ async fn log_task(
 /// epoch, tells the cluster, and removes what no snapshot the cluster may
 /// still roll back to needs (logs before it, older files); compacts long
 /// chains.
-async fn committer_task(durable: Arc<Durable>, stop: Rc<std::cell::Cell<bool>>) {
+/// Tells the committer to finish; wakes it from its sleep.
+#[derive(Default)]
+struct Stop {
+    set: std::cell::Cell<bool>,
+    waker: RefCell<Option<Waker>>,
+}
+
+impl Stop {
+    fn set(&self) {
+        self.set.set(true);
+        if let Some(w) = self.waker.borrow_mut().take() {
+            w.wake();
+        }
+    }
+
+    fn get(&self) -> bool {
+        self.set.get()
+    }
+
+    /// Sleeps `d`, or less if told to stop.
+    async fn sleep(&self, d: Duration) {
+        let stopped = futures_lite::future::poll_fn(|cx| {
+            if self.set.get() {
+                return std::task::Poll::Ready(());
+            }
+            *self.waker.borrow_mut() = Some(cx.waker().clone());
+            std::task::Poll::Pending
+        });
+        futures_lite::future::or(stopped, glommio::timer::sleep(d)).await;
+    }
+}
+
+async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>) {
     let first = durable.shards.start;
     loop {
-        glommio::timer::sleep(COMMIT_POLL).await;
+        let writing = !durable.committer.lock().expect("committer lock").files.is_empty();
+        stop.sleep(if writing { COMMIT_POLL } else { COMMIT_POLL_IDLE }).await;
         if stop.get() {
             return;
         }
