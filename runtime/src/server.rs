@@ -8,10 +8,16 @@
 //! the loop's [`TcpFrontend`] submits them to the shard and routes replies
 //! back to each connection's outgoing queue.
 //!
-//! Limits hold per connection (in-flight requests: the reader stops reading
-//! when a connection has `in_flight_max` answers outstanding, so one slow or
-//! stalled client only ever stalls itself) and per server (connections). A
-//! framing error closes only its connection, after an ERROR frame.
+//! Limits hold per connection and per server (connections). A connection
+//! owes at most `in_flight_max` answers at a time: a frame counts from the
+//! moment it is decoded until its answer has been written to the socket
+//! (requests at the shard, answers queued, answers being written). At the
+//! limit the reader decodes nothing more and so reads nothing more: the
+//! socket's receive buffer fills and TCP stops the client, and one slow or
+//! stalled client only ever stalls itself. A connection's memory is thus
+//! bounded by its limits: one read chunk, one partial frame
+//! (`frame_len_max`), `in_flight_max` answers, one write chunk. A framing
+//! error closes only its connection, after an ERROR frame.
 
 use crate::Frontend;
 use crate::metrics::{Metrics, ShardMetrics};
@@ -31,6 +37,9 @@ use styx_net::{Body, Decoder, ErrorCode, Frame, Limits, error_frame};
 
 /// Bytes a connection reads from its socket at a time.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Bytes of encoded answers a connection hands its socket at a time (more
+/// when one answer is larger).
+const WRITE_CHUNK_BYTES: usize = 64 << 10;
 /// A connection that sends nothing for this long before HELLO is closed.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -67,7 +76,10 @@ struct Inbound {
 /// One connection's side of the hub.
 #[derive(Default)]
 struct Conn {
+    /// Answers waiting for the writer.
     out: VecDeque<Frame>,
+    /// Answers the writer took from `out` and has not written yet.
+    writing: usize,
     writer: Option<Waker>,
     reader: Option<Waker>,
     /// Requests sent to the shard and not answered yet.
@@ -77,6 +89,14 @@ struct Conn {
     /// Close after the queued frames are written.
     closing: bool,
     closed: bool,
+}
+
+impl Conn {
+    /// Frames read whose answers have not left through the socket: what
+    /// `in_flight_max` bounds.
+    fn owed(&self) -> usize {
+        self.in_flight + self.out.len() + self.writing
+    }
 }
 
 /// Where connection tasks and the shard loop meet (one per shard).
@@ -232,14 +252,14 @@ impl Frontend for TcpFrontend {
     }
 }
 
-/// A request of `conn` was answered: one more may come in.
+/// A request of `conn` was answered by the shard: its correlation id is
+/// free again (its answer still counts against `in_flight_max` until it is
+/// written, see `owed`).
 fn finish_request(hub: &mut Hub, conn: u64, corr: u32) {
     if let Some(c) = hub.conns.get_mut(&conn) {
+        assert!(c.in_flight > 0, "an answer to a request not in flight");
         c.in_flight -= 1;
         c.corrs.remove(&corr);
-        if let Some(w) = c.reader.take() {
-            w.wake();
-        }
     }
 }
 
@@ -270,8 +290,11 @@ async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<S
         };
         let (hub, shared, m) = (hub.clone(), shared.clone(), m.clone());
         glommio::spawn_local(async move {
-            serve(id, stream, hub.clone(), shared.clone()).await;
-            hub.borrow_mut().conns.remove(&id);
+            serve(id, stream, hub.clone(), shared.clone(), m.clone()).await;
+            if let Some(c) = hub.borrow_mut().conns.remove(&id) {
+                // Answers never written (the connection died) are owed no more.
+                m.frames_owed.fetch_sub(c.owed() as u64, Relaxed);
+            }
             shared.connections.fetch_sub(1, Relaxed);
             m.connections.fetch_sub(1, Relaxed);
         })
@@ -294,10 +317,10 @@ async fn refuse(mut stream: TcpStream) {
 }
 
 /// Runs one connection until it closes.
-async fn serve(id: u64, stream: TcpStream, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>) {
+async fn serve(id: u64, stream: TcpStream, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>, m: Arc<ShardMetrics>) {
     let (reader, writer) = futures_lite::io::split(stream);
-    let write_task = glommio::spawn_local(write_loop(id, writer, hub.clone()));
-    read_loop(id, reader, &hub, &shared).await;
+    let write_task = glommio::spawn_local(write_loop(id, writer, hub.clone(), m.clone()));
+    read_loop(id, reader, &hub, &shared, &m).await;
     {
         let mut h = hub.borrow_mut();
         if let Some(c) = h.conns.get_mut(&id) {
@@ -315,18 +338,23 @@ async fn read_loop(
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
     hub: &Rc<RefCell<Hub>>,
     shared: &Arc<ServerShared>,
+    metrics: &ShardMetrics,
 ) {
     let mut decoder = Decoder::new(shared.limits.frame_len_max);
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    // Bytes read and not decoded yet: `buf[start..end]`.
+    let (mut start, mut end) = (0, 0);
     let mut welcomed = false;
     loop {
-        // Back-pressure: with `in_flight_max` outstanding, read nothing more.
+        // Back-pressure: with `in_flight_max` answers owed, decode (and
+        // read) nothing more until one has been written. Every frame gets
+        // at most one answer, so one frame at a time keeps the bound exact.
         futures_lite::future::poll_fn(|cx| {
             let mut h = hub.borrow_mut();
             let Some(c) = h.conns.get_mut(&id) else {
                 return Poll::Ready(());
             };
-            if c.in_flight < shared.limits.in_flight_max || c.closing {
+            if c.owed() < shared.limits.in_flight_max || c.closing {
                 Poll::Ready(())
             } else {
                 c.reader = Some(cx.waker().clone());
@@ -337,38 +365,55 @@ async fn read_loop(
         if hub.borrow().conns.get(&id).is_none_or(|c| c.closing) {
             return;
         }
-        let read = if welcomed {
-            reader.read(&mut buf).await
-        } else {
-            let timeout = async {
-                glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
-                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO"))
+        if start == end {
+            let read = if welcomed {
+                reader.read(&mut buf).await
+            } else {
+                let timeout = async {
+                    glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
+                    Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO"))
+                };
+                futures_lite::future::or(reader.read(&mut buf), timeout).await
             };
-            futures_lite::future::or(reader.read(&mut buf), timeout).await
-        };
-        let n = match read {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let mut input = &buf[..n];
-        while let Some(decoded) = decoder.decode(&mut input) {
-            let frame = match decoded {
-                Ok(f) => f,
-                Err(e) => {
-                    let fatal = e.is_fatal();
-                    let mut h = hub.borrow_mut();
-                    h.push_out(id, e.to_frame());
-                    if fatal {
-                        close(&mut h, id);
-                        return;
-                    }
-                    continue;
-                }
-            };
-            if !handle(id, frame, &mut welcomed, hub, shared) {
-                close(&mut hub.borrow_mut(), id);
-                return;
+            match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => (start, end) = (0, n),
             }
+        }
+        let mut input = &buf[start..end];
+        let decoded = decoder.decode(&mut input);
+        start = end - input.len();
+        let Some(decoded) = decoded else {
+            // The chunk ended inside a frame; the decoder keeps its part.
+            assert_eq!(start, end, "the decoder takes all input before asking for more");
+            continue;
+        };
+        // Every frame read gets exactly one answer (an ERROR at worst):
+        // owed from now until the writer has written it.
+        metrics.frames_owed.fetch_add(1, Relaxed);
+        let frame = match decoded {
+            Ok(f) => f,
+            Err(e) => {
+                let fatal = e.is_fatal();
+                let mut h = hub.borrow_mut();
+                h.push_out(id, e.to_frame());
+                if fatal {
+                    close(&mut h, id);
+                    return;
+                }
+                continue;
+            }
+        };
+        if !handle(id, frame, &mut welcomed, hub, shared) {
+            close(&mut hub.borrow_mut(), id);
+            return;
+        }
+        if let Some(c) = hub.borrow().conns.get(&id) {
+            assert!(
+                c.owed() <= shared.limits.in_flight_max,
+                "connection {id} owes {} answers, over in_flight_max",
+                c.owed()
+            );
         }
     }
 }
@@ -581,13 +626,18 @@ fn status(shared: &ServerShared) -> Status {
         aborted_per_s: (aborted as f64 / secs) as u64,
         epochs_per_s: (epochs as f64 / secs) as u64,
         connections: shared.connections.load(Relaxed) as u32,
-        in_flight: m.total(|s| &s.pending) as u32,
+        in_flight: m.total(|s| &s.frames_owed) as u32,
     }
 }
 
-async fn write_loop(id: u64, mut writer: futures_lite::io::WriteHalf<TcpStream>, hub: Rc<RefCell<Hub>>) {
-    let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
-    loop {
+async fn write_loop(
+    id: u64,
+    mut writer: futures_lite::io::WriteHalf<TcpStream>,
+    hub: Rc<RefCell<Hub>>,
+    metrics: Arc<ShardMetrics>,
+) {
+    let mut buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
+    'connection: loop {
         let (frames, closing) = futures_lite::future::poll_fn(|cx| {
             let mut h = hub.borrow_mut();
             let Some(c) = h.conns.get_mut(&id) else {
@@ -597,18 +647,41 @@ async fn write_loop(id: u64, mut writer: futures_lite::io::WriteHalf<TcpStream>,
                 c.writer = Some(cx.waker().clone());
                 return Poll::Pending;
             }
-            Poll::Ready((c.out.drain(..).collect::<Vec<_>>(), c.closing))
+            let frames = c.out.drain(..).collect::<Vec<_>>();
+            c.writing += frames.len();
+            Poll::Ready((frames, c.closing))
         })
         .await;
-        buf.clear();
-        for f in &frames {
-            if let Err(e) = styx_net::encode(f, &mut buf) {
-                // Only a result over the limits can fail here: say so.
-                let _ = styx_net::encode(&error_frame(f.corr, ErrorCode::INTERNAL, &e.to_string()), &mut buf);
+        // Encoded and written a chunk at a time: the answers stay owed (and
+        // the reader held back) until the socket has taken them.
+        let mut frames = frames.into_iter().peekable();
+        while frames.peek().is_some() {
+            buf.clear();
+            let mut n = 0;
+            while buf.len() < WRITE_CHUNK_BYTES
+                && let Some(f) = frames.next()
+            {
+                if let Err(e) = styx_net::encode(&f, &mut buf) {
+                    // Only a result over the limits can fail here: say so.
+                    let _ = styx_net::encode(&error_frame(f.corr, ErrorCode::INTERNAL, &e.to_string()), &mut buf);
+                }
+                n += 1;
             }
-        }
-        if !buf.is_empty() && (writer.write_all(&buf).await.is_err() || writer.flush().await.is_err()) {
-            break;
+            if writer.write_all(&buf).await.is_err() || writer.flush().await.is_err() {
+                break 'connection;
+            }
+            if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
+                assert!(c.writing >= n, "wrote more answers than were taken");
+                c.writing -= n;
+                metrics.frames_owed.fetch_sub(n as u64, Relaxed);
+                if let Some(w) = c.reader.take() {
+                    w.wake();
+                }
+            }
+            if buf.capacity() > 2 * WRITE_CHUNK_BYTES {
+                // A large answer went out: do not keep its buffer.
+                buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
+            }
         }
         if closing {
             break;

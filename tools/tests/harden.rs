@@ -1,0 +1,215 @@
+//! `styxd` under the ways a new user or an outside client tries it (issue
+//! 10): limits that hold, safe start-up and shutdown, honest figures, logs
+//! fit for a file.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use styx_engine::{Key, Outcome, Payload};
+use styx_net::{Body, Frame, Status};
+
+fn styxd() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_styxd"))
+}
+
+/// A daemon started with its stderr captured.
+struct Piped {
+    child: Child,
+    addr: String,
+}
+
+impl Piped {
+    /// Starts `styxd ARGS` and waits for its "listening" line.
+    fn start(args: &[&str]) -> Piped {
+        let mut child = Command::new(styxd())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("styxd starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        if !line.starts_with("styxd listening on ") {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "unexpected first line {line:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let addr = line.split_whitespace().nth(3).unwrap().to_string();
+        Piped { child, addr }
+    }
+
+    /// SIGTERM; the exit status and everything written to stderr.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        // SAFETY: kill(2) with the child's own pid and a valid signal.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let mut stderr = String::new();
+        self.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        let status = wait(&mut self.child, Duration::from_secs(20));
+        (status, stderr)
+    }
+}
+
+impl Drop for Piped {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "styxd did not exit within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `styxd ARGS` that must fail to start: its exit code and stderr.
+fn refused(args: &[&str]) -> (i32, String) {
+    let mut child = Command::new(styxd())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("styxd starts");
+    let status = wait(&mut child, Duration::from_secs(20));
+    let mut stdout = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(!stdout.contains("listening"), "it served: {stdout}");
+    (status.code().unwrap_or(-1), stderr)
+}
+
+fn status(c: &mut Conn) -> Status {
+    let corr = c.send(Body::Status);
+    loop {
+        let f = c.recv().expect("STATUS answered");
+        if f.corr == corr {
+            let Body::StatusReply(s) = f.body else { panic!("{f:?}") };
+            return s;
+        }
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = text.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// User plus system CPU time of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the parenthesised name: state is the 3rd field overall.
+    let rest = &text[text.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+fn http(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn a_client_that_never_reads_is_held_at_its_in_flight_limit() {
+    let dir = data_dir("harden-in-flight");
+    let limit = 1024;
+    let d = Daemon::start(
+        styxd(),
+        &dir,
+        &[
+            "--shards",
+            "1",
+            "--fsync",
+            "none",
+            "--in-flight-max",
+            &limit.to_string(),
+        ],
+    );
+    let pid = d.child.id();
+    let mut flood = d.connect();
+    let n = 1_000_000u32;
+    let mut wire = Vec::with_capacity(n as usize * 40);
+    for i in 0..n {
+        let f = Frame {
+            corr: 100 + i,
+            body: Body::Get {
+                operator: "account".into(),
+                key: Key::from(u64::from(i % 1000)),
+            },
+        };
+        styx_net::encode(&f, &mut wire).unwrap();
+    }
+    let total = wire.len();
+    let rss_before = rss_kib(pid);
+    let written = Arc::new(AtomicUsize::new(0));
+    let mut out = flood.stream.try_clone().unwrap();
+    let progress = written.clone();
+    let writer = std::thread::spawn(move || {
+        for chunk in wire.chunks(64 << 10) {
+            out.write_all(chunk).unwrap();
+            progress.fetch_add(chunk.len(), Ordering::Relaxed);
+        }
+    });
+    // Nobody reads the answers: the daemon must stop reading the flood
+    // once it owes `limit` of them (the client's writes then block).
+    let mut watcher = d.connect();
+    let mut in_flight_max = 0;
+    let (mut last, mut last_change) = (0, Instant::now());
+    let began = Instant::now();
+    while last_change.elapsed() < Duration::from_millis(1500) && began.elapsed() < Duration::from_secs(60) {
+        in_flight_max = in_flight_max.max(status(&mut watcher).in_flight);
+        let now = written.load(Ordering::Relaxed);
+        if now != last {
+            (last, last_change) = (now, Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let rss_growth_mib = rss_kib(pid).saturating_sub(rss_before) / 1024;
+    eprintln!(
+        "written {} of {} MiB; in flight at most {in_flight_max}; RSS grew {rss_growth_mib} MiB",
+        last >> 20,
+        total >> 20
+    );
+    // The flood's answers owed, and the watcher's own STATUS.
+    assert!(in_flight_max > 0);
+    assert!(
+        in_flight_max as usize <= limit + 1,
+        "{in_flight_max} in flight, over {limit}"
+    );
+    assert!(
+        rss_growth_mib < 40,
+        "the daemon grew {rss_growth_mib} MiB holding answers nobody reads"
+    );
+    // Reading drains everything, each GET answered once.
+    let mut seen = vec![false; n as usize];
+    for _ in 0..n {
+        let f = flood.recv().expect("an answer");
+        assert!(matches!(f.body, Body::State { value: None }), "{f:?}");
+        let i = (f.corr - 100) as usize;
+        assert!(!std::mem::replace(&mut seen[i], true), "corr {} answered twice", f.corr);
+    }
+    writer.join().unwrap();
+    assert_eq!(status(&mut watcher).in_flight, 1, "only the STATUS asking");
+}
