@@ -374,6 +374,9 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
     let started = Instant::now();
     let listen = resolve(&settings.listen)?;
     let metrics_addr = settings.metrics.as_deref().map(resolve).transpose()?;
+    let mut addrs = vec![("--listen", listen)];
+    addrs.extend(metrics_addr.map(|a| ("--metrics", a)));
+    let _claim = crate::claim::claim(&addrs, &settings.data_dir)?;
     let (spec, node) = match &settings.cluster {
         Some((spec, node)) => (spec.clone(), *node),
         None => (Spec::single(settings.shards, listen), 0),

@@ -213,3 +213,44 @@ fn a_client_that_never_reads_is_held_at_its_in_flight_limit() {
     writer.join().unwrap();
     assert_eq!(status(&mut watcher).in_flight, 1, "only the STATUS asking");
 }
+
+#[test]
+fn a_second_daemon_on_an_occupied_port_refuses_to_start() {
+    let first = Daemon::start(styxd(), &data_dir("harden-port-first"), &["--shards", "1"]);
+    let second_dir = data_dir("harden-port-second");
+    let (code, stderr) = refused(&[
+        "--data-dir",
+        second_dir.to_str().unwrap(),
+        "--listen",
+        &first.addr,
+        "--metrics",
+        "off",
+        "--shards",
+        "1",
+    ]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains(&first.addr), "{stderr}");
+    assert!(stderr.contains("another styxd serves this address"), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", first.child.id())), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // The first daemon still serves alone.
+    let mut c = first.connect();
+    let f = c.call(0, 0, "account", "deposit", Key::from(1u64), Payload::encode(&5i64));
+    assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+
+    // Any other process on the port: named from /proc.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = other.local_addr().unwrap().to_string();
+    let (code, stderr) = refused(&[
+        "--data-dir",
+        second_dir.to_str().unwrap(),
+        "--listen",
+        &addr,
+        "--metrics",
+        "off",
+    ]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains("another process already listens"), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", std::process::id())), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
