@@ -72,6 +72,8 @@ pub enum Error {
     Shard { shard: usize, message: String },
     #[error("{0} shards requested; between 1 and {max} are supported", max = styx_engine::SHARDS_MAX)]
     Shards(usize),
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen { addr: std::net::SocketAddr, reason: String },
 }
 
 /// How to run the shards.

@@ -27,10 +27,10 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use styx_engine::{App, Reply, Shard, Token};
 use styx_net::frame::{Status, Welcome};
 use styx_net::{Body, Decoder, ErrorCode, Frame, Limits, error_frame};
@@ -42,6 +42,19 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 const WRITE_CHUNK_BYTES: usize = 64 << 10;
 /// A connection that sends nothing for this long before HELLO is closed.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed accept (out of file descriptors, say) a listener waits
+/// this long before the next: the failure usually lasts, and retrying at
+/// once would spin a core.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+/// A listener whose accepts keep failing says so at most this often.
+const ACCEPT_WARN_INTERVAL: Duration = Duration::from_secs(1);
+/// HTTP connections (`/metrics`, `/health`) served at once; one more is
+/// answered 503 and closed.
+pub const HTTP_CONNECTIONS_MAX: usize = 64;
+/// An HTTP client has this long to send its request head.
+pub const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes of an HTTP request head read at most.
+const HTTP_HEAD_LEN_MAX: usize = 4096;
 
 /// What the server of every shard shares.
 pub struct ServerShared {
@@ -62,6 +75,23 @@ pub struct ServerShared {
     pub first_shard: styx_engine::ShardId,
     /// What MAP answers: the cluster's nodes and the operators' partitions.
     pub map: styx_net::Map,
+    /// Why serving stopped before it began (a listener could not start):
+    /// set by [`ServerShared::fail`].
+    pub failure: Mutex<Option<String>>,
+}
+
+impl ServerShared {
+    /// Stops the server for `reason` (the first reason given is kept): every
+    /// shard's frontend drains and the run ends; the daemon reports it.
+    pub fn fail(&self, reason: String) {
+        self.failure.lock().expect("failure lock").get_or_insert(reason);
+        self.shutdown.store(true, Relaxed);
+    }
+
+    /// Why the server stopped, if it failed.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().expect("failure lock").clone()
+    }
 }
 
 /// A request on its way from a connection to the shard.
@@ -136,38 +166,64 @@ pub struct TcpFrontend {
 }
 
 impl TcpFrontend {
-    /// Starts the shard's listener (and, on shard 0, the HTTP endpoint) and
-    /// returns the frontend for the shard loop. `listen` must name a real
-    /// port (shard 0 resolves port 0 before the others bind).
+    /// Starts the shard's listener (and, given `http`, the HTTP endpoint)
+    /// and returns the frontend for the shard loop. `listen` must name a real
+    /// port (the daemon resolves port 0 before the shards bind). A listener
+    /// that cannot bind is an error; the caller then stops the server with
+    /// [`ServerShared::fail`] and runs the shard with [`TcpFrontend::idle`].
     pub fn start(
         shard: &Shard,
         shared: Arc<ServerShared>,
         listen: SocketAddr,
         http: Option<SocketAddr>,
-    ) -> TcpFrontend {
-        let hub = Rc::new(RefCell::new(Hub::default()));
-        let listener = TcpListener::bind(listen).unwrap_or_else(|e| panic!("cannot listen on {listen}: {e}"));
-        let metrics = shared.metrics.shards[usize::from(shard.id() - shared.first_shard)].clone();
-        let mut listeners = vec![glommio::spawn_local(accept_loop(
+    ) -> Result<TcpFrontend, crate::Error> {
+        let bind = |addr: SocketAddr| {
+            TcpListener::bind(addr).map_err(|e| crate::Error::Listen {
+                addr,
+                reason: std::io::Error::from(e).to_string(),
+            })
+        };
+        let listener = bind(listen)?;
+        let http = http.map(bind).transpose()?;
+        let mut frontend = TcpFrontend::idle(shard, shared.clone());
+        frontend.listeners.push(glommio::spawn_local(accept_loop(
             listener,
-            hub.clone(),
+            frontend.hub.clone(),
             shared.clone(),
-            metrics.clone(),
-        ))];
-        if let Some(addr) = http {
-            let l = TcpListener::bind(addr).unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
-            listeners.push(glommio::spawn_local(http_loop(l, shared.clone())));
+            frontend.metrics.clone(),
+        )));
+        if let Some(l) = http {
+            frontend
+                .listeners
+                .push(glommio::spawn_local(http_loop(l, shared.clone())));
         }
+        Ok(frontend)
+    }
+
+    /// A frontend that listens nowhere: for a shard whose listener could
+    /// not start, so that it can take part in the run until it stops.
+    pub fn idle(shard: &Shard, shared: Arc<ServerShared>) -> TcpFrontend {
+        let metrics = shared.metrics.shards[usize::from(shard.id() - shared.first_shard)].clone();
         TcpFrontend {
-            hub,
+            hub: Rc::new(RefCell::new(Hub::default())),
             shared,
             tokens: HashMap::new(),
             next_token: 1,
             metrics,
             serving: false,
-            listeners,
+            listeners: Vec::new(),
         }
     }
+}
+
+/// Waits after a failed accept, saying so at most every
+/// `ACCEPT_WARN_INTERVAL`.
+async fn accept_failed(what: &str, e: &dyn std::fmt::Display, warned: &mut Option<Instant>) {
+    if warned.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_INTERVAL) {
+        tracing::warn!(error = %e, "{what}: accept failed; retrying every {ACCEPT_RETRY:?}");
+        *warned = Some(Instant::now());
+    }
+    glommio::timer::sleep(ACCEPT_RETRY).await;
 }
 
 impl Frontend for TcpFrontend {
@@ -264,12 +320,12 @@ fn finish_request(hub: &mut Hub, conn: u64, corr: u32) {
 }
 
 async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>, m: Arc<ShardMetrics>) {
+    let mut warned = None;
     loop {
         let stream = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                accept_failed("client listener", &e, &mut warned).await;
                 continue;
             }
         };
@@ -698,46 +754,79 @@ async fn write_loop(
 }
 
 /// A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text) and
-/// `GET /health`.
+/// `GET /health`. At most `HTTP_CONNECTIONS_MAX` connections at once, each
+/// given `HTTP_REQUEST_TIMEOUT` to send its request head.
 async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
+    let open = Rc::new(std::cell::Cell::new(0usize));
+    let mut warned = None;
     loop {
-        let Ok(mut stream) = listener.accept().await else {
-            continue;
-        };
-        let shared = shared.clone();
-        glommio::spawn_local(async move {
-            let mut buf = vec![0u8; 4096];
-            let mut len = 0;
-            // Read the request head (bounded).
-            while len < buf.len() {
-                match stream.read(&mut buf[len..]).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => len += n,
-                }
-                if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
+        let mut stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                accept_failed("HTTP listener", &e, &mut warned).await;
+                continue;
             }
-            let head = String::from_utf8_lossy(&buf[..len]);
-            let path = head.split_whitespace().nth(1).unwrap_or("");
-            let (status, body, kind) = match path {
-                "/metrics" => ("200 OK", shared.metrics.render(), "text/plain; version=0.0.4"),
-                "/health" if shared.shutdown.load(Relaxed) => {
-                    ("503 Service Unavailable", "stopping\n".into(), "text/plain")
-                }
-                "/health" if shared.recovering.load(Relaxed) > 0 => {
-                    ("503 Service Unavailable", "recovering\n".into(), "text/plain")
-                }
-                "/health" => ("200 OK", "ok\n".into(), "text/plain"),
-                _ => ("404 Not Found", "try /metrics or /health\n".into(), "text/plain"),
+        };
+        if open.get() >= HTTP_CONNECTIONS_MAX {
+            glommio::spawn_local(async move {
+                let _ = stream
+                    .write_all(&http_response("503 Service Unavailable", "text/plain", "busy\n"))
+                    .await;
+                let _ = stream.close().await;
+            })
+            .detach();
+            continue;
+        }
+        open.set(open.get() + 1);
+        let (shared, open) = (shared.clone(), open.clone());
+        glommio::spawn_local(async move {
+            let timeout = async {
+                glommio::timer::sleep(HTTP_REQUEST_TIMEOUT).await;
+                None
             };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
+            if let Some(head) = futures_lite::future::or(read_head(&mut stream), timeout).await {
+                let path = head.split_whitespace().nth(1).unwrap_or("");
+                let (status, body, kind) = match path {
+                    "/metrics" => ("200 OK", shared.metrics.render(), "text/plain; version=0.0.4"),
+                    "/health" if shared.shutdown.load(Relaxed) => {
+                        ("503 Service Unavailable", "stopping\n".into(), "text/plain")
+                    }
+                    "/health" if shared.recovering.load(Relaxed) > 0 => {
+                        ("503 Service Unavailable", "recovering\n".into(), "text/plain")
+                    }
+                    "/health" => ("200 OK", "ok\n".into(), "text/plain"),
+                    _ => ("404 Not Found", "try /metrics or /health\n".into(), "text/plain"),
+                };
+                let _ = stream.write_all(&http_response(status, kind, &body)).await;
+            }
             let _ = stream.close().await;
+            open.set(open.get() - 1);
         })
         .detach();
     }
+}
+
+/// Reads an HTTP request head (at most `HTTP_HEAD_LEN_MAX` bytes); `None`
+/// if the connection ends first.
+async fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut buf = vec![0u8; HTTP_HEAD_LEN_MAX];
+    let mut len = 0;
+    while len < buf.len() {
+        match stream.read(&mut buf[len..]).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => len += n,
+        }
+        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    Some(String::from_utf8_lossy(&buf[..len]).into_owned())
+}
+
+fn http_response(status: &str, kind: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }

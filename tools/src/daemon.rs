@@ -455,6 +455,7 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
             server_name: format!("styxd {} ({})", env!("CARGO_PKG_VERSION"), app.name()),
             first_shard: local.start,
             map: partition_map(&spec, node, &app),
+            failure: Default::default(),
         });
         let engine = Config {
             epoch_txns_max: settings.epoch_txns_max,
@@ -493,14 +494,26 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
         }
         tracing::info!(%listen, shards = n_local, round, "serving");
         let first = local.start;
+        let server = shared.clone();
         styx_runtime::run(app.clone(), opts, move |shard| {
             let http = if shard.id() == first { metrics_addr } else { None };
-            let frontend = TcpFrontend::start(shard, shared.clone(), listen, http);
-            ready.fetch_add(1, Ordering::AcqRel);
-            frontend
+            match TcpFrontend::start(shard, shared.clone(), listen, http) {
+                Ok(frontend) => {
+                    ready.fetch_add(1, Ordering::AcqRel);
+                    frontend
+                }
+                Err(e) => {
+                    // Every shard stops; the daemon reports why.
+                    shared.fail(e.to_string());
+                    TcpFrontend::idle(shard, shared.clone())
+                }
+            }
         })
         .map_err(|e| e.to_string())?;
         run.close();
+        if let Some(reason) = server.failure() {
+            return Err(reason);
+        }
         if shutdown.load(Ordering::Relaxed) {
             break;
         }

@@ -254,3 +254,113 @@ fn a_second_daemon_on_an_occupied_port_refuses_to_start() {
     assert!(stderr.contains(&format!("pid {}", std::process::id())), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn an_address_that_cannot_be_bound_is_an_error_not_a_panic() {
+    let dir = data_dir("harden-bind");
+    // 192.0.2.0/24 is reserved for documentation: never a local address.
+    for (listen, metrics) in [("192.0.2.1:7400", "off"), ("127.0.0.1:0", "192.0.2.1:7401")] {
+        let (code, stderr) = refused(&[
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--listen",
+            listen,
+            "--metrics",
+            metrics,
+        ]);
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stderr.contains("192.0.2.1"), "{stderr}");
+        assert!(stderr.contains("cannot listen"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn the_metrics_endpoint_caps_its_connections_and_closes_idle_ones() {
+    let d = Daemon::start(styxd(), &data_dir("harden-http"), &["--shards", "1"]);
+    let metrics = d.metrics.clone().unwrap();
+    let idle: Vec<TcpStream> = (0..styx_runtime::server::HTTP_CONNECTIONS_MAX)
+        .map(|_| TcpStream::connect(&metrics).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let began = Instant::now();
+    let busy = http(&metrics, "/health");
+    assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
+    assert!(began.elapsed() < Duration::from_secs(2));
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(http(&metrics, "/health").starts_with("HTTP/1.1 200"));
+    // A connection that never sends its request is closed in time.
+    let mut silent = TcpStream::connect(&metrics).unwrap();
+    let limit = styx_runtime::server::HTTP_REQUEST_TIMEOUT + Duration::from_secs(3);
+    silent.set_read_timeout(Some(limit)).unwrap();
+    let began = Instant::now();
+    let mut buf = [0u8; 16];
+    assert_eq!(silent.read(&mut buf).expect("closed by the server, not timed out"), 0);
+    assert!(began.elapsed() < limit);
+}
+
+#[test]
+fn failing_accepts_on_the_metrics_endpoint_do_not_spin() {
+    // A daemon with few file descriptors left: once they are used up by
+    // idle HTTP clients, every accept fails (EMFILE) until one closes.
+    let probe = Daemon::start(
+        styxd(),
+        &data_dir("harden-emfile-probe"),
+        &["--shards", "1", "--snapshot-interval-ms", "0"],
+    );
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", probe.child.id()))
+        .unwrap()
+        .count() as u64;
+    drop(probe);
+    let dir = data_dir("harden-emfile");
+    let limit = fds + 6;
+    let mut cmd = Command::new(styxd());
+    cmd.args(["--data-dir", dir.to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log", "error"])
+        .args(["--shards", "1", "--snapshot-interval-ms", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            let r = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("styxd listening on "), "{line:?}");
+    let metrics = line
+        .split("(metrics ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string();
+    let pid = child.id();
+    let _idle: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(&metrics).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (before, began) = (cpu_ticks(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let ticks_per_s = (cpu_ticks(pid) - before) as f64 / began.elapsed().as_secs_f64();
+    let hz = 100.0; // USER_HZ on Linux.
+    eprintln!(
+        "{fds} fds at rest; CPU {:.0}% while accepts fail",
+        ticks_per_s / hz * 100.0
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(ticks_per_s < 0.5 * hz, "{:.0}% CPU", ticks_per_s / hz * 100.0);
+}
