@@ -364,3 +364,18 @@ fn failing_accepts_on_the_metrics_endpoint_do_not_spin() {
     let _ = child.wait();
     assert!(ticks_per_s < 0.5 * hz, "{:.0}% CPU", ticks_per_s / hz * 100.0);
 }
+
+#[test]
+fn profiling_a_tpcc_run_reports_every_stage() {
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["bench", "tpcc", "--shards", "2", "--duration", "1", "--warmup", "0"])
+        .args(["--no-serial", "--quiet", "--json", "--in-flight", "4"])
+        .env("STYX_PROFILE", "1")
+        .output()
+        .expect("styx runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("stage busy/idle %"), "{stderr}");
+    assert!(stderr.contains("exec3"), "{stderr}");
+}
