@@ -55,6 +55,12 @@ pub const HTTP_CONNECTIONS_MAX: usize = 64;
 pub const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 /// Bytes of an HTTP request head read at most.
 const HTTP_HEAD_LEN_MAX: usize = 4096;
+/// How often the totals behind STATUS's rates are sampled.
+const RATE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// The window STATUS's rates are taken over.
+const RATE_WINDOW: Duration = Duration::from_secs(1);
+/// Samples kept: one window's worth and the one just before it.
+const RATE_SAMPLES_MAX: usize = (RATE_WINDOW.as_millis() / RATE_SAMPLE_INTERVAL.as_millis()) as usize + 2;
 
 /// What the server of every shard shares.
 pub struct ServerShared {
@@ -78,6 +84,8 @@ pub struct ServerShared {
     /// Why serving stopped before it began (a listener could not start):
     /// set by [`ServerShared::fail`].
     pub failure: Mutex<Option<String>>,
+    /// Recent totals, for STATUS's rates over the last second.
+    pub rates: Rates,
 }
 
 impl ServerShared {
@@ -91,6 +99,75 @@ impl ServerShared {
     /// Why the server stopped, if it failed.
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().expect("failure lock").clone()
+    }
+}
+
+/// Totals at one moment: what a rate is the difference of.
+#[derive(Clone, Copy, Debug)]
+struct Totals {
+    at: Instant,
+    committed: u64,
+    aborted: u64,
+    epochs: u64,
+}
+
+impl Totals {
+    fn now(m: &Metrics) -> Totals {
+        Totals {
+            at: Instant::now(),
+            committed: m.total(|s| &s.committed),
+            aborted: m.total(|s| &s.aborted),
+            epochs: m.shards.iter().map(|s| s.epochs.load(Relaxed)).max().unwrap_or(0),
+        }
+    }
+}
+
+/// Totals sampled every `RATE_SAMPLE_INTERVAL` (by a task on the node's
+/// first shard), so that STATUS reports rates over the last second rather
+/// than averages since the start.
+#[derive(Debug)]
+pub struct Rates {
+    samples: Mutex<VecDeque<Totals>>,
+}
+
+impl Rates {
+    /// Starts from the totals `metrics` holds now (they outlive a cluster
+    /// round; the rates start over with the round).
+    pub fn new(metrics: &Metrics) -> Rates {
+        Rates {
+            samples: Mutex::new(VecDeque::from([Totals::now(metrics)])),
+        }
+    }
+
+    fn sample(&self, metrics: &Metrics) {
+        let now = Totals::now(metrics);
+        let mut s = self.samples.lock().expect("rates lock");
+        // Keep exactly one sample a window old or older: the rates' base.
+        while s.len() >= 2 && now.at.duration_since(s[1].at) >= RATE_WINDOW {
+            s.pop_front();
+        }
+        s.push_back(now);
+        assert!(s.len() <= RATE_SAMPLES_MAX, "{} rate samples", s.len());
+    }
+
+    /// Commits, aborts and epochs per second since the newest sample at
+    /// least a window old (since the start while the server is younger).
+    fn per_second(&self, now: &Totals) -> (u64, u64, u64) {
+        let s = self.samples.lock().expect("rates lock");
+        let base = s
+            .iter()
+            .rev()
+            .find(|t| now.at.duration_since(t.at) >= RATE_WINDOW)
+            .or(s.front())
+            .copied()
+            .expect("a first sample");
+        let secs = now.at.duration_since(base.at).as_secs_f64().max(1e-3);
+        let rate = |a: u64, b: u64| (a.saturating_sub(b) as f64 / secs).round() as u64;
+        (
+            rate(now.committed, base.committed),
+            rate(now.aborted, base.aborted),
+            rate(now.epochs, base.epochs),
+        )
     }
 }
 
@@ -166,8 +243,9 @@ pub struct TcpFrontend {
 }
 
 impl TcpFrontend {
-    /// Starts the shard's listener (and, given `http`, the HTTP endpoint)
-    /// and returns the frontend for the shard loop. `listen` must name a real
+    /// Starts the shard's listener (and, given `http`, the HTTP endpoint;
+    /// on the node's first shard, the sampling of STATUS's rates) and
+    /// returns the frontend for the shard loop. `listen` must name a real
     /// port (the daemon resolves port 0 before the shards bind). A listener
     /// that cannot bind is an error; the caller then stops the server with
     /// [`ServerShared::fail`] and runs the shard with [`TcpFrontend::idle`].
@@ -197,6 +275,9 @@ impl TcpFrontend {
                 .listeners
                 .push(glommio::spawn_local(http_loop(l, shared.clone())));
         }
+        if shard.id() == shared.first_shard {
+            frontend.listeners.push(glommio::spawn_local(sample_rates(shared)));
+        }
         Ok(frontend)
     }
 
@@ -213,6 +294,14 @@ impl TcpFrontend {
             serving: false,
             listeners: Vec::new(),
         }
+    }
+}
+
+/// Samples the totals behind STATUS's rates until cancelled.
+async fn sample_rates(shared: Arc<ServerShared>) {
+    loop {
+        glommio::timer::sleep(RATE_SAMPLE_INTERVAL).await;
+        shared.rates.sample(&shared.metrics);
     }
 }
 
@@ -668,19 +757,17 @@ fn wake_loop(h: &mut Hub) {
 fn status(shared: &ServerShared) -> Status {
     let m = &shared.metrics;
     let uptime_ms = shared.started.elapsed().as_millis() as u64;
-    let secs = (uptime_ms as f64 / 1000.0).max(1e-3);
-    let committed = m.total(|s| &s.committed);
-    let aborted = m.total(|s| &s.aborted);
-    let epochs = m.shards.iter().map(|s| s.epochs.load(Relaxed)).max().unwrap_or(0);
+    let now = Totals::now(m);
+    let (committed_per_s, aborted_per_s, epochs_per_s) = shared.rates.per_second(&now);
     Status {
         shards: m.shards.len() as u16,
         epoch: m.shards.iter().map(|s| s.epoch.load(Relaxed)).max().unwrap_or(0),
         uptime_ms,
-        committed,
-        aborted,
-        committed_per_s: (committed as f64 / secs) as u64,
-        aborted_per_s: (aborted as f64 / secs) as u64,
-        epochs_per_s: (epochs as f64 / secs) as u64,
+        committed: now.committed,
+        aborted: now.aborted,
+        committed_per_s,
+        aborted_per_s,
+        epochs_per_s,
         connections: shared.connections.load(Relaxed) as u32,
         in_flight: m.total(|s| &s.frames_owed) as u32,
     }

@@ -456,6 +456,7 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
             first_shard: local.start,
             map: partition_map(&spec, node, &app),
             failure: Default::default(),
+            rates: styx_runtime::server::Rates::new(&metrics),
         });
         let engine = Config {
             epoch_txns_max: settings.epoch_txns_max,

@@ -379,3 +379,36 @@ fn profiling_a_tpcc_run_reports_every_stage() {
     assert!(stderr.contains("stage busy/idle %"), "{stderr}");
     assert!(stderr.contains("exec3"), "{stderr}");
 }
+
+#[test]
+fn status_rates_cover_the_last_second() {
+    let d = Daemon::start(styxd(), &data_dir("harden-rates"), &["--shards", "1"]);
+    let mut c = d.connect();
+    let n = 3000;
+    for k in 0..n {
+        c.send(request(
+            0,
+            0,
+            "account",
+            "deposit",
+            Key::from(k % 100),
+            Payload::encode(&1i64),
+        ));
+    }
+    for _ in 0..n {
+        let f = c.recv().unwrap();
+        assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+    }
+    let busy = status(&mut c);
+    assert!(busy.committed >= n, "{busy:?}");
+    assert!(busy.committed_per_s > 0 && busy.epochs_per_s > 0, "{busy:?}");
+    // Quiet for more than a second: nothing happened in the last one.
+    std::thread::sleep(Duration::from_millis(1500));
+    let quiet = status(&mut c);
+    assert!(quiet.committed >= n, "{quiet:?}");
+    assert_eq!(
+        (quiet.committed_per_s, quiet.aborted_per_s, quiet.epochs_per_s),
+        (0, 0, 0),
+        "{quiet:?}"
+    );
+}
