@@ -412,3 +412,37 @@ fn status_rates_cover_the_last_second() {
         "{quiet:?}"
     );
 }
+
+#[test]
+fn logs_off_a_terminal_have_no_colour_codes_and_json_lines_parse() {
+    for format in ["text", "json"] {
+        let dir = data_dir(&format!("harden-logs-{format}"));
+        let d = Piped::start(&[
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+            "--shards",
+            "1",
+            "--log",
+            "info",
+            "--log-format",
+            format,
+        ]);
+        let mut c = Conn::connect(&d.addr);
+        c.call(0, 0, "account", "deposit", Key::from(1u64), Payload::encode(&1i64));
+        let (status, stderr) = d.stop();
+        assert!(status.success(), "{stderr}");
+        assert!(!stderr.contains('\x1b'), "escape codes in:\n{stderr}");
+        assert!(stderr.contains("serving"), "{stderr}");
+        if format == "json" {
+            for line in stderr.lines() {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: not JSON: {line:?}"));
+                assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+            }
+        }
+    }
+}
