@@ -54,10 +54,14 @@ impl Piped {
     fn stop(mut self) -> (std::process::ExitStatus, String) {
         // SAFETY: kill(2) with the child's own pid and a valid signal.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let mut stderr = String::new();
-        self.child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+        let mut pipe = self.child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut stderr = String::new();
+            pipe.read_to_string(&mut stderr).unwrap();
+            stderr
+        });
         let status = wait(&mut self.child, Duration::from_secs(20));
-        (status, stderr)
+        (status, reader.join().unwrap())
     }
 }
 
@@ -444,5 +448,50 @@ fn logs_off_a_terminal_have_no_colour_codes_and_json_lines_parse() {
                 assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
             }
         }
+    }
+}
+
+#[test]
+fn sigterm_stops_cleanly_every_time() {
+    let dir = data_dir("harden-sigterm");
+    let args: Vec<String> = [
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics",
+        "off",
+        "--shards",
+        "2",
+        "--log",
+        "warn",
+        "--snapshot-interval-ms",
+        "20",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for round in 0..12u64 {
+        let d = Piped::start(&args);
+        let mut c = Conn::connect(&d.addr);
+        for k in 0..200u64 {
+            c.send(request(
+                0,
+                0,
+                "account",
+                "deposit",
+                Key::from(k),
+                Payload::encode(&1i64),
+            ));
+        }
+        for _ in 0..200 {
+            c.recv().unwrap();
+        }
+        // Stop right as snapshots are being written and committed.
+        std::thread::sleep(Duration::from_millis(round * 7 % 40));
+        let (status, stderr) = d.stop();
+        assert!(status.success(), "round {round}: {status}\n{stderr}");
+        assert!(!stderr.contains("panicked"), "round {round}:\n{stderr}");
     }
 }
