@@ -84,6 +84,9 @@ fn probe(what: &str, addr: SocketAddr) -> Result<(), String> {
             drop(listener);
             Ok(())
         }
+        // Connections of a process that died (kill -9) linger in FIN_WAIT
+        // on the port and fail this bind too; only a listener is a claim.
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && listening_inodes(addr.port()).is_empty() => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
             let who = listener_of(addr.port()).map_or(String::new(), |w| format!(" ({w})"));
             Err(format!(
@@ -96,24 +99,7 @@ fn probe(what: &str, addr: SocketAddr) -> Result<(), String> {
 
 /// The process listening on TCP `port`, as "pid N, NAME", if `/proc` shows it.
 fn listener_of(port: u16) -> Option<String> {
-    let mut inodes = Vec::new();
-    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
-        let Ok(text) = std::fs::read_to_string(table) else {
-            continue;
-        };
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
-            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
-                continue;
-            };
-            let listening = *state == "0A";
-            let on_port = local.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port);
-            if listening && on_port && *inode != "0" {
-                inodes.push(format!("socket:[{inode}]"));
-            }
-        }
-    }
+    let inodes = listening_inodes(port);
     if inodes.is_empty() {
         return None;
     }
@@ -135,6 +121,29 @@ fn listener_of(port: u16) -> Option<String> {
         }
     }
     None
+}
+
+/// The sockets listening on TCP `port` (any address), as `socket:[INODE]`.
+fn listening_inodes(port: u16) -> Vec<String> {
+    let mut inodes = Vec::new();
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = std::fs::read_to_string(table) else {
+            continue;
+        };
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode
+            let (Some(local), Some(state), Some(inode)) = (f.get(1), f.get(3), f.get(9)) else {
+                continue;
+            };
+            let listening = *state == "0A";
+            let on_port = local.rsplit(':').next().and_then(|p| u16::from_str_radix(p, 16).ok()) == Some(port);
+            if listening && on_port && *inode != "0" {
+                inodes.push(format!("socket:[{inode}]"));
+            }
+        }
+    }
+    inodes
 }
 
 #[cfg(test)]
