@@ -72,6 +72,42 @@ pub enum Stage {
     Exec3,
 }
 
+impl Stage {
+    /// Every stage in order: `stage as usize` is its index here, so a
+    /// driver keeping a figure per stage sizes its table by this.
+    pub const ALL: [Stage; 7] = [
+        Stage::Idle,
+        Stage::Exec1,
+        Stage::Wait1,
+        Stage::Check,
+        Stage::Exec2,
+        Stage::Wait2,
+        Stage::Exec3,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Idle => "idle",
+            Stage::Exec1 => "exec1",
+            Stage::Wait1 => "wait1",
+            Stage::Check => "check",
+            Stage::Exec2 => "exec2",
+            Stage::Wait2 => "wait2",
+            Stage::Exec3 => "exec3",
+        }
+    }
+}
+
+// `Stage::ALL` is in declaration order (a stage indexes it by its number).
+const _: () = {
+    let mut i = 0;
+    while i < Stage::ALL.len() {
+        assert!(Stage::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
 /// Counters a driver can report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {

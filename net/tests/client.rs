@@ -620,7 +620,10 @@ fn seq_forgotten_is_returned_not_retried() {
             .await
             .unwrap_err();
         assert_eq!(err.code(), Some(ErrorCode::SEQ_FORGOTTEN), "{err}");
-        assert!(!err.outcome_unknown());
+        // This copy did not run, but the first client's seq 1 did: the
+        // error cannot tell the caller whether its request ran.
+        assert!(err.outcome_unknown() && !err.answer_lost(), "{err}");
+        assert_eq!(err.ran(), styx_net::client::Ran::Unknown);
         let state = fake.state.borrow();
         assert_eq!((state.forgotten, state.requests), (1, 4));
     });

@@ -80,6 +80,8 @@ pub enum Error {
     Shard { shard: usize, message: String },
     #[error("{0} shards requested; between 1 and {max} are supported", max = styx_engine::SHARDS_MAX)]
     Shards(usize),
+    #[error("cannot listen on {addr}: {reason}")]
+    Listen { addr: std::net::SocketAddr, reason: String },
 }
 
 /// How to run the shards.
@@ -354,7 +356,7 @@ async fn drive<F: Frontend>(
     let mut busy_us = 0u64;
     let mut published_us = 0;
     // Per stage: [busy µs, idle µs], by the stage an iteration began in.
-    let mut stage_us = [[0u64; 2]; 6];
+    let mut stage_us = [[0u64; 2]; Stage::ALL.len()];
     let mut last = (shard.stage(), clock.now_us(), false);
     loop {
         iterations += 1;
@@ -519,11 +521,10 @@ async fn drive<F: Frontend>(
     }
     if profile {
         let secs = (clock.now_us() - started) as f64 / 1e6;
-        let names = ["idle", "exec1", "wait1", "check", "exec2", "wait2"];
-        let parts: Vec<String> = names
+        let parts: Vec<String> = Stage::ALL
             .iter()
             .zip(stage_us)
-            .map(|(n, [b, i])| format!("{n} {:.0}/{:.0}", b as f64 / 1e4 / secs, i as f64 / 1e4 / secs))
+            .map(|(s, [b, i])| format!("{} {:.0}/{:.0}", s.name(), b as f64 / 1e4 / secs, i as f64 / 1e4 / secs))
             .collect();
         eprintln!("shard {} stage busy/idle %: {}", shard.id(), parts.join(", "));
         eprintln!(

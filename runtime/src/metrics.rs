@@ -28,6 +28,9 @@ pub struct ShardMetrics {
     pub pending: AtomicU64,
     pub connections: AtomicU64,
     pub connections_total: AtomicU64,
+    /// Client frames read whose answers are not written yet, over this
+    /// shard's connections (each at most `in_flight_max`).
+    pub frames_owed: AtomicU64,
     /// Requests refused because a limit was reached.
     pub rejected: AtomicU64,
     /// Input log: epochs made durable, bytes written, fdatasync time.
@@ -86,7 +89,7 @@ impl Metrics {
     /// The Prometheus text exposition (version 0.0.4).
     pub fn render(&self) -> String {
         type Field = fn(&ShardMetrics) -> &AtomicU64;
-        let series: [(&str, &str, &str, Field); 23] = [
+        let series: [(&str, &str, &str, Field); 24] = [
             ("styx_epochs_total", "counter", "Epochs finished.", |s| &s.epochs),
             (
                 "styx_transactions_committed_total",
@@ -126,6 +129,12 @@ impl Metrics {
             ("styx_connections", "gauge", "Open client connections.", |s| {
                 &s.connections
             }),
+            (
+                "styx_frames_owed",
+                "gauge",
+                "Client frames read whose answers are not written yet.",
+                |s| &s.frames_owed,
+            ),
             (
                 "styx_connections_total",
                 "counter",

@@ -8,10 +8,16 @@
 //! the loop's [`TcpFrontend`] submits them to the shard and routes replies
 //! back to each connection's outgoing queue.
 //!
-//! Limits hold per connection (in-flight requests: the reader stops reading
-//! when a connection has `in_flight_max` answers outstanding, so one slow or
-//! stalled client only ever stalls itself) and per server (connections). A
-//! framing error closes only its connection, after an ERROR frame.
+//! Limits hold per connection and per server (connections). A connection
+//! owes at most `in_flight_max` answers at a time: a frame counts from the
+//! moment it is decoded until its answer has been written to the socket
+//! (requests at the shard, answers queued, answers being written). At the
+//! limit the reader decodes nothing more and so reads nothing more: the
+//! socket's receive buffer fills and TCP stops the client, and one slow or
+//! stalled client only ever stalls itself. A connection's memory is thus
+//! bounded by its limits: one read chunk, one partial frame
+//! (`frame_len_max`), `in_flight_max` answers, one write chunk. A framing
+//! error closes only its connection, after an ERROR frame.
 
 use crate::Frontend;
 use crate::metrics::{Metrics, ShardMetrics};
@@ -21,18 +27,40 @@ use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use styx_engine::{App, Reply, Shard, Token};
 use styx_net::frame::{Status, Welcome};
 use styx_net::{Body, Decoder, ErrorCode, Frame, Limits, error_frame};
 
 /// Bytes a connection reads from its socket at a time.
 const READ_CHUNK_BYTES: usize = 64 << 10;
+/// Bytes of encoded answers a connection hands its socket at a time (more
+/// when one answer is larger).
+const WRITE_CHUNK_BYTES: usize = 64 << 10;
 /// A connection that sends nothing for this long before HELLO is closed.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// After a failed accept (out of file descriptors, say) a listener waits
+/// this long before the next: the failure usually lasts, and retrying at
+/// once would spin a core.
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
+/// A listener whose accepts keep failing says so at most this often.
+const ACCEPT_WARN_INTERVAL: Duration = Duration::from_secs(1);
+/// HTTP connections (`/metrics`, `/health`) served at once; one more is
+/// answered 503 and closed.
+pub const HTTP_CONNECTIONS_MAX: usize = 64;
+/// An HTTP client has this long to send its request head.
+pub const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bytes of an HTTP request head read at most.
+const HTTP_HEAD_LEN_MAX: usize = 4096;
+/// How often the totals behind STATUS's rates are sampled.
+const RATE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// The window STATUS's rates are taken over.
+const RATE_WINDOW: Duration = Duration::from_secs(1);
+/// Samples kept: one window's worth and the one just before it.
+const RATE_SAMPLES_MAX: usize = (RATE_WINDOW.as_millis() / RATE_SAMPLE_INTERVAL.as_millis()) as usize + 2;
 
 /// What the server of every shard shares.
 pub struct ServerShared {
@@ -53,6 +81,94 @@ pub struct ServerShared {
     pub first_shard: styx_engine::ShardId,
     /// What MAP answers: the cluster's nodes and the operators' partitions.
     pub map: styx_net::Map,
+    /// Why serving stopped before it began (a listener could not start):
+    /// set by [`ServerShared::fail`].
+    pub failure: Mutex<Option<String>>,
+    /// Recent totals, for STATUS's rates over the last second.
+    pub rates: Rates,
+}
+
+impl ServerShared {
+    /// Stops the server for `reason` (the first reason given is kept): every
+    /// shard's frontend drains and the run ends; the daemon reports it.
+    pub fn fail(&self, reason: String) {
+        self.failure.lock().expect("failure lock").get_or_insert(reason);
+        self.shutdown.store(true, Relaxed);
+    }
+
+    /// Why the server stopped, if it failed.
+    pub fn failure(&self) -> Option<String> {
+        self.failure.lock().expect("failure lock").clone()
+    }
+}
+
+/// Totals at one moment: what a rate is the difference of.
+#[derive(Clone, Copy, Debug)]
+struct Totals {
+    at: Instant,
+    committed: u64,
+    aborted: u64,
+    epochs: u64,
+}
+
+impl Totals {
+    fn now(m: &Metrics) -> Totals {
+        Totals {
+            at: Instant::now(),
+            committed: m.total(|s| &s.committed),
+            aborted: m.total(|s| &s.aborted),
+            epochs: m.shards.iter().map(|s| s.epochs.load(Relaxed)).max().unwrap_or(0),
+        }
+    }
+}
+
+/// Totals sampled every `RATE_SAMPLE_INTERVAL` (by a task on the node's
+/// first shard), so that STATUS reports rates over the last second rather
+/// than averages since the start.
+#[derive(Debug)]
+pub struct Rates {
+    samples: Mutex<VecDeque<Totals>>,
+}
+
+impl Rates {
+    /// Starts from the totals `metrics` holds now (they outlive a cluster
+    /// round; the rates start over with the round).
+    pub fn new(metrics: &Metrics) -> Rates {
+        Rates {
+            samples: Mutex::new(VecDeque::from([Totals::now(metrics)])),
+        }
+    }
+
+    fn sample(&self, metrics: &Metrics) {
+        let now = Totals::now(metrics);
+        let mut s = self.samples.lock().expect("rates lock");
+        // Keep exactly one sample a window old or older: the rates' base.
+        while s.len() >= 2 && now.at.duration_since(s[1].at) >= RATE_WINDOW {
+            s.pop_front();
+        }
+        s.push_back(now);
+        assert!(s.len() <= RATE_SAMPLES_MAX, "{} rate samples", s.len());
+    }
+
+    /// Commits, aborts and epochs per second since the newest sample at
+    /// least a window old (since the start while the server is younger).
+    fn per_second(&self, now: &Totals) -> (u64, u64, u64) {
+        let s = self.samples.lock().expect("rates lock");
+        let base = s
+            .iter()
+            .rev()
+            .find(|t| now.at.duration_since(t.at) >= RATE_WINDOW)
+            .or(s.front())
+            .copied()
+            .expect("a first sample");
+        let secs = now.at.duration_since(base.at).as_secs_f64().max(1e-3);
+        let rate = |a: u64, b: u64| (a.saturating_sub(b) as f64 / secs).round() as u64;
+        (
+            rate(now.committed, base.committed),
+            rate(now.aborted, base.aborted),
+            rate(now.epochs, base.epochs),
+        )
+    }
 }
 
 /// A request on its way from a connection to the shard.
@@ -67,7 +183,10 @@ struct Inbound {
 /// One connection's side of the hub.
 #[derive(Default)]
 struct Conn {
+    /// Answers waiting for the writer.
     out: VecDeque<Frame>,
+    /// Answers the writer took from `out` and has not written yet.
+    writing: usize,
     writer: Option<Waker>,
     reader: Option<Waker>,
     /// Requests sent to the shard and not answered yet.
@@ -77,6 +196,14 @@ struct Conn {
     /// Close after the queued frames are written.
     closing: bool,
     closed: bool,
+}
+
+impl Conn {
+    /// Frames read whose answers have not left through the socket: what
+    /// `in_flight_max` bounds.
+    fn owed(&self) -> usize {
+        self.in_flight + self.out.len() + self.writing
+    }
 }
 
 /// Where connection tasks and the shard loop meet (one per shard).
@@ -116,38 +243,76 @@ pub struct TcpFrontend {
 }
 
 impl TcpFrontend {
-    /// Starts the shard's listener (and, on shard 0, the HTTP endpoint) and
+    /// Starts the shard's listener (and, given `http`, the HTTP endpoint;
+    /// on the node's first shard, the sampling of STATUS's rates) and
     /// returns the frontend for the shard loop. `listen` must name a real
-    /// port (shard 0 resolves port 0 before the others bind).
+    /// port (the daemon resolves port 0 before the shards bind). A listener
+    /// that cannot bind is an error; the caller then stops the server with
+    /// [`ServerShared::fail`] and runs the shard with [`TcpFrontend::idle`].
     pub fn start(
         shard: &Shard,
         shared: Arc<ServerShared>,
         listen: SocketAddr,
         http: Option<SocketAddr>,
-    ) -> TcpFrontend {
-        let hub = Rc::new(RefCell::new(Hub::default()));
-        let listener = TcpListener::bind(listen).unwrap_or_else(|e| panic!("cannot listen on {listen}: {e}"));
-        let metrics = shared.metrics.shards[usize::from(shard.id() - shared.first_shard)].clone();
-        let mut listeners = vec![glommio::spawn_local(accept_loop(
+    ) -> Result<TcpFrontend, crate::Error> {
+        let bind = |addr: SocketAddr| {
+            TcpListener::bind(addr).map_err(|e| crate::Error::Listen {
+                addr,
+                reason: std::io::Error::from(e).to_string(),
+            })
+        };
+        let listener = bind(listen)?;
+        let http = http.map(bind).transpose()?;
+        let mut frontend = TcpFrontend::idle(shard, shared.clone());
+        frontend.listeners.push(glommio::spawn_local(accept_loop(
             listener,
-            hub.clone(),
+            frontend.hub.clone(),
             shared.clone(),
-            metrics.clone(),
-        ))];
-        if let Some(addr) = http {
-            let l = TcpListener::bind(addr).unwrap_or_else(|e| panic!("cannot listen on {addr}: {e}"));
-            listeners.push(glommio::spawn_local(http_loop(l, shared.clone())));
+            frontend.metrics.clone(),
+        )));
+        if let Some(l) = http {
+            frontend
+                .listeners
+                .push(glommio::spawn_local(http_loop(l, shared.clone())));
         }
+        if shard.id() == shared.first_shard {
+            frontend.listeners.push(glommio::spawn_local(sample_rates(shared)));
+        }
+        Ok(frontend)
+    }
+
+    /// A frontend that listens nowhere: for a shard whose listener could
+    /// not start, so that it can take part in the run until it stops.
+    pub fn idle(shard: &Shard, shared: Arc<ServerShared>) -> TcpFrontend {
+        let metrics = shared.metrics.shards[usize::from(shard.id() - shared.first_shard)].clone();
         TcpFrontend {
-            hub,
+            hub: Rc::new(RefCell::new(Hub::default())),
             shared,
             tokens: HashMap::new(),
             next_token: 1,
             metrics,
             serving: false,
-            listeners,
+            listeners: Vec::new(),
         }
     }
+}
+
+/// Samples the totals behind STATUS's rates until cancelled.
+async fn sample_rates(shared: Arc<ServerShared>) {
+    loop {
+        glommio::timer::sleep(RATE_SAMPLE_INTERVAL).await;
+        shared.rates.sample(&shared.metrics);
+    }
+}
+
+/// Waits after a failed accept, saying so at most every
+/// `ACCEPT_WARN_INTERVAL`.
+async fn accept_failed(what: &str, e: &dyn std::fmt::Display, warned: &mut Option<Instant>) {
+    if warned.is_none_or(|t| t.elapsed() >= ACCEPT_WARN_INTERVAL) {
+        tracing::warn!(error = %e, "{what}: accept failed; retrying every {ACCEPT_RETRY:?}");
+        *warned = Some(Instant::now());
+    }
+    glommio::timer::sleep(ACCEPT_RETRY).await;
 }
 
 impl Frontend for TcpFrontend {
@@ -232,24 +397,24 @@ impl Frontend for TcpFrontend {
     }
 }
 
-/// A request of `conn` was answered: one more may come in.
+/// A request of `conn` was answered by the shard: its correlation id is
+/// free again (its answer still counts against `in_flight_max` until it is
+/// written, see `owed`).
 fn finish_request(hub: &mut Hub, conn: u64, corr: u32) {
     if let Some(c) = hub.conns.get_mut(&conn) {
+        assert!(c.in_flight > 0, "an answer to a request not in flight");
         c.in_flight -= 1;
         c.corrs.remove(&corr);
-        if let Some(w) = c.reader.take() {
-            w.wake();
-        }
     }
 }
 
 async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>, m: Arc<ShardMetrics>) {
+    let mut warned = None;
     loop {
         let stream = match listener.accept().await {
             Ok(s) => s,
             Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                glommio::timer::sleep(Duration::from_millis(10)).await;
+                accept_failed("client listener", &e, &mut warned).await;
                 continue;
             }
         };
@@ -270,8 +435,11 @@ async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<S
         };
         let (hub, shared, m) = (hub.clone(), shared.clone(), m.clone());
         glommio::spawn_local(async move {
-            serve(id, stream, hub.clone(), shared.clone()).await;
-            hub.borrow_mut().conns.remove(&id);
+            serve(id, stream, hub.clone(), shared.clone(), m.clone()).await;
+            if let Some(c) = hub.borrow_mut().conns.remove(&id) {
+                // Answers never written (the connection died) are owed no more.
+                m.frames_owed.fetch_sub(c.owed() as u64, Relaxed);
+            }
             shared.connections.fetch_sub(1, Relaxed);
             m.connections.fetch_sub(1, Relaxed);
         })
@@ -294,10 +462,10 @@ async fn refuse(mut stream: TcpStream) {
 }
 
 /// Runs one connection until it closes.
-async fn serve(id: u64, stream: TcpStream, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>) {
+async fn serve(id: u64, stream: TcpStream, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>, m: Arc<ShardMetrics>) {
     let (reader, writer) = futures_lite::io::split(stream);
-    let write_task = glommio::spawn_local(write_loop(id, writer, hub.clone()));
-    read_loop(id, reader, &hub, &shared).await;
+    let write_task = glommio::spawn_local(write_loop(id, writer, hub.clone(), m.clone()));
+    read_loop(id, reader, &hub, &shared, &m).await;
     {
         let mut h = hub.borrow_mut();
         if let Some(c) = h.conns.get_mut(&id) {
@@ -315,18 +483,23 @@ async fn read_loop(
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
     hub: &Rc<RefCell<Hub>>,
     shared: &Arc<ServerShared>,
+    metrics: &ShardMetrics,
 ) {
     let mut decoder = Decoder::new(shared.limits.frame_len_max);
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
+    // Bytes read and not decoded yet: `buf[start..end]`.
+    let (mut start, mut end) = (0, 0);
     let mut welcomed = false;
     loop {
-        // Back-pressure: with `in_flight_max` outstanding, read nothing more.
+        // Back-pressure: with `in_flight_max` answers owed, decode (and
+        // read) nothing more until one has been written. Every frame gets
+        // at most one answer, so one frame at a time keeps the bound exact.
         futures_lite::future::poll_fn(|cx| {
             let mut h = hub.borrow_mut();
             let Some(c) = h.conns.get_mut(&id) else {
                 return Poll::Ready(());
             };
-            if c.in_flight < shared.limits.in_flight_max || c.closing {
+            if c.owed() < shared.limits.in_flight_max || c.closing {
                 Poll::Ready(())
             } else {
                 c.reader = Some(cx.waker().clone());
@@ -337,38 +510,55 @@ async fn read_loop(
         if hub.borrow().conns.get(&id).is_none_or(|c| c.closing) {
             return;
         }
-        let read = if welcomed {
-            reader.read(&mut buf).await
-        } else {
-            let timeout = async {
-                glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
-                Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO"))
+        if start == end {
+            let read = if welcomed {
+                reader.read(&mut buf).await
+            } else {
+                let timeout = async {
+                    glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
+                    Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO"))
+                };
+                futures_lite::future::or(reader.read(&mut buf), timeout).await
             };
-            futures_lite::future::or(reader.read(&mut buf), timeout).await
-        };
-        let n = match read {
-            Ok(0) | Err(_) => return,
-            Ok(n) => n,
-        };
-        let mut input = &buf[..n];
-        while let Some(decoded) = decoder.decode(&mut input) {
-            let frame = match decoded {
-                Ok(f) => f,
-                Err(e) => {
-                    let fatal = e.is_fatal();
-                    let mut h = hub.borrow_mut();
-                    h.push_out(id, e.to_frame());
-                    if fatal {
-                        close(&mut h, id);
-                        return;
-                    }
-                    continue;
-                }
-            };
-            if !handle(id, frame, &mut welcomed, hub, shared) {
-                close(&mut hub.borrow_mut(), id);
-                return;
+            match read {
+                Ok(0) | Err(_) => return,
+                Ok(n) => (start, end) = (0, n),
             }
+        }
+        let mut input = &buf[start..end];
+        let decoded = decoder.decode(&mut input);
+        start = end - input.len();
+        let Some(decoded) = decoded else {
+            // The chunk ended inside a frame; the decoder keeps its part.
+            assert_eq!(start, end, "the decoder takes all input before asking for more");
+            continue;
+        };
+        // Every frame read gets exactly one answer (an ERROR at worst):
+        // owed from now until the writer has written it.
+        metrics.frames_owed.fetch_add(1, Relaxed);
+        let frame = match decoded {
+            Ok(f) => f,
+            Err(e) => {
+                let fatal = e.is_fatal();
+                let mut h = hub.borrow_mut();
+                h.push_out(id, e.to_frame());
+                if fatal {
+                    close(&mut h, id);
+                    return;
+                }
+                continue;
+            }
+        };
+        if !handle(id, frame, &mut welcomed, hub, shared) {
+            close(&mut hub.borrow_mut(), id);
+            return;
+        }
+        if let Some(c) = hub.borrow().conns.get(&id) {
+            assert!(
+                c.owed() <= shared.limits.in_flight_max,
+                "connection {id} owes {} answers, over in_flight_max",
+                c.owed()
+            );
         }
     }
 }
@@ -567,27 +757,30 @@ fn wake_loop(h: &mut Hub) {
 fn status(shared: &ServerShared) -> Status {
     let m = &shared.metrics;
     let uptime_ms = shared.started.elapsed().as_millis() as u64;
-    let secs = (uptime_ms as f64 / 1000.0).max(1e-3);
-    let committed = m.total(|s| &s.committed);
-    let aborted = m.total(|s| &s.aborted);
-    let epochs = m.shards.iter().map(|s| s.epochs.load(Relaxed)).max().unwrap_or(0);
+    let now = Totals::now(m);
+    let (committed_per_s, aborted_per_s, epochs_per_s) = shared.rates.per_second(&now);
     Status {
         shards: m.shards.len() as u16,
         epoch: m.shards.iter().map(|s| s.epoch.load(Relaxed)).max().unwrap_or(0),
         uptime_ms,
-        committed,
-        aborted,
-        committed_per_s: (committed as f64 / secs) as u64,
-        aborted_per_s: (aborted as f64 / secs) as u64,
-        epochs_per_s: (epochs as f64 / secs) as u64,
+        committed: now.committed,
+        aborted: now.aborted,
+        committed_per_s,
+        aborted_per_s,
+        epochs_per_s,
         connections: shared.connections.load(Relaxed) as u32,
-        in_flight: m.total(|s| &s.pending) as u32,
+        in_flight: m.total(|s| &s.frames_owed) as u32,
     }
 }
 
-async fn write_loop(id: u64, mut writer: futures_lite::io::WriteHalf<TcpStream>, hub: Rc<RefCell<Hub>>) {
-    let mut buf = Vec::with_capacity(READ_CHUNK_BYTES);
-    loop {
+async fn write_loop(
+    id: u64,
+    mut writer: futures_lite::io::WriteHalf<TcpStream>,
+    hub: Rc<RefCell<Hub>>,
+    metrics: Arc<ShardMetrics>,
+) {
+    let mut buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
+    'connection: loop {
         let (frames, closing) = futures_lite::future::poll_fn(|cx| {
             let mut h = hub.borrow_mut();
             let Some(c) = h.conns.get_mut(&id) else {
@@ -597,18 +790,41 @@ async fn write_loop(id: u64, mut writer: futures_lite::io::WriteHalf<TcpStream>,
                 c.writer = Some(cx.waker().clone());
                 return Poll::Pending;
             }
-            Poll::Ready((c.out.drain(..).collect::<Vec<_>>(), c.closing))
+            let frames = c.out.drain(..).collect::<Vec<_>>();
+            c.writing += frames.len();
+            Poll::Ready((frames, c.closing))
         })
         .await;
-        buf.clear();
-        for f in &frames {
-            if let Err(e) = styx_net::encode(f, &mut buf) {
-                // Only a result over the limits can fail here: say so.
-                let _ = styx_net::encode(&error_frame(f.corr, ErrorCode::INTERNAL, &e.to_string()), &mut buf);
+        // Encoded and written a chunk at a time: the answers stay owed (and
+        // the reader held back) until the socket has taken them.
+        let mut frames = frames.into_iter().peekable();
+        while frames.peek().is_some() {
+            buf.clear();
+            let mut n = 0;
+            while buf.len() < WRITE_CHUNK_BYTES
+                && let Some(f) = frames.next()
+            {
+                if let Err(e) = styx_net::encode(&f, &mut buf) {
+                    // Only a result over the limits can fail here: say so.
+                    let _ = styx_net::encode(&error_frame(f.corr, ErrorCode::INTERNAL, &e.to_string()), &mut buf);
+                }
+                n += 1;
             }
-        }
-        if !buf.is_empty() && (writer.write_all(&buf).await.is_err() || writer.flush().await.is_err()) {
-            break;
+            if writer.write_all(&buf).await.is_err() || writer.flush().await.is_err() {
+                break 'connection;
+            }
+            if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
+                assert!(c.writing >= n, "wrote more answers than were taken");
+                c.writing -= n;
+                metrics.frames_owed.fetch_sub(n as u64, Relaxed);
+                if let Some(w) = c.reader.take() {
+                    w.wake();
+                }
+            }
+            if buf.capacity() > 2 * WRITE_CHUNK_BYTES {
+                // A large answer went out: do not keep its buffer.
+                buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
+            }
         }
         if closing {
             break;
@@ -625,46 +841,79 @@ async fn write_loop(id: u64, mut writer: futures_lite::io::WriteHalf<TcpStream>,
 }
 
 /// A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text) and
-/// `GET /health`.
+/// `GET /health`. At most `HTTP_CONNECTIONS_MAX` connections at once, each
+/// given `HTTP_REQUEST_TIMEOUT` to send its request head.
 async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
+    let open = Rc::new(std::cell::Cell::new(0usize));
+    let mut warned = None;
     loop {
-        let Ok(mut stream) = listener.accept().await else {
-            continue;
-        };
-        let shared = shared.clone();
-        glommio::spawn_local(async move {
-            let mut buf = vec![0u8; 4096];
-            let mut len = 0;
-            // Read the request head (bounded).
-            while len < buf.len() {
-                match stream.read(&mut buf[len..]).await {
-                    Ok(0) | Err(_) => return,
-                    Ok(n) => len += n,
-                }
-                if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
-                    break;
-                }
+        let mut stream = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                accept_failed("HTTP listener", &e, &mut warned).await;
+                continue;
             }
-            let head = String::from_utf8_lossy(&buf[..len]);
-            let path = head.split_whitespace().nth(1).unwrap_or("");
-            let (status, body, kind) = match path {
-                "/metrics" => ("200 OK", shared.metrics.render(), "text/plain; version=0.0.4"),
-                "/health" if shared.shutdown.load(Relaxed) => {
-                    ("503 Service Unavailable", "stopping\n".into(), "text/plain")
-                }
-                "/health" if shared.recovering.load(Relaxed) > 0 => {
-                    ("503 Service Unavailable", "recovering\n".into(), "text/plain")
-                }
-                "/health" => ("200 OK", "ok\n".into(), "text/plain"),
-                _ => ("404 Not Found", "try /metrics or /health\n".into(), "text/plain"),
+        };
+        if open.get() >= HTTP_CONNECTIONS_MAX {
+            glommio::spawn_local(async move {
+                let _ = stream
+                    .write_all(&http_response("503 Service Unavailable", "text/plain", "busy\n"))
+                    .await;
+                let _ = stream.close().await;
+            })
+            .detach();
+            continue;
+        }
+        open.set(open.get() + 1);
+        let (shared, open) = (shared.clone(), open.clone());
+        glommio::spawn_local(async move {
+            let timeout = async {
+                glommio::timer::sleep(HTTP_REQUEST_TIMEOUT).await;
+                None
             };
-            let response = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = stream.write_all(response.as_bytes()).await;
+            if let Some(head) = futures_lite::future::or(read_head(&mut stream), timeout).await {
+                let path = head.split_whitespace().nth(1).unwrap_or("");
+                let (status, body, kind) = match path {
+                    "/metrics" => ("200 OK", shared.metrics.render(), "text/plain; version=0.0.4"),
+                    "/health" if shared.shutdown.load(Relaxed) => {
+                        ("503 Service Unavailable", "stopping\n".into(), "text/plain")
+                    }
+                    "/health" if shared.recovering.load(Relaxed) > 0 => {
+                        ("503 Service Unavailable", "recovering\n".into(), "text/plain")
+                    }
+                    "/health" => ("200 OK", "ok\n".into(), "text/plain"),
+                    _ => ("404 Not Found", "try /metrics or /health\n".into(), "text/plain"),
+                };
+                let _ = stream.write_all(&http_response(status, kind, &body)).await;
+            }
             let _ = stream.close().await;
+            open.set(open.get() - 1);
         })
         .detach();
     }
+}
+
+/// Reads an HTTP request head (at most `HTTP_HEAD_LEN_MAX` bytes); `None`
+/// if the connection ends first.
+async fn read_head(stream: &mut TcpStream) -> Option<String> {
+    let mut buf = vec![0u8; HTTP_HEAD_LEN_MAX];
+    let mut len = 0;
+    while len < buf.len() {
+        match stream.read(&mut buf[len..]).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => len += n,
+        }
+        if buf[..len].windows(4).any(|w| w == b"\r\n\r\n") {
+            break;
+        }
+    }
+    Some(String::from_utf8_lossy(&buf[..len]).into_owned())
+}
+
+fn http_response(status: &str, kind: &str, body: &str) -> Vec<u8> {
+    format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }

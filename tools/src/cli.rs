@@ -196,7 +196,7 @@ fn print_outcome(outcome: Result<Outcome, ClientError>, returns: Option<&[Type]>
         }
         Err(e) => {
             eprintln!("error: {e}");
-            if e.outcome_unknown() {
+            if e.ran() == styx_net::client::Ran::Unknown {
                 eprintln!("the call may or may not have committed");
             }
             ExitCode::FAILURE

@@ -63,6 +63,16 @@ pub enum Fsync {
     None,
 }
 
+/// How log lines are written to stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One line per event, coloured only when stderr is a terminal.
+    Text,
+    /// One JSON object per line (for log collectors).
+    Json,
+}
+
 /// The settings file (every field optional).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -79,6 +89,7 @@ pub struct FileSettings {
     pub in_flight_max: Option<usize>,
     pub connections_max: Option<usize>,
     pub log: Option<String>,
+    pub log_format: Option<LogFormat>,
     pub cluster: Option<PathBuf>,
     pub node_id: Option<u16>,
 }
@@ -195,6 +206,9 @@ pub struct Args {
     /// Log filter (tracing's env-filter syntax) [default: info].
     #[arg(long, env = "STYX_LOG")]
     pub log: Option<String>,
+    /// Log line format [default: text].
+    #[arg(long, env = "STYX_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
     /// Run as one node of a cluster described by this TOML file (its nodes'
     /// addresses and shards, the failure detector); needs --node-id. The
     /// node's client address and shard count come from the file.
@@ -226,6 +240,7 @@ pub struct Settings {
     pub epoch_gather_us: u64,
     pub limits: styx_net::Limits,
     pub log: String,
+    pub log_format: LogFormat,
     /// The workload to preload, and its knobs.
     pub preload: Option<(workloads::Name, Knobs)>,
     /// The cluster this daemon is a node of, and its id there.
@@ -308,6 +323,7 @@ impl Settings {
             epoch_gather_us: args.epoch_gather_us.or(file.epoch_gather_us).unwrap_or(0),
             limits,
             log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
+            log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
             preload: args.preload.map(|name| (name, args.knobs)),
             cluster,
         })
@@ -348,10 +364,17 @@ pub fn main_with_args(app: Arc<App>, args: Vec<String>) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::new(&settings.log))
-        .with_writer(std::io::stderr)
-        .init();
+    let filter = tracing_subscriber::EnvFilter::new(&settings.log);
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match settings.log_format {
+        // Colour codes only for a person at a terminal, never into a file.
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
     match run(app, settings) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -374,6 +397,9 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
     let started = Instant::now();
     let listen = resolve(&settings.listen)?;
     let metrics_addr = settings.metrics.as_deref().map(resolve).transpose()?;
+    let mut addrs = vec![("--listen", listen)];
+    addrs.extend(metrics_addr.map(|a| ("--metrics", a)));
+    let _claim = crate::claim::claim(&addrs, &settings.data_dir)?;
     let (spec, node) = match &settings.cluster {
         Some((spec, node)) => (spec.clone(), *node),
         None => (Spec::single(settings.shards, listen), 0),
@@ -452,6 +478,8 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
             server_name: format!("styxd {} ({})", env!("CARGO_PKG_VERSION"), app.name()),
             first_shard: local.start,
             map: partition_map(&spec, node, &app),
+            failure: Default::default(),
+            rates: styx_runtime::server::Rates::new(&metrics),
         });
         let engine = Config {
             epoch_txns_max: settings.epoch_txns_max,
@@ -490,14 +518,26 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
         }
         tracing::info!(%listen, shards = n_local, round, "serving");
         let first = local.start;
+        let server = shared.clone();
         styx_runtime::run(app.clone(), opts, move |shard| {
             let http = if shard.id() == first { metrics_addr } else { None };
-            let frontend = TcpFrontend::start(shard, shared.clone(), listen, http);
-            ready.fetch_add(1, Ordering::AcqRel);
-            frontend
+            match TcpFrontend::start(shard, shared.clone(), listen, http) {
+                Ok(frontend) => {
+                    ready.fetch_add(1, Ordering::AcqRel);
+                    frontend
+                }
+                Err(e) => {
+                    // Every shard stops; the daemon reports why.
+                    shared.fail(e.to_string());
+                    TcpFrontend::idle(shard, shared.clone())
+                }
+            }
         })
         .map_err(|e| e.to_string())?;
         run.close();
+        if let Some(reason) = server.failure() {
+            return Err(reason);
+        }
         if shutdown.load(Ordering::Relaxed) {
             break;
         }

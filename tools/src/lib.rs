@@ -2,6 +2,7 @@
 //! around their own functions) and the applications it ships with.
 
 pub mod apps;
+pub mod claim;
 pub mod daemon;
 pub mod pool;
 pub mod remote;

@@ -324,7 +324,7 @@ async fn one<S: Source>(l: &Lanes<S>, index: usize, stream: &RefCell<Stream>, in
         };
         match conn.request(to_wire(&l.app, request.clone(), naming)).await {
             Ok(outcome) => break Ok(outcome),
-            Err(e) if e.outcome_unknown() && l.exactly_once => {
+            Err(e) if e.answer_lost() && l.exactly_once => {
                 l.meter.borrow_mut().retried += 1;
             }
             Err(e) => {

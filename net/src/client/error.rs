@@ -2,19 +2,33 @@
 //!
 //! One enum for the whole client, `Clone` because one cause (a lost
 //! connection) is handed to every call that was waiting on it. Each message
-//! says what happened and what to do; the variants tell a program what it
-//! may assume about the request:
+//! says what happened and what to do. What a program may assume about the
+//! request is [`Error::ran`]'s answer, by variant:
 //!
-//! - nothing was sent: [`Error::FrameTooLarge`], [`Error::ArgsTooLarge`],
-//!   [`Error::Encode`], [`Error::Unsendable`], [`Error::Resolve`];
-//! - the request did not run: [`Error::Server`] (except `RESULT_TOO_LARGE`,
-//!   which reports a commit whose result cannot be sent);
-//! - the request ran, and this is its outcome: [`Error::Aborted`],
-//!   [`Error::Decode`] (committed; the result is not the type asked for);
-//! - unknown, it may or may not have run (at most once):
-//!   [`Error::Timeout`] (unless it says the request was never sent),
-//!   [`Error::ConnectionLost`] (the [`Client`] retries those itself and
-//!   returns them only when it gives up).
+//! - [`Ran::No`], it did not run and will not: nothing was sent
+//!   ([`Error::FrameTooLarge`], [`Error::ArgsTooLarge`], [`Error::Encode`],
+//!   [`Error::Unsendable`], [`Error::Resolve`], [`Error::Connect`],
+//!   [`Error::Handshake`], [`Error::Timeout`] with `sent: false`), or the
+//!   server refused it ([`Error::Server`] with a malformed-frame code
+//!   `0x01xx`, a refusal `0x02xx` other than `SEQ_FORGOTTEN`, `OVERLOADED`,
+//!   `SHUTTING_DOWN`, or a fatal code that closed the connection);
+//! - [`Ran::Yes`], it ran once: [`Error::Aborted`] (nothing it did
+//!   remains), [`Error::Decode`] (committed; the result is not the type
+//!   asked for), [`Error::Server`] `RESULT_TOO_LARGE` (committed; the result
+//!   cannot be sent, and a retry gets this error again);
+//! - [`Ran::Unknown`], it may have run (at most once) or not:
+//!   [`Error::Timeout`] with `sent: true`, [`Error::ConnectionLost`] (the
+//!   [`Client`] retries those itself and returns them only when it gives
+//!   up), [`Error::Protocol`], and [`Error::Server`] with `SEQ_FORGOTTEN`
+//!   (this copy did not run, but the seq is below an ack already sent: an
+//!   earlier request with it may have run and its outcome is forgotten),
+//!   `INTERNAL` (a server bug, which may strike after the commit) or a code
+//!   this version does not know.
+//!
+//! [`Error::outcome_unknown`] is the short question "may it have run without
+//! my knowing how it ended?": `Unknown`, and `RESULT_TOO_LARGE` (committed,
+//! result lost). Only after `Ran::No` may a caller resend the request under
+//! a new seq without the risk of running it twice.
 //!
 //! [`Client`]: super::Client
 
@@ -22,6 +36,17 @@ use crate::error::ErrorCode;
 use crate::frame::FrameType;
 use std::time::Duration;
 use styx_engine::{AbortKind, DecodeError, Tid};
+
+/// Whether a request that ended in an error ran (see [`Error::ran`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ran {
+    /// It did not run, and will not: resending it is safe.
+    No,
+    /// It ran once: committed or aborted.
+    Yes,
+    /// It may have run (at most once) or not, and may still run.
+    Unknown,
+}
 
 /// An error of the client library. The codec's errors are
 /// [`crate::Error`]; this one wraps them where a frame cannot be encoded.
@@ -56,8 +81,10 @@ pub enum Error {
     #[error("the server broke the protocol: {reason}; a server bug, or not a Styx server")]
     Protocol { reason: String },
 
-    /// The server answered the frame with ERROR: it did not run (except
-    /// `RESULT_TOO_LARGE`: it committed, but the result cannot be sent).
+    /// The server answered the frame with ERROR. Whether the request ran
+    /// depends on the code (see [`Error::ran`]): mostly not;
+    /// `RESULT_TOO_LARGE` means it committed; `SEQ_FORGOTTEN` and
+    /// `INTERNAL` leave it unknown.
     #[error("the server answered {code}: {message}{}", hint(*.code))]
     Server { code: ErrorCode, message: String },
 
@@ -120,10 +147,47 @@ impl Error {
         }
     }
 
-    /// Whether the request may or may not have run: the client cannot tell
-    /// (a timeout, a connection lost with the request in flight).
+    /// Whether the request ran, as far as this error tells (see the module
+    /// documentation for each variant and code).
+    pub fn ran(&self) -> Ran {
+        match self {
+            Error::Resolve { .. }
+            | Error::Connect { .. }
+            | Error::Handshake { .. }
+            | Error::FrameTooLarge { .. }
+            | Error::ArgsTooLarge { .. }
+            | Error::Encode(_)
+            | Error::Unsendable { .. }
+            | Error::Timeout { sent: false, .. } => Ran::No,
+            Error::Aborted { .. } | Error::Decode { .. } => Ran::Yes,
+            Error::Timeout { sent: true, .. } | Error::ConnectionLost { .. } | Error::Protocol { .. } => Ran::Unknown,
+            Error::Server { code, .. } => match *code {
+                ErrorCode::RESULT_TOO_LARGE => Ran::Yes,
+                ErrorCode::SEQ_FORGOTTEN | ErrorCode::INTERNAL => Ran::Unknown,
+                code if code.name().is_none() => Ran::Unknown,
+                _ => Ran::No,
+            },
+        }
+    }
+
+    /// Whether the request may have run (or did) without the caller
+    /// learning how it ended: [`Ran::Unknown`], or a commit whose result
+    /// was lost (`RESULT_TOO_LARGE`). Read the state to find out; do not
+    /// resend it under a new seq.
     pub fn outcome_unknown(&self) -> bool {
-        matches!(self, Error::Timeout { sent: true, .. } | Error::ConnectionLost { .. })
+        match self.ran() {
+            Ran::No => false,
+            Ran::Unknown => true,
+            Ran::Yes => self.code() == Some(ErrorCode::RESULT_TOO_LARGE),
+        }
+    }
+
+    /// Whether the answer was lost on the way (the connection dropped, or
+    /// the deadline passed after sending): resending with the same client
+    /// id and seq may learn the outcome of the one run. Not so for an
+    /// ERROR answer: the same request gets the same answer again.
+    pub fn answer_lost(&self) -> bool {
+        matches!(self, Error::ConnectionLost { .. } | Error::Timeout { sent: true, .. })
     }
 
     /// Whether a new attempt to connect may succeed where this one failed.
@@ -160,5 +224,75 @@ fn last_note(last: &Option<String>) -> String {
     match last {
         Some(last) => format!(" (last: {last})"),
         None => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: ErrorCode) -> Error {
+        Error::Server {
+            code,
+            message: String::new(),
+        }
+    }
+
+    #[test]
+    fn every_error_says_whether_the_request_ran() {
+        let cases = [
+            (server(ErrorCode::OVERLOADED), Ran::No, false),
+            (server(ErrorCode::SHUTTING_DOWN), Ran::No, false),
+            (server(ErrorCode::UNKNOWN_FUNCTION), Ran::No, false),
+            (server(ErrorCode::FIELD_OVERRUN), Ran::No, false),
+            (server(ErrorCode::DUPLICATE_CORR), Ran::No, false),
+            // An earlier copy of the seq may have run; its outcome is gone.
+            (server(ErrorCode::SEQ_FORGOTTEN), Ran::Unknown, true),
+            // It committed; the result is lost.
+            (server(ErrorCode::RESULT_TOO_LARGE), Ran::Yes, true),
+            (server(ErrorCode::INTERNAL), Ran::Unknown, true),
+            (server(ErrorCode(0x0399)), Ran::Unknown, true),
+            (
+                Error::Timeout {
+                    after: Duration::from_secs(1),
+                    last: None,
+                    sent: true,
+                },
+                Ran::Unknown,
+                true,
+            ),
+            (
+                Error::Timeout {
+                    after: Duration::from_secs(1),
+                    last: None,
+                    sent: false,
+                },
+                Ran::No,
+                false,
+            ),
+            (Error::ConnectionLost { reason: String::new() }, Ran::Unknown, true),
+            (Error::Protocol { reason: String::new() }, Ran::Unknown, true),
+            (Error::FrameTooLarge { len: 2, max: 1 }, Ran::No, false),
+            (
+                Error::Aborted {
+                    tid: Tid::default(),
+                    kind: AbortKind::User,
+                    message: String::new(),
+                },
+                Ran::Yes,
+                false,
+            ),
+        ];
+        for (error, ran, unknown) in cases {
+            assert_eq!(error.ran(), ran, "{error}");
+            assert_eq!(error.outcome_unknown(), unknown, "{error}");
+            // Only a lost answer is worth resending under the same seq.
+            let lost = matches!(error, Error::ConnectionLost { .. } | Error::Timeout { sent: true, .. });
+            assert_eq!(error.answer_lost(), lost, "{error}");
+        }
+        // Every code this version defines has an answer; none panics.
+        for code in ErrorCode::ALL {
+            let _ = server(code).ran();
+        }
     }
 }

@@ -75,7 +75,7 @@ mod scan;
 mod sync;
 
 pub use connection::{ConnectOptions, Connection, Stats};
-pub use error::Error;
+pub use error::{Error, Ran};
 pub use scan::{DUMP_PARTITIONS_IN_FLIGHT_MAX, Page};
 
 use crate::error::ErrorCode;

@@ -1,0 +1,497 @@
+//! `styxd` under the ways a new user or an outside client tries it (issue
+//! 10): limits that hold, safe start-up and shutdown, honest figures, logs
+//! fit for a file.
+
+mod common;
+
+use common::*;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use styx_engine::{Key, Outcome, Payload};
+use styx_net::{Body, Frame, Status};
+
+fn styxd() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_styxd"))
+}
+
+/// A daemon started with its stderr captured.
+struct Piped {
+    child: Child,
+    addr: String,
+}
+
+impl Piped {
+    /// Starts `styxd ARGS` and waits for its "listening" line.
+    fn start(args: &[&str]) -> Piped {
+        let mut child = Command::new(styxd())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("styxd starts");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        if !line.starts_with("styxd listening on ") {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "unexpected first line {line:?}; stderr:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let addr = line.split_whitespace().nth(3).unwrap().to_string();
+        Piped { child, addr }
+    }
+
+    /// SIGTERM; the exit status and everything written to stderr.
+    fn stop(mut self) -> (std::process::ExitStatus, String) {
+        // SAFETY: kill(2) with the child's own pid and a valid signal.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let mut pipe = self.child.stderr.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut stderr = String::new();
+            pipe.read_to_string(&mut stderr).unwrap();
+            stderr
+        });
+        let status = wait(&mut self.child, Duration::from_secs(20));
+        (status, reader.join().unwrap())
+    }
+}
+
+impl Drop for Piped {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            return s;
+        }
+        assert!(Instant::now() < deadline, "styxd did not exit within {limit:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `styxd ARGS` that must fail to start: its exit code and stderr.
+fn refused(args: &[&str]) -> (i32, String) {
+    let mut child = Command::new(styxd())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("styxd starts");
+    let status = wait(&mut child, Duration::from_secs(20));
+    let mut stdout = String::new();
+    child.stdout.take().unwrap().read_to_string(&mut stdout).unwrap();
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert!(!stdout.contains("listening"), "it served: {stdout}");
+    (status.code().unwrap_or(-1), stderr)
+}
+
+fn status(c: &mut Conn) -> Status {
+    let corr = c.send(Body::Status);
+    loop {
+        let f = c.recv().expect("STATUS answered");
+        if f.corr == corr {
+            let Body::StatusReply(s) = f.body else { panic!("{f:?}") };
+            return s;
+        }
+    }
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = text.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// User plus system CPU time of `pid`, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // Fields after the parenthesised name: state is the 3rd field overall.
+    let rest = &text[text.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+fn http(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+#[test]
+fn a_client_that_never_reads_is_held_at_its_in_flight_limit() {
+    let dir = data_dir("harden-in-flight");
+    let limit = 1024;
+    let d = Daemon::start(
+        styxd(),
+        &dir,
+        &[
+            "--shards",
+            "1",
+            "--fsync",
+            "none",
+            "--in-flight-max",
+            &limit.to_string(),
+        ],
+    );
+    let pid = d.child.id();
+    let mut flood = d.connect();
+    let n = 1_000_000u32;
+    let mut wire = Vec::with_capacity(n as usize * 40);
+    for i in 0..n {
+        let f = Frame {
+            corr: 100 + i,
+            body: Body::Get {
+                operator: "account".into(),
+                key: Key::from(u64::from(i % 1000)),
+            },
+        };
+        styx_net::encode(&f, &mut wire).unwrap();
+    }
+    let total = wire.len();
+    let rss_before = rss_kib(pid);
+    let written = Arc::new(AtomicUsize::new(0));
+    let mut out = flood.stream.try_clone().unwrap();
+    let progress = written.clone();
+    let writer = std::thread::spawn(move || {
+        for chunk in wire.chunks(64 << 10) {
+            out.write_all(chunk).unwrap();
+            progress.fetch_add(chunk.len(), Ordering::Relaxed);
+        }
+    });
+    // Nobody reads the answers: the daemon must stop reading the flood
+    // once it owes `limit` of them (the client's writes then block).
+    let mut watcher = d.connect();
+    let mut in_flight_max = 0;
+    let (mut last, mut last_change) = (0, Instant::now());
+    let began = Instant::now();
+    while last_change.elapsed() < Duration::from_millis(1500) && began.elapsed() < Duration::from_secs(60) {
+        in_flight_max = in_flight_max.max(status(&mut watcher).in_flight);
+        let now = written.load(Ordering::Relaxed);
+        if now != last {
+            (last, last_change) = (now, Instant::now());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let rss_growth_mib = rss_kib(pid).saturating_sub(rss_before) / 1024;
+    eprintln!(
+        "written {} of {} MiB; in flight at most {in_flight_max}; RSS grew {rss_growth_mib} MiB",
+        last >> 20,
+        total >> 20
+    );
+    // The flood's answers owed, and the watcher's own STATUS.
+    assert!(in_flight_max > 0);
+    assert!(
+        in_flight_max as usize <= limit + 1,
+        "{in_flight_max} in flight, over {limit}"
+    );
+    assert!(
+        rss_growth_mib < 40,
+        "the daemon grew {rss_growth_mib} MiB holding answers nobody reads"
+    );
+    // Reading drains everything, each GET answered once.
+    let mut seen = vec![false; n as usize];
+    for _ in 0..n {
+        let f = flood.recv().expect("an answer");
+        assert!(matches!(f.body, Body::State { value: None }), "{f:?}");
+        let i = (f.corr - 100) as usize;
+        assert!(!std::mem::replace(&mut seen[i], true), "corr {} answered twice", f.corr);
+    }
+    writer.join().unwrap();
+    assert_eq!(status(&mut watcher).in_flight, 1, "only the STATUS asking");
+}
+
+#[test]
+fn a_second_daemon_on_an_occupied_port_refuses_to_start() {
+    let first = Daemon::start(styxd(), &data_dir("harden-port-first"), &["--shards", "1"]);
+    let second_dir = data_dir("harden-port-second");
+    let (code, stderr) = refused(&[
+        "--data-dir",
+        second_dir.to_str().unwrap(),
+        "--listen",
+        &first.addr,
+        "--metrics",
+        "off",
+        "--shards",
+        "1",
+    ]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains(&first.addr), "{stderr}");
+    assert!(stderr.contains("another styxd serves this address"), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", first.child.id())), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    // The first daemon still serves alone.
+    let mut c = first.connect();
+    let f = c.call(0, 0, "account", "deposit", Key::from(1u64), Payload::encode(&5i64));
+    assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+
+    // Any other process on the port: named from /proc.
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = other.local_addr().unwrap().to_string();
+    let (code, stderr) = refused(&[
+        "--data-dir",
+        second_dir.to_str().unwrap(),
+        "--listen",
+        &addr,
+        "--metrics",
+        "off",
+    ]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(stderr.contains("another process already listens"), "{stderr}");
+    assert!(stderr.contains(&format!("pid {}", std::process::id())), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn an_address_that_cannot_be_bound_is_an_error_not_a_panic() {
+    let dir = data_dir("harden-bind");
+    // 192.0.2.0/24 is reserved for documentation: never a local address.
+    for (listen, metrics) in [("192.0.2.1:7400", "off"), ("127.0.0.1:0", "192.0.2.1:7401")] {
+        let (code, stderr) = refused(&[
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--listen",
+            listen,
+            "--metrics",
+            metrics,
+        ]);
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stderr.contains("192.0.2.1"), "{stderr}");
+        assert!(stderr.contains("cannot listen"), "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn the_metrics_endpoint_caps_its_connections_and_closes_idle_ones() {
+    let d = Daemon::start(styxd(), &data_dir("harden-http"), &["--shards", "1"]);
+    let metrics = d.metrics.clone().unwrap();
+    let idle: Vec<TcpStream> = (0..styx_runtime::server::HTTP_CONNECTIONS_MAX)
+        .map(|_| TcpStream::connect(&metrics).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let began = Instant::now();
+    let busy = http(&metrics, "/health");
+    assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
+    assert!(began.elapsed() < Duration::from_secs(2));
+    drop(idle);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(http(&metrics, "/health").starts_with("HTTP/1.1 200"));
+    // A connection that never sends its request is closed in time.
+    let mut silent = TcpStream::connect(&metrics).unwrap();
+    let limit = styx_runtime::server::HTTP_REQUEST_TIMEOUT + Duration::from_secs(3);
+    silent.set_read_timeout(Some(limit)).unwrap();
+    let began = Instant::now();
+    let mut buf = [0u8; 16];
+    assert_eq!(silent.read(&mut buf).expect("closed by the server, not timed out"), 0);
+    assert!(began.elapsed() < limit);
+}
+
+#[test]
+fn failing_accepts_on_the_metrics_endpoint_do_not_spin() {
+    // A daemon with few file descriptors left: once they are used up by
+    // idle HTTP clients, every accept fails (EMFILE) until one closes.
+    let probe = Daemon::start(
+        styxd(),
+        &data_dir("harden-emfile-probe"),
+        &["--shards", "1", "--snapshot-interval-ms", "0"],
+    );
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", probe.child.id()))
+        .unwrap()
+        .count() as u64;
+    drop(probe);
+    let dir = data_dir("harden-emfile");
+    let limit = fds + 6;
+    let mut cmd = Command::new(styxd());
+    cmd.args(["--data-dir", dir.to_str().unwrap()])
+        .args(["--listen", "127.0.0.1:0", "--metrics", "127.0.0.1:0", "--log", "error"])
+        .args(["--shards", "1", "--snapshot-interval-ms", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe and touches only the child.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+            let r = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &r) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("styxd listening on "), "{line:?}");
+    let metrics = line
+        .split("(metrics ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string();
+    let pid = child.id();
+    let _idle: Vec<TcpStream> = (0..20).map(|_| TcpStream::connect(&metrics).unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let (before, began) = (cpu_ticks(pid), Instant::now());
+    std::thread::sleep(Duration::from_secs(2));
+    let ticks_per_s = (cpu_ticks(pid) - before) as f64 / began.elapsed().as_secs_f64();
+    let hz = 100.0; // USER_HZ on Linux.
+    eprintln!(
+        "{fds} fds at rest; CPU {:.0}% while accepts fail",
+        ticks_per_s / hz * 100.0
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(ticks_per_s < 0.5 * hz, "{:.0}% CPU", ticks_per_s / hz * 100.0);
+}
+
+#[test]
+fn profiling_a_tpcc_run_reports_every_stage() {
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["bench", "tpcc", "--shards", "2", "--duration", "1", "--warmup", "0"])
+        .args(["--no-serial", "--quiet", "--json", "--in-flight", "4"])
+        .env("STYX_PROFILE", "1")
+        .output()
+        .expect("styx runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.contains("stage busy/idle %"), "{stderr}");
+    assert!(stderr.contains("exec3"), "{stderr}");
+}
+
+#[test]
+fn status_rates_cover_the_last_second() {
+    let d = Daemon::start(styxd(), &data_dir("harden-rates"), &["--shards", "1"]);
+    let mut c = d.connect();
+    let n = 3000;
+    for k in 0..n {
+        c.send(request(
+            0,
+            0,
+            "account",
+            "deposit",
+            Key::from(k % 100),
+            Payload::encode(&1i64),
+        ));
+    }
+    for _ in 0..n {
+        let f = c.recv().unwrap();
+        assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+    }
+    let busy = status(&mut c);
+    assert!(busy.committed >= n, "{busy:?}");
+    assert!(busy.committed_per_s > 0 && busy.epochs_per_s > 0, "{busy:?}");
+    // Quiet for more than a second: nothing happened in the last one.
+    std::thread::sleep(Duration::from_millis(1500));
+    let quiet = status(&mut c);
+    assert!(quiet.committed >= n, "{quiet:?}");
+    assert_eq!(
+        (quiet.committed_per_s, quiet.aborted_per_s, quiet.epochs_per_s),
+        (0, 0, 0),
+        "{quiet:?}"
+    );
+}
+
+#[test]
+fn logs_off_a_terminal_have_no_colour_codes_and_json_lines_parse() {
+    for format in ["text", "json"] {
+        let dir = data_dir(&format!("harden-logs-{format}"));
+        let d = Piped::start(&[
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+            "--shards",
+            "1",
+            "--log",
+            "info",
+            "--log-format",
+            format,
+        ]);
+        let mut c = Conn::connect(&d.addr);
+        c.call(0, 0, "account", "deposit", Key::from(1u64), Payload::encode(&1i64));
+        let (status, stderr) = d.stop();
+        assert!(status.success(), "{stderr}");
+        assert!(!stderr.contains('\x1b'), "escape codes in:\n{stderr}");
+        assert!(stderr.contains("serving"), "{stderr}");
+        if format == "json" {
+            for line in stderr.lines() {
+                let v: serde_json::Value =
+                    serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: not JSON: {line:?}"));
+                assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+            }
+        }
+    }
+}
+
+#[test]
+fn sigterm_stops_cleanly_every_time() {
+    let dir = data_dir("harden-sigterm");
+    let args: Vec<String> = [
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics",
+        "off",
+        "--shards",
+        "2",
+        "--log",
+        "warn",
+        "--snapshot-interval-ms",
+        "20",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    for round in 0..12u64 {
+        let d = Piped::start(&args);
+        let mut c = Conn::connect(&d.addr);
+        for k in 0..200u64 {
+            c.send(request(
+                0,
+                0,
+                "account",
+                "deposit",
+                Key::from(k),
+                Payload::encode(&1i64),
+            ));
+        }
+        for _ in 0..200 {
+            c.recv().unwrap();
+        }
+        // Stop right as snapshots are being written and committed.
+        std::thread::sleep(Duration::from_millis(round * 7 % 40));
+        let (status, stderr) = d.stop();
+        assert!(status.success(), "round {round}: {status}\n{stderr}");
+        assert!(!stderr.contains("panicked"), "round {round}:\n{stderr}");
+    }
+}
