@@ -78,22 +78,45 @@ fn lock(what: &str, addr: SocketAddr, data_dir: &Path) -> Result<Option<File>, S
     Ok(Some(file))
 }
 
+/// How long a start waits for the listener of a dead process to go away.
+const ORPHAN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 fn probe(what: &str, addr: SocketAddr) -> Result<(), String> {
-    match TcpListener::bind(addr) {
-        Ok(listener) => {
-            drop(listener);
-            Ok(())
+    let deadline = std::time::Instant::now() + ORPHAN_WAIT;
+    loop {
+        match TcpListener::bind(addr) {
+            Ok(listener) => {
+                drop(listener);
+                return Ok(());
+            }
+            // Connections of a process that died (kill -9) linger in
+            // FIN_WAIT on the port and fail this bind too; only a listener
+            // is a claim.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && listening_inodes(addr.port()).is_empty() => {
+                return Ok(());
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => match listener_of(addr.port()) {
+                Some(who) => {
+                    return Err(format!(
+                        "{what} {addr}: another process already listens on this address ({who}); stop it or choose another address"
+                    ));
+                }
+                // A listener no process holds: a process that just died,
+                // whose io_uring still references its socket until the
+                // kernel tears the ring down. The kernel would hand it
+                // connections that nobody accepts: wait until it is gone.
+                None if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                None => {
+                    return Err(format!(
+                        "{what} {addr}: a socket no process holds still listens on this address {}s after start (a process that died moments ago?); try again, or choose another address",
+                        ORPHAN_WAIT.as_secs()
+                    ));
+                }
+            },
+            Err(e) => return Err(format!("{what} {addr}: cannot listen on this address: {e}")),
         }
-        // Connections of a process that died (kill -9) linger in FIN_WAIT
-        // on the port and fail this bind too; only a listener is a claim.
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && listening_inodes(addr.port()).is_empty() => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-            let who = listener_of(addr.port()).map_or(String::new(), |w| format!(" ({w})"));
-            Err(format!(
-                "{what} {addr}: another process already listens on this address{who}; stop it or choose another address"
-            ))
-        }
-        Err(e) => Err(format!("{what} {addr}: cannot listen on this address: {e}")),
     }
 }
 

@@ -62,15 +62,20 @@ impl Drop for Node {
     }
 }
 
+/// A base whose `len` ports are free now, disjoint from every other block
+/// this process handed out (the tests run in parallel, and a node must
+/// find its port free when it restarts), below the kernel's ephemeral range
+/// (32768 and up), so that no outgoing connection takes one meanwhile.
 fn free_port_block(len: u16) -> u16 {
-    // A base whose `len` ports are free now (the test binds them soon after).
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(2_654_435_761) % SPAN;
     loop {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = l.local_addr().unwrap().port();
-        drop(l);
-        if base.checked_add(len).is_none() {
-            continue;
-        }
+        let offset = NEXT.fetch_add(u32::from(len), Ordering::Relaxed);
+        assert!(offset < SPAN, "no free block of {len} ports left");
+        let base = (FIRST + (start + offset) % (SPAN - u32::from(len))) as u16;
         if (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
             return base;
         }
