@@ -10,7 +10,7 @@
 # between nodes per committed transaction: frames, messages and bytes.
 #
 # Usage: bench/scripts/cluster.sh   (settings by environment)
-#   ACCOUNTS=10000 DURATION=10 ROUNDS=3 OUT=cluster.jsonl
+#   ACCOUNTS=10000 DURATION=10 ROUNDS=3 OUT=/tmp/cluster.jsonl
 #   STYX=target/release/styx STYXD=target/release/styxd
 #   CONNECTIONS=2 IN_FLIGHT=256 BASE_PORT=7600
 #
@@ -22,7 +22,7 @@ set -euo pipefail
 ACCOUNTS=${ACCOUNTS:-10000}
 DURATION=${DURATION:-10}
 ROUNDS=${ROUNDS:-3}
-OUT=${OUT:-cluster.jsonl}
+OUT=${OUT:-/tmp/cluster.jsonl}
 STYX=${STYX:-target/release/styx}
 STYXD=${STYXD:-target/release/styxd}
 CONNECTIONS=${CONNECTIONS:-2}
