@@ -72,12 +72,21 @@ impl ShardMetrics {
 #[derive(Debug)]
 pub struct Metrics {
     pub shards: Vec<Arc<ShardMetrics>>,
+    /// The id of the first shard, in labels: on a cluster's node, shards
+    /// are labelled with their ids across the cluster.
+    pub first_shard: u16,
 }
 
 impl Metrics {
     pub fn new(shards: usize) -> Arc<Metrics> {
+        Metrics::of_shards(0, shards)
+    }
+
+    /// The metrics of shards `first..first + shards` (a cluster's node).
+    pub fn of_shards(first: u16, shards: usize) -> Arc<Metrics> {
         Arc::new(Metrics {
             shards: (0..shards).map(|_| Arc::new(ShardMetrics::default())).collect(),
+            first_shard: first,
         })
     }
 
@@ -212,6 +221,7 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
             for (i, s) in self.shards.iter().enumerate() {
+                let i = usize::from(self.first_shard) + i;
                 let v = field(s).load(Relaxed);
                 if seconds {
                     let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", v as f64 / 1e6);
@@ -244,5 +254,14 @@ mod tests {
             assert!(series.contains("{shard=\""), "{line}");
             assert!(value.parse::<f64>().is_ok(), "{line}");
         }
+    }
+
+    #[test]
+    fn a_cluster_node_labels_shards_by_their_cluster_ids() {
+        let m = Metrics::of_shards(4, 2);
+        m.shards[1].remote_messages.store(3, Relaxed);
+        let text = m.render();
+        assert!(text.contains("styx_remote_messages_total{shard=\"5\"} 3"), "{text}");
+        assert!(!text.contains("{shard=\"0\"}"), "{text}");
     }
 }

@@ -429,7 +429,7 @@ pub fn run(app: Arc<App>, settings: Settings) -> Result<(), String> {
     if settings.fsync == Fsync::None {
         tracing::warn!("fsync = none: acknowledged transactions can be lost in a crash of the machine");
     }
-    let metrics = Metrics::new(n_local);
+    let metrics = Metrics::of_shards(local.start, n_local);
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| format!("signal handler: {e}"))?;
