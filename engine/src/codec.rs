@@ -128,7 +128,13 @@ impl Writer {
     #[inline]
     pub fn finish(self) -> Payload {
         if self.heap.is_empty() {
-            Payload::from_bytes(&self.inline[..self.len])
+            // Zeros after `len`, as the inline representation requires:
+            // the buffer started zeroed and only its first `len` bytes were
+            // written.
+            Payload(SmallBytes::Inline {
+                len: self.len as u8,
+                buf: self.inline,
+            })
         } else {
             Payload::from_vec(self.heap)
         }

@@ -1,18 +1,22 @@
 //! Serial execution: the same functions, one transaction after another, no
 //! concurrency control. It is the oracle the engine is checked against and
 //! the "serial ceiling" its throughput is compared with, so it is built to
-//! be cheap: nothing is allocated per transaction but the function bodies'
-//! futures (frames, the write overlay and the call tree are reused), and a
-//! key is hashed once per invocation.
+//! be cheap: nothing is allocated per transaction (frames, function bodies
+//! and the undo log are reused), and an entity is looked up once per
+//! invocation.
 //!
 //! A transaction runs depth-first on one thread: a sync call runs the callee
 //! to completion inline; an async send runs after its sender's body, before
 //! the sender counts as finished (as in the engine, where an invocation
-//! replies only once everything it sent has finished). Writes go to a
-//! per-transaction overlay that is applied only if nothing aborted.
+//! replies only once everything it sent has finished). Writes go straight
+//! to the state, their previous values to an undo log that an abort plays
+//! back (newest first): a read finds the transaction's own writes where it
+//! would find anyone's, so nothing is looked up twice and a commit costs
+//! nothing. An entity keeps its slot once created (deleted, its value is
+//! `None`), so a slot number stays valid for a whole invocation.
 
 use crate::abort::Abort;
-use crate::app::App;
+use crate::app::{App, Runners};
 use crate::codec::Payload;
 use crate::config::{Outcome, Request};
 use crate::ctx::{CallLimits, Ctx, Frame, Host, NO_INDEX, root_seed};
@@ -27,8 +31,6 @@ use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-/// Overlay entries searched linearly; past this many an index is built.
-const OVERLAY_LINEAR_MAX: usize = 16;
 /// Finished frames kept for reuse.
 const SPARE_FRAMES_MAX: usize = 256;
 
@@ -52,14 +54,16 @@ impl Drop for Serial {
 
 impl Serial {
     pub fn new(app: Arc<App>, limits: CallLimits) -> Serial {
+        let runners = RefCell::new(Runners::new(&app));
         let txn = Rc::new_cyclic(|me| Txn {
             me: me.clone(),
             app,
             limits,
-            state: RefCell::new(HashTable::new()),
-            overlay: RefCell::new(Overlay::default()),
+            state: RefCell::new(State::default()),
+            undo: RefCell::new(Vec::new()),
             nodes: RefCell::new(Vec::new()),
             frames: RefCell::new(Vec::new()),
+            runners,
         });
         Serial { txn }
     }
@@ -68,7 +72,8 @@ impl Serial {
     pub fn load(&mut self, op: OpId, key: Key, value: Option<Value>) {
         let hash = entity_hash(op, key.hash64());
         let mut state = self.txn.state.borrow_mut();
-        put(&mut state, op, hash, &key, value);
+        let slot = state.slot(op, hash, &key);
+        state.entities[slot as usize].value = value;
     }
 
     /// Runs one transaction to completion and applies it if it commits.
@@ -77,30 +82,31 @@ impl Serial {
             return Outcome::Aborted(abort);
         }
         let txn = &self.txn;
-        debug_assert!(txn.overlay.borrow().entries.is_empty());
+        assert!(txn.undo.borrow().is_empty(), "undo log left by the last transaction");
         txn.nodes.borrow_mut().clear();
         let (result, abort) = txn.run(
             tid,
             now_us,
             request.function,
             request.address.clone(),
-            request.args.clone(),
+            &request.args,
             0,
             root_seed(tid),
         );
-        let mut overlay = txn.overlay.borrow_mut();
-        let outcome = match abort {
-            Some(abort) => Outcome::Aborted(abort),
-            None => {
+        let mut undo = txn.undo.borrow_mut();
+        match abort {
+            Some(abort) => {
                 let mut state = txn.state.borrow_mut();
-                for (op, hash, key, value) in overlay.entries.drain(..) {
-                    put(&mut state, op, hash, &key, value);
+                for (slot, value) in undo.drain(..).rev() {
+                    state.entities[slot as usize].value = value;
                 }
+                Outcome::Aborted(abort)
+            }
+            None => {
+                undo.clear();
                 Outcome::Committed(result.expect("no abort, so a result"))
             }
-        };
-        overlay.clear();
-        outcome
+        }
     }
 
     /// The state, sorted.
@@ -108,8 +114,9 @@ impl Serial {
         self.txn
             .state
             .borrow()
+            .entities
             .iter()
-            .map(|(op, key, v)| ((*op, key.clone()), v.clone()))
+            .filter_map(|e| Some(((e.op, e.key.clone()), e.value.clone()?)))
             .collect()
     }
 
@@ -118,65 +125,50 @@ impl Serial {
     }
 }
 
-type StateTable = HashTable<(OpId, Key, Value)>;
-
-fn put(state: &mut StateTable, op: OpId, hash: u64, key: &Key, value: Option<Value>) {
-    let rehash = |e: &(OpId, Key, Value)| entity_hash(e.0, e.1.hash64());
-    let found = state.find_entry(hash, |e| e.0 == op && e.1 == *key);
-    match (found, value) {
-        (Ok(mut e), Some(v)) => e.get_mut().2 = v,
-        (Ok(e), None) => {
-            e.remove();
-        }
-        (Err(_), Some(v)) => {
-            state.insert_unique(hash, (op, key.clone(), v), rehash);
-        }
-        (Err(_), None) => {}
-    }
+/// One entity; deleted ones keep their slot with no value.
+struct Entity {
+    op: OpId,
+    /// Its table hash ([`entity_hash`]), kept for rehashing.
+    hash: u64,
+    key: Key,
+    value: Option<Value>,
 }
 
-/// The transaction's buffered writes: `(op, entity hash, key, value)`.
+/// Every entity, in one vector indexed by a hash table of slot numbers.
 #[derive(Default)]
-struct Overlay {
-    entries: Vec<(OpId, u64, Key, Option<Value>)>,
-    /// Positions in `entries` by entity hash, once it outgrows a linear search.
+struct State {
+    entities: Vec<Entity>,
     index: HashTable<u32>,
 }
 
-impl Overlay {
-    fn find(&self, op: OpId, hash: u64, key: &Key) -> Option<usize> {
-        let same = |e: &(OpId, u64, Key, Option<Value>)| e.1 == hash && e.0 == op && e.2 == *key;
-        if self.entries.len() <= OVERLAY_LINEAR_MAX {
-            return self.entries.iter().position(same);
-        }
+impl State {
+    #[inline]
+    fn find(&self, op: OpId, hash: u64, key: &Key) -> Option<u32> {
+        let entities = &self.entities;
         self.index
-            .find(hash, |&i| same(&self.entries[i as usize]))
-            .map(|&i| i as usize)
+            .find(hash, |&i| {
+                let e = &entities[i as usize];
+                e.op == op && e.key == *key
+            })
+            .copied()
     }
 
-    fn write(&mut self, op: OpId, hash: u64, key: &Key, value: Option<Value>) {
-        if let Some(i) = self.find(op, hash, key) {
-            self.entries[i].3 = value;
-            return;
+    /// The entity's slot, created (without a value) if it has none.
+    fn slot(&mut self, op: OpId, hash: u64, key: &Key) -> u32 {
+        if let Some(slot) = self.find(op, hash, key) {
+            return slot;
         }
-        self.entries.push((op, hash, key.clone(), value));
-        let Overlay { entries, index } = self;
-        let n = entries.len();
-        let rehash = |&i: &u32| entries[i as usize].1;
-        if n == OVERLAY_LINEAR_MAX + 1 {
-            for (i, e) in entries.iter().enumerate() {
-                index.insert_unique(e.1, i as u32, rehash);
-            }
-        } else if n > OVERLAY_LINEAR_MAX + 1 {
-            index.insert_unique(hash, (n - 1) as u32, rehash);
-        }
-    }
-
-    fn clear(&mut self) {
-        self.entries.clear();
-        if !self.index.is_empty() {
-            self.index.clear();
-        }
+        let slot = u32::try_from(self.entities.len()).expect("fewer than 2^32 entities");
+        self.entities.push(Entity {
+            op,
+            hash,
+            key: key.clone(),
+            value: None,
+        });
+        let entities = &self.entities;
+        self.index
+            .insert_unique(hash, slot, |&i| entities[i as usize].hash);
+        slot
     }
 }
 
@@ -191,10 +183,12 @@ struct Txn {
     me: Weak<Txn>,
     app: Arc<App>,
     limits: CallLimits,
-    state: RefCell<StateTable>,
-    overlay: RefCell<Overlay>,
+    state: RefCell<State>,
+    /// The values the running transaction overwrote: `(slot, before)`.
+    undo: RefCell<Vec<(u32, Option<Value>)>>,
     nodes: RefCell<Vec<Node>>,
     frames: RefCell<Vec<Rc<Frame>>>,
+    runners: RefCell<Runners>,
 }
 
 impl Txn {
@@ -228,7 +222,7 @@ impl Txn {
         now_us: u64,
         function: FnId,
         address: Address,
-        args: Payload,
+        args: &Payload,
         depth: u16,
         seed: u64,
     ) -> (Result<Payload, Abort>, Option<Abort>) {
@@ -251,22 +245,29 @@ impl Txn {
             nodes.len() - 1
         };
         frame.task.set(node as u32);
-        let f = self.app.function_info(function);
+        let mut runner = self.runners.borrow_mut().take(&self.app, function);
         let ctx = Ctx { frame: frame.clone() };
-        let result = match catch_unwind(AssertUnwindSafe(|| f.start(ctx, args))) {
+        let result = match catch_unwind(AssertUnwindSafe(|| runner.start(ctx, args))) {
             Err(panic) => Err(Abort::from_panic(&*panic)),
-            Ok(mut future) => {
+            Ok(Err(abort)) => {
+                self.runners.borrow_mut().give(&self.app, function, runner);
+                Err(abort)
+            }
+            Ok(Ok(())) => {
                 let mut cx = Context::from_waker(Waker::noop());
-                match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
-                    Ok(Poll::Ready(r)) => r,
+                match catch_unwind(AssertUnwindSafe(|| runner.poll(&mut cx))) {
+                    Ok(Poll::Ready(r)) => {
+                        self.runners.borrow_mut().give(&self.app, function, runner);
+                        r
+                    }
                     // Every call already finished inline, so a pending
                     // function waits for something else.
                     Ok(Poll::Pending) => {
-                        let _ = catch_unwind(AssertUnwindSafe(move || drop(future)));
+                        let _ = catch_unwind(AssertUnwindSafe(move || runner.clear()));
                         Err(Abort::stalled(&self.app.describe(function)))
                     }
                     Err(panic) => {
-                        let _ = catch_unwind(AssertUnwindSafe(move || drop(future)));
+                        let _ = catch_unwind(AssertUnwindSafe(move || runner.clear()));
                         Err(Abort::from_panic(&*panic))
                     }
                 }
@@ -275,7 +276,7 @@ impl Txn {
         // Async sends run after the body, in the order they were sent.
         let sends = std::mem::take(&mut self.nodes.borrow_mut()[node].sends);
         for (child, f, address, args) in sends {
-            let (_, abort) = self.run(tid, now_us, f, address, args, depth + 1, frame.child_seed(child));
+            let (_, abort) = self.run(tid, now_us, f, address, &args, depth + 1, frame.child_seed(child));
             self.note_child(node, child, abort);
         }
         let own = frame
@@ -322,21 +323,36 @@ impl Host for Txn {
         self.limits
     }
 
+    #[inline]
     fn read(&self, frame: &Frame, f: &mut dyn FnMut(Option<&Value>)) -> Result<(), Abort> {
-        let (op, hash, key) = (frame.function.op, frame.hash.get(), Txn::key(frame));
-        let overlay = self.overlay.borrow();
-        if let Some(i) = overlay.find(op, hash, key) {
-            f(overlay.entries[i].3.as_ref());
-            return Ok(());
-        }
         let state = self.state.borrow();
-        f(state.find(hash, |e| e.0 == op && e.1 == *key).map(|e| &e.2));
+        let mut slot = frame.slot.get();
+        if slot == NO_INDEX {
+            match state.find(frame.function.op, frame.hash.get(), Txn::key(frame)) {
+                Some(s) => {
+                    frame.slot.set(s);
+                    slot = s;
+                }
+                None => {
+                    f(None);
+                    return Ok(());
+                }
+            }
+        }
+        f(state.entities[slot as usize].value.as_ref());
         Ok(())
     }
 
+    #[inline]
     fn write(&self, frame: &Frame, value: Option<Value>) -> Result<(), Abort> {
-        let (op, hash, key) = (frame.function.op, frame.hash.get(), Txn::key(frame));
-        self.overlay.borrow_mut().write(op, hash, key, value);
+        let mut state = self.state.borrow_mut();
+        let mut slot = frame.slot.get();
+        if slot == NO_INDEX {
+            slot = state.slot(frame.function.op, frame.hash.get(), Txn::key(frame));
+            frame.slot.set(slot);
+        }
+        let before = std::mem::replace(&mut state.entities[slot as usize].value, value);
+        self.undo.borrow_mut().push((slot, before));
         Ok(())
     }
 
@@ -356,7 +372,7 @@ impl Host for Txn {
             frame.now_us,
             function,
             address,
-            args,
+            &args,
             frame.depth + 1,
             frame.child_seed(child),
         );
@@ -367,22 +383,16 @@ impl Host for Txn {
     fn scan(&self, frame: &Frame, f: &mut dyn FnMut(&Key, &Value)) -> Result<(), Abort> {
         let op = frame.function.op;
         let partitions = self.app.operator_info(op).partitions();
-        let mut rows: BTreeMap<Key, Option<Value>> = self
+        let rows: BTreeMap<Key, Value> = self
             .state
             .borrow()
+            .entities
             .iter()
-            .filter(|(o, k, _)| *o == op && k.partition(partitions) == frame.partition)
-            .map(|(_, k, v)| (k.clone(), Some(v.clone())))
+            .filter(|e| e.op == op && e.key.partition(partitions) == frame.partition)
+            .filter_map(|e| Some((e.key.clone(), e.value.clone()?)))
             .collect();
-        for (o, _, k, v) in &self.overlay.borrow().entries {
-            if *o == op && k.partition(partitions) == frame.partition {
-                rows.insert(k.clone(), v.clone());
-            }
-        }
         for (k, v) in &rows {
-            if let Some(v) = v {
-                f(k, v);
-            }
+            f(k, v);
         }
         Ok(())
     }

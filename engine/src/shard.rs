@@ -325,7 +325,8 @@ impl Host for Exec {
 
 struct Task {
     frame: Rc<Frame>,
-    future: Option<crate::app::BodyFuture>,
+    /// The body, while it runs (taken from and given back to `runners`).
+    runner: Option<Box<dyn crate::app::Runner>>,
     parent: Parent,
     body: Option<Result<Payload, Abort>>,
     replies: u32,
@@ -483,6 +484,7 @@ pub struct Shard {
     spare: Vec<Vec<Message>>,
     /// Frames of finished invocations, to run new ones.
     frames: Vec<Rc<Frame>>,
+    runners: crate::app::Runners,
 }
 
 /// Emptied batches a shard keeps for reuse.
@@ -498,6 +500,7 @@ impl Shard {
         assert!(config.epoch_txns_max >= 1);
         assert!(config.step_messages_max >= 1);
         let store = Store::new(&app, id, n_shards);
+        let runners = crate::app::Runners::new(&app);
         let epoch_cap = if config.epoch_txns_adaptive {
             config.epoch_txns_max.min(crate::config::EPOCH_TXNS_START)
         } else {
@@ -561,6 +564,7 @@ impl Shard {
             outputs: Outputs::default(),
             spare: Vec::new(),
             frames: Vec::new(),
+            runners,
         }
     }
 
@@ -1862,17 +1866,21 @@ impl Shard {
             }
         };
         frame.task.set(index);
-        let function = self.exec.app.function_info(inv.function);
+        let mut runner = self.runners.take(&self.exec.app, inv.function);
         let ctx = Ctx { frame: frame.clone() };
         let args = inv.args;
-        let started = catch_unwind(AssertUnwindSafe(|| function.start(ctx, args)));
-        let (future, body) = match started {
-            Ok(f) => (Some(f), None),
+        let started = catch_unwind(AssertUnwindSafe(|| runner.start(ctx, &args)));
+        let (runner, body) = match started {
+            Ok(Ok(())) => (Some(runner), None),
+            Ok(Err(abort)) => {
+                self.runners.give(&self.exec.app, inv.function, runner);
+                (None, Some(Err(abort)))
+            }
             Err(panic) => (None, Some(Err(Abort::from_panic(&*panic)))),
         };
         self.tasks[index as usize] = Some(Task {
             frame,
-            future,
+            runner,
             parent: inv.parent,
             body,
             replies: 0,
@@ -1884,27 +1892,28 @@ impl Shard {
 
     fn poll_task(&mut self, index: u32) {
         let task = self.tasks[index as usize].as_mut().expect("live task");
-        if let Some(future) = &mut task.future {
+        if let Some(runner) = &mut task.runner {
             let mut cx = Context::from_waker(Waker::noop());
-            match catch_unwind(AssertUnwindSafe(|| future.as_mut().poll(&mut cx))) {
+            match catch_unwind(AssertUnwindSafe(|| runner.poll(&mut cx))) {
                 Ok(Poll::Pending) => {
                     // Only replies wake a function; with none outstanding it
                     // waits for something that will never come.
                     if task.replies == task.frame.calls.borrow().len() as u32 {
-                        let future = task.future.take();
-                        let _ = catch_unwind(AssertUnwindSafe(move || drop(future)));
+                        let mut runner = task.runner.take().expect("running");
+                        let _ = catch_unwind(AssertUnwindSafe(move || runner.clear()));
                         let name = self.exec.app.describe(task.frame.function);
                         task.body = Some(Err(Abort::stalled(&name)));
                     }
                 }
                 Ok(Poll::Ready(result)) => {
-                    task.future = None;
+                    let runner = task.runner.take().expect("running");
+                    self.runners.give(&self.exec.app, task.frame.function, runner);
                     task.body = Some(result);
                 }
                 Err(panic) => {
-                    let future = task.future.take();
+                    let mut runner = task.runner.take().expect("running");
                     // A future that panicked may panic again when dropped.
-                    let _ = catch_unwind(AssertUnwindSafe(move || drop(future)));
+                    let _ = catch_unwind(AssertUnwindSafe(move || runner.clear()));
                     task.body = Some(Err(Abort::from_panic(&*panic)));
                 }
             }
