@@ -54,14 +54,6 @@ pub(super) struct Exec {
 }
 
 impl Exec {
-    fn phase_index(phase: Phase) -> usize {
-        match phase {
-            Phase::Optimistic => 0,
-            Phase::Fallback => 1,
-            Phase::Serial => 2,
-        }
-    }
-
     /// The partition, owner and key hash of an address.
     #[inline]
     pub(super) fn locate(&self, function: FnId, address: &Address) -> (u32, ShardId, u64) {
@@ -107,8 +99,7 @@ impl Host for Exec {
     fn read(&self, frame: &Frame, f: &mut dyn FnMut(Option<&Value>)) -> Result<(), Abort> {
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
-        let phase = Exec::phase_index(st.phase);
-        let a = &mut st.tables.accesses[phase][frame.access.get() as usize];
+        let a = &mut st.tables.accesses[st.phase.index()][frame.access.get() as usize];
         match &a.write {
             Write::Put(v) => f(Some(v)),
             Write::Delete => f(None),
@@ -124,13 +115,13 @@ impl Host for Exec {
     fn write(&self, frame: &Frame, value: Option<Value>) -> Result<(), Abort> {
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
-        let phase = Exec::phase_index(st.phase);
+        let phase = st.phase;
         let index = frame.access.get() as usize;
-        if st.phase == Phase::Fallback {
+        if phase == Phase::Fallback {
             // A write into a partition that a fallback transaction scans must
             // be ordered against that scan: only writers recorded in phase 1
             // are in the partition's queue.
-            let part_slot = st.tables.accesses[phase][index].part_slot;
+            let part_slot = st.tables.accesses[phase.index()][index].part_slot;
             if let Some(p) = st.tables.touched_ordinal(&st.store, part_slot) {
                 let q = st.tables.touched[p as usize].queue;
                 if q != NO_INDEX && !st.tables.in_queue(q, frame.tid) {
@@ -139,7 +130,7 @@ impl Host for Exec {
                 }
             }
         }
-        st.tables.accesses[phase][index].write = match value {
+        st.tables.accesses[phase.index()][index].write = match value {
             Some(v) => Write::Put(v),
             None => Write::Delete,
         };
@@ -175,9 +166,9 @@ impl Host for Exec {
         let rows: Vec<(Key, Value)> = {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
-            let phase = Exec::phase_index(st.phase);
+            let phase = st.phase;
             let op = frame.function.op;
-            st.tables.accesses[phase][frame.access.get() as usize].read = true;
+            st.tables.accesses[phase.index()][frame.access.get() as usize].read = true;
             let mut rows: Vec<(Key, Option<Value>)> = st
                 .store
                 .scan(op, frame.partition)
@@ -189,7 +180,7 @@ impl Host for Exec {
             if let Some(txn) = st.tables.txn(frame.tid) {
                 let mut at = st.tables.head(phase, txn);
                 while at != NO_INDEX {
-                    let a = &st.tables.accesses[phase][at as usize];
+                    let a = &st.tables.accesses[phase.index()][at as usize];
                     let t = &st.tables.touched[a.touched as usize];
                     if let (Some(key), true) = (&t.key, t.op == op && t.partition == frame.partition) {
                         let new = match &a.write {

@@ -147,7 +147,7 @@ impl Shard {
             }
             for t in 0..st.tables.txns.len() {
                 if st.tables.txns[t].committed {
-                    st.tables.apply(&mut st.store, 0, t as u32);
+                    st.tables.apply(&mut st.store, Phase::Optimistic, t as u32);
                 }
             }
             st.tables.build_queues(&st.store, |t| !t.aborted && !t.committed);

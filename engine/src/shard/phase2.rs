@@ -22,7 +22,7 @@ use crate::abort::Abort;
 use crate::config::Outcome;
 use crate::ctx::NO_INDEX;
 use crate::ids::{Address, ShardId, ShardSet, Tid};
-use crate::message::{Invoke, Message, Reply};
+use crate::message::{Invoke, Message, Phase, Reply};
 
 /// Phase 2's parked invocations and its `Done2` barrier.
 pub(super) struct Fallback {
@@ -85,7 +85,7 @@ impl Shard {
                         } else if let Some(pq) = pq.filter(|pq| !st.tables.holds(*pq, inv.tid)) {
                             Admit::Park(pq)
                         } else {
-                            let access = st.tables.access(1, txn, ordinal, pseudo);
+                            let access = st.tables.access(Phase::Fallback, txn, ordinal, pseudo);
                             Admit::Run { slot, access }
                         }
                     }
@@ -180,7 +180,7 @@ impl Shard {
                 return;
             };
             if commit {
-                st.tables.apply(&mut st.store, 1, txn);
+                st.tables.apply(&mut st.store, Phase::Fallback, txn);
             }
             st.tables.txns[txn as usize].finished = true;
             let mut wake = Vec::new();

@@ -144,7 +144,7 @@ impl Shard {
         let st = &mut *guard;
         let txn = st.tables.txn(tid).expect("a phase-3 participant ran the transaction");
         if commit {
-            st.tables.apply(&mut st.store, 2, txn);
+            st.tables.apply(&mut st.store, Phase::Serial, txn);
         }
     }
 }

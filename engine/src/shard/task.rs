@@ -75,27 +75,10 @@ impl Shard {
     pub(super) fn on_invoke(&mut self, inv: Invoke) {
         self.m.stats.invocations += 1;
         match inv.phase {
-            Phase::Optimistic => {
-                let (slot, access) = {
-                    let mut guard = self.exec.st.borrow_mut();
-                    let st = &mut *guard;
-                    let partition = inv.partition;
-                    let op = inv.function.op;
-                    let pseudo = st.store.partition(op, partition).pseudo;
-                    let (slot, key) = match &inv.address {
-                        Address::Entity(key) => (st.store.slot(op, partition, key, inv.hash), Some(key)),
-                        Address::Partition(_) => (pseudo, None),
-                    };
-                    let touched = st.tables.touch(&mut st.store, slot, op, partition, key);
-                    let txn = st.tables.txn_or_insert(inv.tid);
-                    let access = st.tables.access(0, txn, touched, pseudo);
-                    (slot, access)
-                };
-                self.start_task(inv, slot, access);
-            }
             Phase::Fallback => self.admit_fallback(inv),
-            Phase::Serial => {
-                // Alone in the system: no locks, no recorded set.
+            // Phase 1 records what it touches; phase 3 runs alone in the
+            // system: neither takes locks or checks a recorded set.
+            phase @ (Phase::Optimistic | Phase::Serial) => {
                 let (slot, access) = {
                     let mut guard = self.exec.st.borrow_mut();
                     let st = &mut *guard;
@@ -108,7 +91,7 @@ impl Shard {
                     };
                     let touched = st.tables.touch(&mut st.store, slot, op, partition, key);
                     let txn = st.tables.txn_or_insert(inv.tid);
-                    let access = st.tables.access(2, txn, touched, pseudo);
+                    let access = st.tables.access(phase, txn, touched, pseudo);
                     (slot, access)
                 };
                 self.start_task(inv, slot, access);
