@@ -221,7 +221,6 @@ impl Function {
     pub fn kind(&self) -> FnKind {
         self.kind
     }
-
 }
 
 /// An entity type: its name, partition count and functions.

@@ -16,7 +16,7 @@
 use crate::ctx::NO_INDEX;
 use crate::ids::{OpId, Tid};
 use crate::key::Key;
-use crate::message::flags;
+use crate::message::{Phase, flags};
 use crate::store::{Store, TidMap, new_tid_map};
 use crate::value::Value;
 
@@ -60,9 +60,8 @@ pub(crate) struct Access {
 /// A transaction's state at this shard in this epoch.
 pub(crate) struct TxnLocal {
     pub tid: Tid,
-    pub head1: u32,
-    pub head2: u32,
-    pub head3: u32,
+    /// Per phase, the head of its list of accesses (`NO_INDEX` if none).
+    pub heads: [u32; Phase::COUNT],
     /// This shard's conflict flags for it.
     pub flags: u8,
     /// Aborted by its own logic in phase 1.
@@ -86,8 +85,8 @@ pub(crate) struct LockQueue {
 pub(crate) struct Tables {
     pub generation: u32,
     pub touched: Vec<Touched>,
-    /// Per phase (optimistic, fallback, serial).
-    pub accesses: [Vec<Access>; 3],
+    /// Per phase, by `Phase::index`.
+    pub accesses: [Vec<Access>; Phase::COUNT],
     pub txns: Vec<TxnLocal>,
     pub txn_index: Option<TidMap<u32>>,
     pub queues: Vec<LockQueue>,
@@ -109,9 +108,9 @@ impl Tables {
     /// Starts a new epoch's tables.
     pub fn reset(&mut self, store: &mut Store) {
         self.touched.clear();
-        self.accesses[0].clear();
-        self.accesses[1].clear();
-        self.accesses[2].clear();
+        for accesses in &mut self.accesses {
+            accesses.clear();
+        }
         self.txns.clear();
         self.txn_index.as_mut().expect("txn index").clear();
         self.queues.clear();
@@ -132,9 +131,7 @@ impl Tables {
         if index == next {
             self.txns.push(TxnLocal {
                 tid,
-                head1: NO_INDEX,
-                head2: NO_INDEX,
-                head3: NO_INDEX,
+                heads: [NO_INDEX; Phase::COUNT],
                 flags: 0,
                 aborted: false,
                 committed: false,
@@ -173,30 +170,27 @@ impl Tables {
         (entry.generation == self.generation).then_some(entry.ordinal)
     }
 
-    /// The head of `txn`'s access list in `phase` (0, 1 or 2).
-    pub fn head(&self, phase: usize, txn: u32) -> u32 {
-        let t = &self.txns[txn as usize];
-        match phase {
-            0 => t.head1,
-            1 => t.head2,
-            _ => t.head3,
-        }
+    /// The head of `txn`'s access list in `phase`.
+    #[inline]
+    pub fn head(&self, phase: Phase, txn: u32) -> u32 {
+        self.txns[txn as usize].heads[phase.index()]
     }
 
     /// The access of transaction `txn` to touched record `touched` in
-    /// `phase` (0, 1 or 2), created if absent.
-    pub fn access(&mut self, phase: usize, txn: u32, touched: u32, part_slot: u32) -> u32 {
+    /// `phase`, created if absent.
+    pub fn access(&mut self, phase: Phase, txn: u32, touched: u32, part_slot: u32) -> u32 {
         let head = self.head(phase, txn);
+        let accesses = &mut self.accesses[phase.index()];
         let mut at = head;
         while at != NO_INDEX {
-            let a = &self.accesses[phase][at as usize];
+            let a = &accesses[at as usize];
             if a.touched == touched {
                 return at;
             }
             at = a.next;
         }
-        let index = self.accesses[phase].len() as u32;
-        self.accesses[phase].push(Access {
+        let index = accesses.len() as u32;
+        accesses.push(Access {
             txn,
             touched,
             part_slot,
@@ -204,12 +198,7 @@ impl Tables {
             write: Write::None,
             next: head,
         });
-        let t = &mut self.txns[txn as usize];
-        match phase {
-            0 => t.head1 = index,
-            1 => t.head2 = index,
-            _ => t.head3 = index,
-        }
+        self.txns[txn as usize].heads[phase.index()] = index;
         index
     }
 
@@ -222,7 +211,7 @@ impl Tables {
             let e = &store.entries[slot as usize];
             (e.generation == generation).then_some(e.ordinal)
         };
-        for a in &self.accesses[0] {
+        for a in &self.accesses[Phase::Optimistic.index()] {
             let txn = &self.txns[a.txn as usize];
             if txn.aborted {
                 continue;
@@ -240,7 +229,7 @@ impl Tables {
                 }
             }
         }
-        for a in &self.accesses[0] {
+        for a in &self.accesses[Phase::Optimistic.index()] {
             let txn = &self.txns[a.txn as usize];
             if txn.aborted {
                 continue;
@@ -274,10 +263,10 @@ impl Tables {
     }
 
     /// Applies the buffered writes of `txn`'s accesses in `phase`.
-    pub fn apply(&mut self, store: &mut Store, phase: usize, txn: u32) {
+    pub fn apply(&mut self, store: &mut Store, phase: Phase, txn: u32) {
         let mut at = self.head(phase, txn);
         while at != NO_INDEX {
-            let a = &mut self.accesses[phase][at as usize];
+            let a = &mut self.accesses[phase.index()][at as usize];
             let slot = self.touched[a.touched as usize].slot;
             match std::mem::replace(&mut a.write, Write::None) {
                 Write::None => {}
@@ -295,7 +284,7 @@ impl Tables {
     pub fn build_queues(&mut self, store: &Store, fallback: impl Fn(&TxnLocal) -> bool) {
         let generation = self.generation;
         let mut scanned_partition = false;
-        for a in &self.accesses[0] {
+        for a in &self.accesses[Phase::Optimistic.index()] {
             let txn = &self.txns[a.txn as usize];
             if !fallback(txn) {
                 continue;
@@ -314,7 +303,7 @@ impl Tables {
             scanned_partition |= t.key.is_none() && a.read;
         }
         if scanned_partition {
-            for a in &self.accesses[0] {
+            for a in &self.accesses[Phase::Optimistic.index()] {
                 let txn = &self.txns[a.txn as usize];
                 if !fallback(txn) || matches!(a.write, Write::None) {
                     continue;
@@ -359,9 +348,9 @@ impl Tables {
     pub fn queues_of(&self, store: &Store, txn: u32) -> Vec<u32> {
         let tid = self.txns[txn as usize].tid;
         let mut out = Vec::new();
-        let mut at = self.txns[txn as usize].head1;
+        let mut at = self.head(Phase::Optimistic, txn);
         while at != NO_INDEX {
-            let a = &self.accesses[0][at as usize];
+            let a = &self.accesses[Phase::Optimistic.index()][at as usize];
             let q = self.touched[a.touched as usize].queue;
             if q != NO_INDEX {
                 out.push(q);

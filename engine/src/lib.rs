@@ -34,8 +34,8 @@ pub mod wire;
 
 pub use abort::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind};
 pub use app::{
-    App, FnKind, Function, GET_FUNCTION, NAME_LEN_MAX, Operator, PARTITIONS_MAX, SCAN_FUNCTION,
-    SCAN_LIMIT_MAX, SCAN_PAGE_BYTES_MAX,
+    App, FnKind, Function, GET_FUNCTION, NAME_LEN_MAX, Operator, PARTITIONS_MAX, SCAN_FUNCTION, SCAN_LIMIT_MAX,
+    SCAN_PAGE_BYTES_MAX,
 };
 pub use bytes::{mix64, stable_hash};
 pub use codec::{Decode, DecodeError, Encode, PAYLOAD_LEN_MAX, Payload, Writer};

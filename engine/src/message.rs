@@ -10,7 +10,7 @@ use crate::abort::Abort;
 use crate::codec::Payload;
 use crate::ids::{Address, Epoch, FnId, ShardId, ShardSet, Tid};
 
-/// The two execution phases of an epoch.
+/// The execution phases of an epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Phase {
     /// Optimistic execution against the epoch's start state.
@@ -21,6 +21,32 @@ pub enum Phase {
     /// left their recorded read/write set.
     Serial = 3,
 }
+
+impl Phase {
+    /// How many phases there are: per-phase tables are arrays this long.
+    pub(crate) const COUNT: usize = 3;
+
+    /// The phase's position in a per-phase table (optimistic, fallback,
+    /// serial). The discriminants (1, 2, 3) are the wire encoding instead.
+    #[inline]
+    pub(crate) const fn index(self) -> usize {
+        match self {
+            Phase::Optimistic => 0,
+            Phase::Fallback => 1,
+            Phase::Serial => 2,
+        }
+    }
+}
+
+// Every phase has its own slot in a per-phase table.
+const _: () = {
+    assert!(Phase::Optimistic.index() < Phase::COUNT);
+    assert!(Phase::Fallback.index() < Phase::COUNT);
+    assert!(Phase::Serial.index() < Phase::COUNT);
+    assert!(Phase::Optimistic.index() != Phase::Fallback.index());
+    assert!(Phase::Fallback.index() != Phase::Serial.index());
+    assert!(Phase::Serial.index() != Phase::Optimistic.index());
+};
 
 /// Who waits for an invocation's reply.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

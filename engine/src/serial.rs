@@ -166,8 +166,7 @@ impl State {
             value: None,
         });
         let entities = &self.entities;
-        self.index
-            .insert_unique(hash, slot, |&i| entities[i as usize].hash);
+        self.index.insert_unique(hash, slot, |&i| entities[i as usize].hash);
         slot
     }
 }

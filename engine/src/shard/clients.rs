@@ -1,0 +1,217 @@
+//! Exactly-once: the table of what each client was answered.
+//!
+//! A request may carry `(client, seq, ack)`. Its client's home shard (a hash
+//! of the id) sequences every attempt of it, so one table sees them all. A
+//! retry of a finished request gets the recorded outcome, once its epoch is
+//! durable; a retry of one in flight waits for it; a seq below the
+//! client's ack (or pushed out by `OUTCOMES_PER_CLIENT_MAX`) is forgotten,
+//! and a retry of it is refused, never run again.
+//!
+//! Invariants: outcomes are recorded at the end of their epoch in tid
+//! order, the order replay records them in, so the table is part of the
+//! deterministic state (rebuilt by replay, carried in snapshots); the
+//! `waiting` lists are not state (only requests in flight, which a crash
+//! loses with their replies). A request forwarded while this shard still
+//! replays waits for the end of replay: admitted earlier, a retry of a
+//! request being replayed would miss its logged outcome and run twice.
+
+use super::Shard;
+use super::release::{Release, ReplyTo};
+use crate::abort::Abort;
+use crate::config::{Outcome, Request};
+use crate::ids::{Epoch, ShardId, Tid};
+use crate::store::{Map, new_map};
+use std::collections::BTreeMap;
+
+/// Clients whose outcomes a shard keeps; past it, the least recently used
+/// client is forgotten (its retries would run again: size this above the
+/// number of live clients).
+pub const CLIENTS_MAX: usize = 1 << 20;
+/// Outcomes kept per client; older ones are forgotten even unacknowledged.
+pub const OUTCOMES_PER_CLIENT_MAX: usize = 4096;
+
+/// The shard that sequences and deduplicates `client`'s requests.
+pub fn client_home(client: u64, n_shards: u16) -> ShardId {
+    (crate::bytes::mix64(client) % u64::from(n_shards)) as ShardId
+}
+
+/// What the engine remembers of one client (exactly-once). Part of the
+/// state: rebuilt by replaying the log, carried in snapshots.
+#[derive(Default)]
+pub(super) struct ClientState {
+    /// Outcomes by seq: `(tid, epoch, outcome)`.
+    outcomes: BTreeMap<u64, (Tid, Epoch, Outcome)>,
+    /// Seqs below this are forgotten: a retry is refused, never re-run.
+    forgotten_below: u64,
+    /// The last epoch that recorded an outcome (for eviction).
+    last_epoch: Epoch,
+    /// Seqs submitted and not finished: duplicates wait here. Not state:
+    /// only requests still in flight, which a crash loses with their reply.
+    waiting: BTreeMap<u64, Vec<ReplyTo>>,
+}
+
+/// A client in a snapshot: id, forgotten-below, last epoch, outcomes.
+pub(super) type ClientMeta = (u64, u64, Epoch, Vec<(u64, Tid, Epoch, Outcome)>);
+
+/// The client table, and the requests that wait for the end of replay.
+pub(super) struct Clients {
+    table: Map<u64, ClientState>,
+    /// Requests peers forwarded while this shard still replayed: admitted
+    /// once replay ends, when the client table holds every logged outcome
+    /// (admitted earlier, a retry of a request being replayed would miss
+    /// its outcome and run a second time).
+    pub(super) submitted_in_replay: Vec<(ReplyTo, Request)>,
+}
+
+impl Clients {
+    pub(super) fn new() -> Clients {
+        Clients {
+            table: new_map(),
+            submitted_in_replay: Vec::new(),
+        }
+    }
+
+    /// The table as a snapshot carries it: clients with something to
+    /// remember, by id.
+    pub(super) fn to_meta(&self) -> Vec<ClientMeta> {
+        let mut clients: Vec<ClientMeta> = self
+            .table
+            .iter()
+            .filter(|(_, s)| !s.outcomes.is_empty() || s.forgotten_below > 0)
+            .map(|(c, s)| {
+                let outcomes = s
+                    .outcomes
+                    .iter()
+                    .map(|(seq, (t, e, o))| (*seq, *t, *e, o.clone()))
+                    .collect();
+                (*c, s.forgotten_below, s.last_epoch, outcomes)
+            })
+            .collect();
+        clients.sort_unstable_by_key(|c| c.0);
+        clients
+    }
+
+    /// Restores the table from a snapshot's `to_meta`.
+    pub(super) fn restore(&mut self, clients: Vec<ClientMeta>) {
+        for (client, forgotten_below, last_epoch, outcomes) in clients {
+            self.table.insert(
+                client,
+                ClientState {
+                    outcomes: outcomes.into_iter().map(|(seq, t, e, o)| (seq, (t, e, o))).collect(),
+                    forgotten_below,
+                    last_epoch,
+                    waiting: Default::default(),
+                },
+            );
+        }
+    }
+
+    /// Records the outcomes of `epoch`'s client requests (`recorded`, any
+    /// order) and adds a reply for each duplicate that waited to `replies`.
+    pub(super) fn record(
+        &mut self,
+        epoch: Epoch,
+        mut recorded: Vec<(Tid, crate::ClientSeq, Outcome)>,
+        replies: &mut Vec<Release>,
+    ) {
+        // Record outcomes in tid order (replay does the same, so the table
+        // is part of the deterministic state), answer the duplicates that
+        // waited, forget what clients acknowledged.
+        recorded.sort_unstable_by_key(|(tid, _, _)| *tid);
+        for (tid, c, outcome) in recorded {
+            let state = self.table.entry(c.client).or_default();
+            if let Some(waiting) = state.waiting.remove(&c.seq) {
+                for to in waiting {
+                    replies.push(Release {
+                        to,
+                        tid,
+                        outcome: outcome.clone(),
+                    });
+                }
+            }
+            state.outcomes.insert(c.seq, (tid, epoch, outcome));
+            state.last_epoch = epoch;
+            if c.ack > state.forgotten_below {
+                state.forgotten_below = c.ack;
+                state.outcomes = state.outcomes.split_off(&c.ack);
+            }
+            while state.outcomes.len() > OUTCOMES_PER_CLIENT_MAX {
+                let (oldest, _) = state.outcomes.pop_first().expect("non-empty");
+                state.forgotten_below = state.forgotten_below.max(oldest + 1);
+            }
+        }
+        if self.table.len() > CLIENTS_MAX {
+            self.evict();
+        }
+    }
+
+    /// Forgets the least recently used clients (idle ones only: a client
+    /// with a request in flight stays) down to `CLIENTS_MAX`.
+    fn evict(&mut self) {
+        let mut idle: Vec<(Epoch, u64)> = self
+            .table
+            .iter()
+            .filter(|(_, s)| s.waiting.is_empty())
+            .map(|(c, s)| (s.last_epoch, *c))
+            .collect();
+        idle.sort_unstable();
+        let excess = self.table.len().saturating_sub(CLIENTS_MAX);
+        for (_, c) in idle.into_iter().take(excess) {
+            self.table.remove(&c);
+        }
+    }
+}
+
+impl Shard {
+    /// Takes a request into the pending queue, or answers it from the
+    /// client table (a retry), or parks it behind its first attempt.
+    pub(super) fn accept(&mut self, to: ReplyTo, request: Request) -> Result<(), Abort> {
+        if self.seq.pending.len() >= self.config.pending_txns_max {
+            return Err(Abort::with_kind(
+                crate::AbortKind::Rejected,
+                format!("shard {} has {} requests waiting", self.id(), self.seq.pending.len()),
+            ));
+        }
+        if let Some(c) = request.client {
+            let state = self.clients.table.entry(c.client).or_default();
+            if let Some((tid, epoch, outcome)) = state.outcomes.get(&c.seq) {
+                let release = Release {
+                    to,
+                    tid: *tid,
+                    outcome: outcome.clone(),
+                };
+                let epoch = *epoch;
+                self.release_after(epoch, release);
+                return Ok(());
+            }
+            if c.seq < state.forgotten_below {
+                let abort = Abort::with_kind(
+                    crate::AbortKind::Forgotten,
+                    format!(
+                        "request {} of client {} is forgotten (acknowledged or too old)",
+                        c.seq, c.client
+                    ),
+                );
+                self.release_after(
+                    0,
+                    Release {
+                        to,
+                        tid: 0,
+                        outcome: Outcome::Aborted(abort),
+                    },
+                );
+                return Ok(());
+            }
+            if let Some(waiting) = state.waiting.get_mut(&c.seq) {
+                waiting.push(to);
+                return Ok(());
+            }
+            state.waiting.insert(c.seq, Vec::new());
+        }
+        // The epoch starts at the next `step` or `tick`, not here: a driver
+        // submits everything that arrived, then the epoch seals it all (one
+        // epoch per request would pay the barriers for each).
+        self.seq.pending.push_back((to, request));
+        Ok(())
+    }
+}

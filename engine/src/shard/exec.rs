@@ -1,0 +1,208 @@
+//! The execution host: what running functions see of their shard.
+//!
+//! A function's `Ctx` reaches the shard through its frame's `Rc<dyn Host>`,
+//! which is this `Exec`. It reads and writes through the access record its
+//! invocation was admitted with (`frame.access`, in the current phase's
+//! table), so a read sees the transaction's own buffered write first and
+//! the epoch-start value otherwise, and a write only buffers; calls become
+//! `Invoke` messages routed to the owner of their address.
+//!
+//! Invariants: functions never write the store: a write goes into the
+//! access record and reaches the store only when its transaction's writes
+//! are applied (a phase-1 commit, a `Finish`). Each host method borrows
+//! `st` only for its own duration, never across a function's await.
+//!
+//! Why a `RefCell` behind an `Rc`: frames outlive the call that created
+//! them (a function's future keeps its `Ctx`), and the shard's own methods
+//! reach the same state; one owner with interior mutability is the
+//! simplest shape that needs no `unsafe`.
+
+use crate::abort::Abort;
+use crate::app::App;
+use crate::codec::Payload;
+use crate::ctx::{CallLimits, Frame, Host, NO_INDEX};
+use crate::epoch::{Tables, Write};
+use crate::ids::{Address, Epoch, FnId, ShardId, partition_owner};
+use crate::key::{Key, partition_of};
+use crate::message::{Invoke, Message, Parent, Phase};
+use crate::store::Store;
+use crate::value::Value;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+/// The state functions read and write, and where their messages go.
+pub(super) struct ExecState {
+    pub(super) store: Store,
+    pub(super) tables: Tables,
+    pub(super) phase: Phase,
+    pub(super) epoch: Epoch,
+    /// Messages for this shard itself, handled a budget per step.
+    pub(super) local: VecDeque<Message>,
+    /// Messages for peers, per destination, until the driver drains them.
+    pub(super) outbox: Vec<Vec<Message>>,
+    /// In phase 3, the serial queue position of the running transaction.
+    pub(super) step: u32,
+}
+
+pub(super) struct Exec {
+    pub(super) app: Arc<App>,
+    pub(super) limits: CallLimits,
+    pub(super) id: ShardId,
+    pub(super) n_shards: u16,
+    pub(super) st: RefCell<ExecState>,
+}
+
+impl Exec {
+    /// The partition, owner and key hash of an address.
+    #[inline]
+    pub(super) fn locate(&self, function: FnId, address: &Address) -> (u32, ShardId, u64) {
+        let (partition, hash) = match address {
+            Address::Entity(key) => {
+                let hash = key.hash64();
+                (
+                    partition_of(hash, self.app.operator_info(function.op).partitions()),
+                    hash,
+                )
+            }
+            Address::Partition(p) => (*p, 0),
+        };
+        (partition, partition_owner(partition, self.n_shards), hash)
+    }
+
+    pub(super) fn route(&self, st: &mut ExecState, to: ShardId, msg: Message) {
+        if to == self.id {
+            st.local.push_back(msg);
+        } else {
+            st.outbox[to as usize].push(msg);
+        }
+    }
+
+    /// Sends `msg` to every shard, this one included.
+    pub(super) fn broadcast(&self, msg: Message) {
+        let mut st = self.st.borrow_mut();
+        for to in 0..self.n_shards {
+            self.route(&mut st, to, msg.clone());
+        }
+    }
+}
+
+impl Host for Exec {
+    fn app(&self) -> &App {
+        &self.app
+    }
+
+    fn limits(&self) -> CallLimits {
+        self.limits
+    }
+
+    fn read(&self, frame: &Frame, f: &mut dyn FnMut(Option<&Value>)) -> Result<(), Abort> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        let a = &mut st.tables.accesses[st.phase.index()][frame.access.get() as usize];
+        match &a.write {
+            Write::Put(v) => f(Some(v)),
+            Write::Delete => f(None),
+            Write::None => {
+                a.read = true;
+                let slot = st.tables.touched[a.touched as usize].slot;
+                f(st.store.entries[slot as usize].value.as_ref());
+            }
+        }
+        Ok(())
+    }
+
+    fn write(&self, frame: &Frame, value: Option<Value>) -> Result<(), Abort> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        let phase = st.phase;
+        let index = frame.access.get() as usize;
+        if phase == Phase::Fallback {
+            // A write into a partition that a fallback transaction scans must
+            // be ordered against that scan: only writers recorded in phase 1
+            // are in the partition's queue.
+            let part_slot = st.tables.accesses[phase.index()][index].part_slot;
+            if let Some(p) = st.tables.touched_ordinal(&st.store, part_slot) {
+                let q = st.tables.touched[p as usize].queue;
+                if q != NO_INDEX && !st.tables.in_queue(q, frame.tid) {
+                    frame.force(Abort::drift());
+                    return Err(Abort::drift());
+                }
+            }
+        }
+        st.tables.accesses[phase.index()][index].write = match value {
+            Some(v) => Write::Put(v),
+            None => Write::Delete,
+        };
+        Ok(())
+    }
+
+    fn call(&self, frame: &Frame, child: u32, function: FnId, address: Address, args: Payload, _sync: bool) {
+        let (partition, owner, hash) = self.locate(function, &address);
+        let mut st = self.st.borrow_mut();
+        let msg = Message::Invoke(Invoke {
+            epoch: st.epoch,
+            phase: st.phase,
+            tid: frame.tid,
+            now_us: frame.now_us,
+            function,
+            address,
+            partition,
+            hash,
+            args,
+            seed: frame.child_seed(child),
+            depth: frame.depth + 1,
+            parent: Parent::Call {
+                shard: self.id,
+                task: frame.task.get(),
+                child,
+            },
+            step: st.step,
+        });
+        self.route(&mut st, owner, msg);
+    }
+
+    fn scan(&self, frame: &Frame, f: &mut dyn FnMut(&Key, &Value)) -> Result<(), Abort> {
+        let rows: Vec<(Key, Value)> = {
+            let mut guard = self.st.borrow_mut();
+            let st = &mut *guard;
+            let phase = st.phase;
+            let op = frame.function.op;
+            st.tables.accesses[phase.index()][frame.access.get() as usize].read = true;
+            let mut rows: Vec<(Key, Option<Value>)> = st
+                .store
+                .scan(op, frame.partition)
+                .into_iter()
+                .map(|(k, slot)| (k, st.store.entries[slot as usize].value.clone()))
+                .collect();
+            // Read your own writes: overlay this transaction's buffered
+            // writes to entities of the partition.
+            if let Some(txn) = st.tables.txn(frame.tid) {
+                let mut at = st.tables.head(phase, txn);
+                while at != NO_INDEX {
+                    let a = &st.tables.accesses[phase.index()][at as usize];
+                    let t = &st.tables.touched[a.touched as usize];
+                    if let (Some(key), true) = (&t.key, t.op == op && t.partition == frame.partition) {
+                        let new = match &a.write {
+                            Write::None => None,
+                            Write::Put(v) => Some(Some(v.clone())),
+                            Write::Delete => Some(None),
+                        };
+                        if let Some(new) = new {
+                            match rows.binary_search_by(|r| r.0.cmp(key)) {
+                                Ok(i) => rows[i].1 = new,
+                                Err(i) => rows.insert(i, (key.clone(), new)),
+                            }
+                        }
+                    }
+                    at = a.next;
+                }
+            }
+            rows.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect()
+        };
+        for (k, v) in &rows {
+            f(k, v);
+        }
+        Ok(())
+    }
+}

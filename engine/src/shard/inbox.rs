@@ -1,0 +1,113 @@
+//! Which messages a shard handles now, and which wait.
+//!
+//! Links are FIFO, but a peer may be a stage ahead: its `Done1` can arrive
+//! while this shard still runs phase 1, its phase-2 invocations before this
+//! shard has all flags, a phase-3 invocation before this shard has heard
+//! the `Next` that allows it, its next epoch's messages before this one
+//! ended here. Such a message waits in `deferred`, in arrival order, and is
+//! handed back (`redeliver`) whenever the shard moves to a later stage.
+//!
+//! Invariants: no message is dropped; none of a finished epoch arrives (a
+//! shard cannot end an epoch before every peer sent all of that epoch's
+//! messages); an idle shard that hears of the next epoch starts it, since
+//! every shard starts every epoch (an empty one runs empty).
+
+use super::release::{Release, ReplyTo};
+use super::{Shard, Stage};
+use crate::config::{Outcome, Reply as ClientReply};
+use crate::ids::ShardId;
+use crate::message::{Message, Phase};
+
+impl Shard {
+    /// Handles local messages, at most `step_messages_max` of them.
+    pub(super) fn run_local(&mut self) {
+        for _ in 0..self.config.step_messages_max {
+            let next = self.exec.st.borrow_mut().local.pop_front();
+            match next {
+                Some(msg) => self.handle(self.exec.id, msg),
+                None => break,
+            }
+        }
+    }
+
+    /// Messages of a later stage than ours wait in `deferred`; an idle
+    /// shard that hears of the next epoch starts it.
+    pub(super) fn handle(&mut self, from: ShardId, msg: Message) {
+        while let Some((epoch, phase)) = msg.stage() {
+            if self.m.stage == Stage::Idle {
+                assert!(
+                    epoch > self.m.epoch,
+                    "message of finished epoch {epoch} at {}",
+                    self.m.epoch
+                );
+                if epoch == self.m.epoch + 1 {
+                    self.start_epoch();
+                    continue;
+                }
+                self.m.deferred.push_back((from, msg));
+                return;
+            }
+            assert!(
+                epoch >= self.m.epoch,
+                "message of finished epoch {epoch} at {}",
+                self.m.epoch
+            );
+            let early = epoch > self.m.epoch
+                || self.m.stage < Stage::running(phase)
+                || (phase == Phase::Serial
+                    && match &msg {
+                        // A phase-3 invocation waits for its step; a
+                        // `Next` from a later coordinator for the one
+                        // before it.
+                        Message::Invoke(inv) => inv.step > self.serial.index,
+                        Message::Next { index, .. } => *index > self.serial.index + 1,
+                        _ => false,
+                    });
+            if early {
+                self.m.deferred.push_back((from, msg));
+                return;
+            }
+            break;
+        }
+        match msg {
+            Message::Invoke(inv) => self.on_invoke(inv),
+            Message::Reply(reply) => self.on_reply(reply),
+            Message::Done1 { lc, aborted, .. } => self.on_done1(lc, aborted),
+            Message::Flags { flags, .. } => self.on_flags(flags),
+            Message::Finish {
+                tid, commit, serial, ..
+            } => self.on_finish(tid, commit, serial),
+            Message::Done2 {
+                pending,
+                snapshot,
+                drifted,
+                ..
+            } => self.on_done2(pending, snapshot, drifted),
+            Message::Next { index, .. } => self.on_next(index),
+            Message::Submit { origin, token, request } => {
+                let to = ReplyTo::Remote { shard: origin, token };
+                if self.seq.replay.is_some() {
+                    self.clients.submitted_in_replay.push((to, request));
+                } else if let Err(abort) = self.accept(to, request) {
+                    self.emit(Release {
+                        to,
+                        tid: 0,
+                        outcome: Outcome::Aborted(abort),
+                    });
+                }
+            }
+            Message::Replied { token, tid, outcome } => {
+                self.outputs.replies.push(ClientReply { token, tid, outcome });
+            }
+            Message::Durable { epoch } => self.on_durable(from, epoch),
+        }
+    }
+
+    /// Hands every deferred message back to `handle`, in arrival order.
+    pub(super) fn redeliver(&mut self) {
+        let deferred = std::mem::take(&mut self.m.deferred);
+        for (from, msg) in deferred {
+            self.handle(from, msg);
+        }
+    }
+}

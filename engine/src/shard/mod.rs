@@ -1,0 +1,491 @@
+//! One shard: a deterministic state machine that runs the epoch protocol.
+//!
+//! The shard takes inputs (client requests, batches of peer messages, ticks,
+//! "log durable") and produces outputs (peer messages, log batches,
+//! replies). It has no thread, clock, disk or socket: a driver moves its
+//! messages (the production runtime over a channel mesh, the simulator in
+//! one thread in a seeded order), which is what makes every run replayable.
+//!
+//! An epoch, seen from one shard (protocol.md §2–§5):
+//!
+//! 1. **Seal**: take pending requests, assign tids `lc * n + sid`; start the
+//!    roots of its transactions.
+//! 2. **Phase 1**: run invocations against the epoch-start state, buffering
+//!    writes and recording accesses. Each invocation replies to its parent
+//!    once its body returned and all its children replied, so a root's reply
+//!    means its whole call graph finished (exact, one message per call).
+//!    When all its roots are done a shard broadcasts `Done1` with its
+//!    logic-aborted tids.
+//! 3. **Check**: with every `Done1` in, each shard computes reservations and
+//!    flags for the entities it owns and broadcasts them (`Flags`); with all
+//!    flags in, every shard applies the same rule to the ORed flags: commit
+//!    phase-1 winners, build tid-ordered lock queues for the rest.
+//! 4. **Phase 2**: coordinators re-run their fallback roots; an invocation
+//!    runs once its transaction heads its entity's queue. When a root is
+//!    done its coordinator sends `Finish` (apply or discard, release) to every
+//!    participant. A re-execution that leaves its recorded set is discarded.
+//! 5. **Phase 3**: with every `Done2` in (each lists its drifted tids), the
+//!    drifted transactions run one at a time in tid order, with no locks
+//!    (nothing else runs), each passing `Next` on when it is finished. The
+//!    protocol note reschedules them to the next epoch instead; running them
+//!    here keeps their priority and determinism, and a hot counter whose
+//!    value decides the keys written (TPC-C's D_NEXT_O_ID) no longer limits
+//!    commits to one per district per epoch.
+//! 6. **End**: after phase 3 the epoch is over; its replies leave once its
+//!    input is durable on every shard.
+//!
+//! # Layout
+//!
+//! `Shard` is one struct whose methods live in the submodule of their job.
+//! Each submodule owns the sub-struct of state only its job writes; what
+//! every job reads (epoch, stage, clock, the coordinated transactions,
+//! counters) stays in [`Machine`] here. Sub-structs are held by value: a
+//! field of a field is an offset, so the grouping costs nothing on the hot
+//! path.
+//!
+//! - `exec`: the host functions run against (store, epoch tables, outbox).
+//! - `task`: invocations: admission, start, poll, completion, replies.
+//! - `txn`: the transactions this shard coordinates, and their status.
+//! - `lifecycle`: an epoch's cut, seal, start and end; its size; replay.
+//! - `inbox`: which messages are handled now, which wait for a later stage.
+//! - `phase1`: the `Done1` and `Flags` barriers and the commit decision.
+//! - `phase2`: admission through lock queues, `Finish`, `Done2`.
+//! - `phase3`: the serial run of drifted transactions.
+//! - `clients`: the exactly-once client table.
+//! - `snapshot`: copying the state out while epochs run; restoring it.
+//! - `release`: replies held until their epoch is durable everywhere.
+
+mod clients;
+mod exec;
+mod inbox;
+mod lifecycle;
+mod phase1;
+mod phase2;
+mod phase3;
+mod release;
+mod snapshot;
+mod task;
+mod txn;
+
+pub use clients::{CLIENTS_MAX, OUTCOMES_PER_CLIENT_MAX, client_home};
+
+use crate::abort::Abort;
+use crate::app::{App, FnKind};
+use crate::config::{Batch, Config, Reply as ClientReply, Request, SnapshotChunk, Token};
+use crate::epoch::Tables;
+use crate::history::EpochRecord;
+use crate::ids::{Address, Epoch, SHARDS_MAX, ShardId, partition_owner};
+use crate::key::Key;
+use crate::message::{Message, Phase};
+use crate::store::Store;
+use crate::value::Value;
+use clients::Clients;
+use exec::{Exec, ExecState};
+use phase1::Check;
+use phase2::Fallback;
+use phase3::SerialRun;
+use release::{Gate, ReplyTo};
+use snapshot::Snapshots;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use task::Tasks;
+use txn::Coordinated;
+
+/// Where the shard is in the current epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Stage {
+    /// Between epochs.
+    Idle,
+    /// Phase 1 running; this shard's roots are not all done.
+    Exec1,
+    /// Sent `Done1`; waiting for every shard's.
+    Wait1,
+    /// Sent `Flags`; waiting for every shard's.
+    Check,
+    /// Phase 2 running; this shard's fallback roots are not all done.
+    Exec2,
+    /// Sent `Done2`; waiting for every shard's.
+    Wait2,
+    /// Phase 3: drifted transactions re-run one at a time.
+    Exec3,
+}
+
+impl Stage {
+    /// Every stage in order: `stage as usize` is its index here, so a
+    /// driver keeping a figure per stage sizes its table by this.
+    pub const ALL: [Stage; 7] = [
+        Stage::Idle,
+        Stage::Exec1,
+        Stage::Wait1,
+        Stage::Check,
+        Stage::Exec2,
+        Stage::Wait2,
+        Stage::Exec3,
+    ];
+
+    /// A short name for reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Idle => "idle",
+            Stage::Exec1 => "exec1",
+            Stage::Wait1 => "wait1",
+            Stage::Check => "check",
+            Stage::Exec2 => "exec2",
+            Stage::Wait2 => "wait2",
+            Stage::Exec3 => "exec3",
+        }
+    }
+
+    /// The stage in which `phase`'s invocations run: a message of that
+    /// phase waits while the shard is at an earlier stage.
+    fn running(phase: Phase) -> Stage {
+        match phase {
+            Phase::Optimistic => Stage::Exec1,
+            Phase::Fallback => Stage::Exec2,
+            Phase::Serial => Stage::Exec3,
+        }
+    }
+}
+
+// `Stage::ALL` is in declaration order (a stage indexes it by its number).
+const _: () = {
+    let mut i = 0;
+    while i < Stage::ALL.len() {
+        assert!(Stage::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
+/// Counters a driver can report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub epochs: u64,
+    /// Transactions coordinated here that committed.
+    pub committed: u64,
+    /// ... that aborted by their own logic.
+    pub aborted: u64,
+    /// ... that needed the phase-2 re-execution.
+    pub reexecuted: u64,
+    /// ... whose re-execution left its recorded set and ran in phase 3.
+    pub serialized: u64,
+    /// Invocations run here (both phases).
+    pub invocations: u64,
+    /// Snapshots begun.
+    pub snapshots: u64,
+}
+
+/// Everything a shard wants the driver to do.
+#[derive(Default)]
+pub struct Outputs {
+    /// Message batches per destination shard (the shard's own slot stays empty).
+    pub messages: Vec<Vec<Message>>,
+    pub replies: Vec<ClientReply>,
+    pub log: Vec<Batch>,
+    pub history: Vec<EpochRecord>,
+    pub snapshots: Vec<SnapshotChunk>,
+}
+
+impl Outputs {
+    pub fn is_empty(&self) -> bool {
+        self.messages.iter().all(Vec::is_empty) && self.replies.is_empty() && self.log.is_empty()
+    }
+}
+
+/// What every job of the epoch machine reads: where the epoch is, the
+/// shard's clock, the transactions it coordinates.
+struct Machine {
+    epoch: Epoch,
+    stage: Stage,
+    /// The shard's clock: the largest `tick` so far.
+    now_us: u64,
+    /// This epoch's transactions sequenced here; a root's `Parent::Root`
+    /// index points into it.
+    coords: Vec<Coordinated>,
+    /// Roots of the current phase not yet done here.
+    running: usize,
+    /// Messages of a later stage than ours, in arrival order.
+    deferred: VecDeque<(ShardId, Message)>,
+    stats: Stats,
+    record: Option<EpochRecord>,
+}
+
+/// One shard of the engine.
+pub struct Shard {
+    exec: Rc<Exec>,
+    config: Config,
+    m: Machine,
+    /// The sequencer: pending requests, replay queue, epoch size.
+    seq: lifecycle::Sequencer,
+    /// Phase 1's barriers and the decision's inputs.
+    check: Check,
+    /// Phase 2's parked invocations and `Done2` barrier.
+    fallback: Fallback,
+    /// Phase 3's queue.
+    serial: SerialRun,
+    clients: Clients,
+    gate: Gate,
+    snap: Snapshots,
+    tasks: Tasks,
+    outputs: Outputs,
+    /// Emptied message batches, to carry outgoing ones.
+    spare: Vec<Vec<Message>>,
+}
+
+/// Emptied batches a shard keeps for reuse.
+const SPARE_BATCHES_MAX: usize = 64;
+
+impl Shard {
+    /// A shard with empty state, before epoch 1.
+    pub fn new(app: Arc<App>, config: Config, id: ShardId, n_shards: u16) -> Shard {
+        assert!(n_shards >= 1 && n_shards as usize <= SHARDS_MAX, "{n_shards} shards");
+        assert!(id < n_shards);
+        assert!(config.epoch_txns_max >= 1);
+        assert!(config.step_messages_max >= 1);
+        let store = Store::new(&app, id, n_shards);
+        let tasks = Tasks::new(&app);
+        let epoch_cap = if config.epoch_txns_adaptive {
+            config.epoch_txns_max.min(crate::config::EPOCH_TXNS_START)
+        } else {
+            config.epoch_txns_max
+        };
+        let exec = Rc::new(Exec {
+            limits: config.limits,
+            app,
+            id,
+            n_shards,
+            st: RefCell::new(ExecState {
+                store,
+                tables: Tables::new(),
+                phase: Phase::Optimistic,
+                epoch: 0,
+                local: VecDeque::new(),
+                outbox: (0..n_shards).map(|_| Vec::new()).collect(),
+                step: 0,
+            }),
+        });
+        Shard {
+            exec,
+            config,
+            m: Machine {
+                epoch: 0,
+                stage: Stage::Idle,
+                now_us: 0,
+                coords: Vec::new(),
+                running: 0,
+                deferred: VecDeque::new(),
+                stats: Stats::default(),
+                record: None,
+            },
+            seq: lifecycle::Sequencer::new(epoch_cap),
+            check: Check::new(),
+            fallback: Fallback::new(),
+            serial: SerialRun::new(),
+            clients: Clients::new(),
+            gate: Gate::new(n_shards),
+            snap: Snapshots::new(),
+            tasks,
+            outputs: Outputs::default(),
+            spare: Vec::new(),
+        }
+    }
+
+    pub fn id(&self) -> ShardId {
+        self.exec.id
+    }
+
+    pub fn n_shards(&self) -> u16 {
+        self.exec.n_shards
+    }
+
+    pub fn app(&self) -> &Arc<App> {
+        &self.exec.app
+    }
+
+    pub fn epoch(&self) -> Epoch {
+        self.m.epoch
+    }
+
+    pub fn stage(&self) -> Stage {
+        self.m.stage
+    }
+
+    pub fn stats(&self) -> Stats {
+        self.m.stats
+    }
+
+    /// A one-line account of the shard's machine, for diagnosing a stuck run.
+    pub fn describe(&self) -> String {
+        format!(
+            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, serial {}/{}, {} parked, done1 {} flags {} done2 {}, held {:?}, replay {:?}, durable {} {:?}",
+            self.exec.id,
+            self.m.epoch,
+            self.m.stage,
+            self.m.running,
+            self.tasks.live(),
+            self.m.deferred.len(),
+            self.seq.pending.len(),
+            self.serial.index,
+            self.serial.queue.len(),
+            self.fallback.parked.iter().filter(|p| p.is_some()).count(),
+            self.check.done1,
+            self.check.flags_in,
+            self.fallback.done2,
+            self.gate.held.iter().map(|(e, r)| (*e, r.len())).collect::<Vec<_>>(),
+            self.seq.replay.as_ref().map(VecDeque::len),
+            self.gate.durable_local,
+            self.gate.durable_peers,
+        )
+    }
+
+    /// Whether nothing is running, waiting or held here.
+    pub fn is_quiet(&self) -> bool {
+        self.m.stage == Stage::Idle
+            && !self.has_work()
+            && self.outputs.snapshots.is_empty()
+            && self.seq.pending.is_empty()
+            && self.gate.held.is_empty()
+            && self.seq.replay.as_ref().is_none_or(VecDeque::is_empty)
+    }
+
+    /// Checks a request before it is accepted: the function exists, runs on
+    /// that kind of address, and the partition is in range.
+    pub fn validate(app: &App, request: &Request) -> Result<(), Abort> {
+        let f = request.function;
+        if f.op.0 as usize >= app.operator_count() {
+            return Err(Abort::unknown(format!("no operator {}", f.op.0)));
+        }
+        let op = app.operator_info(f.op);
+        if f.index as usize >= op.functions().count() {
+            return Err(Abort::unknown(format!("no function {} on {}", f.index, op.name())));
+        }
+        match (&request.address, app.function_info(f).kind()) {
+            (Address::Entity(_), FnKind::Entity) => Ok(()),
+            (Address::Partition(p), FnKind::Partition) if *p < op.partitions() => Ok(()),
+            (Address::Partition(p), FnKind::Partition) => Err(Abort::unknown(format!(
+                "{} has {} partitions, not {}",
+                op.name(),
+                op.partitions(),
+                p + 1
+            ))),
+            (_, kind) => Err(Abort::unknown(format!("{} is a {kind:?} function", app.describe(f)))),
+        }
+    }
+
+    /// Accepts a client request for sequencing. Refused (with a `Rejected`
+    /// abort, nothing run) when too many are waiting. A request with a
+    /// client id is sequenced by that client's home shard, which keeps its
+    /// outcomes: a retry gets the first attempt's outcome and never runs
+    /// twice; a retry of a forgotten seq gets a `Forgotten` abort.
+    pub fn submit(&mut self, token: Token, request: Request) -> Result<(), Abort> {
+        Shard::validate(&self.exec.app, &request)?;
+        assert!(self.seq.replay.is_none(), "submit while replaying");
+        if let Some(c) = request.client {
+            let home = client_home(c.client, self.exec.n_shards);
+            if home != self.exec.id {
+                let origin = self.exec.id;
+                let mut st = self.exec.st.borrow_mut();
+                self.exec
+                    .route(&mut st, home, Message::Submit { origin, token, request });
+                return Ok(());
+            }
+        }
+        self.accept(ReplyTo::Local(token), request)?;
+        self.run_local();
+        Ok(())
+    }
+
+    /// Advances the shard's clock (µs since the Unix epoch).
+    pub fn tick(&mut self, now_us: u64) {
+        self.m.now_us = self.m.now_us.max(now_us);
+        self.maybe_start();
+        self.run_local();
+    }
+
+    /// Handles a batch of messages from shard `from`. The emptied vector is
+    /// kept to carry a later outgoing batch: batches cross between shards in
+    /// both directions, so their allocations circulate instead of regrowing.
+    pub fn receive(&mut self, from: ShardId, mut batch: Vec<Message>) {
+        for msg in batch.drain(..) {
+            self.handle(from, msg);
+        }
+        if self.spare.len() < SPARE_BATCHES_MAX && batch.capacity() > 0 {
+            self.spare.push(batch);
+        }
+        self.run_local();
+    }
+
+    /// Moves everything the shard produced into `out`. The driver must have
+    /// taken the previous batches out of `out.messages`.
+    pub fn drain(&mut self, out: &mut Outputs) {
+        let n = self.exec.n_shards as usize;
+        if out.messages.len() != n {
+            out.messages = (0..n).map(|_| Vec::new()).collect();
+        }
+        {
+            let mut st = self.exec.st.borrow_mut();
+            for (to, msgs) in st.outbox.iter_mut().enumerate() {
+                if msgs.is_empty() {
+                    continue;
+                }
+                let fresh = self.spare.pop().unwrap_or_default();
+                let full = std::mem::replace(msgs, fresh);
+                let old = std::mem::replace(&mut out.messages[to], full);
+                assert!(old.is_empty(), "the driver left a batch for shard {to} undelivered");
+                if old.capacity() > 0 && self.spare.len() < SPARE_BATCHES_MAX {
+                    self.spare.push(old);
+                }
+            }
+        }
+        std::mem::swap(&mut out.replies, &mut self.outputs.replies);
+        std::mem::swap(&mut out.log, &mut self.outputs.log);
+        std::mem::swap(&mut out.history, &mut self.outputs.history);
+        std::mem::swap(&mut out.snapshots, &mut self.outputs.snapshots);
+    }
+
+    /// Whether local work is waiting for [`Shard::step`].
+    pub fn has_work(&self) -> bool {
+        !self.exec.st.borrow().local.is_empty() || self.snap.is_running() || self.can_start()
+    }
+
+    /// Handles the next share of local work (see `Config::step_messages_max`)
+    /// and of the running snapshot's copying.
+    pub fn step(&mut self) {
+        self.maybe_start();
+        self.run_local();
+        self.snapshot_step(snapshot::SNAPSHOT_SLOTS_PER_STEP);
+    }
+
+    /// Every live entity's `(operator, key, value)` on this shard.
+    pub fn for_each_entity(&self, mut f: impl FnMut(crate::OpId, &Key, &Value)) {
+        let st = self.exec.st.borrow();
+        for (op, _, key, value) in st.store.iter() {
+            f(op, key, value);
+        }
+    }
+
+    /// The number of live entities on this shard.
+    pub fn entity_count(&self) -> usize {
+        self.exec.st.borrow().store.live()
+    }
+
+    /// Sets an entity's state outside any transaction (bulk loading before
+    /// the first epoch, recovery). The key must belong to this shard.
+    pub fn load(&mut self, op: crate::OpId, key: &Key, value: Option<Value>) {
+        assert_eq!(self.m.stage, Stage::Idle, "load while an epoch runs");
+        let partitions = self.exec.app.operator_info(op).partitions();
+        let partition = key.partition(partitions);
+        assert_eq!(
+            partition_owner(partition, self.exec.n_shards),
+            self.exec.id,
+            "key {key} loaded on the wrong shard"
+        );
+        self.exec.st.borrow_mut().store.load(op, partition, key, value, true);
+    }
+
+    /// The shard that owns entity `key` of `op`.
+    pub fn owner(app: &App, n_shards: u16, op: crate::OpId, key: &Key) -> ShardId {
+        partition_owner(key.partition(app.operator_info(op).partitions()), n_shards)
+    }
+}

@@ -1,0 +1,192 @@
+//! The end of phase 1: the `Done1` and `Flags` barriers, and the decision.
+//!
+//! When its roots are all done a shard broadcasts `Done1` with the tids it
+//! coordinates that aborted by their own logic. With every `Done1` in, the
+//! logic-aborted set is complete, so each shard computes reservations and
+//! its share of the conflict flags for the entities it owns, and broadcasts
+//! them. With every `Flags` in, each shard ORs them and applies the commit
+//! rule: phase-1 winners commit, the rest fall back to phase 2, whose lock
+//! queues are built here, before any phase-2 invocation arrives.
+//!
+//! Invariants: flags are ORed across shards *before* the rule is applied
+//! (per-shard verdicts ORed would commit a transaction with RAW on one
+//! shard and WAR on another); every shard decides on the same merged flags,
+//! so every shard reaches the same verdict for every transaction without a
+//! coordinator. The smallest tid not aborted by its logic always commits
+//! here (no smaller tid reserves against it), which guarantees progress.
+
+use super::txn::Status;
+use super::{Shard, Stage};
+use crate::config::Outcome;
+use crate::ids::Tid;
+use crate::message::{Message, Phase, Reply, flags};
+use crate::store::{TidMap, new_tid_map};
+
+/// Phase 1's barriers, and what they gather for the decision.
+pub(super) struct Check {
+    /// `Done1`s heard this epoch.
+    pub(super) done1: usize,
+    /// `Flags` heard this epoch.
+    pub(super) flags_in: usize,
+    /// Every shard's logic-aborted tids.
+    pub(super) aborted: Vec<Tid>,
+    /// Every shard's flags, ORed by tid (emptied by the decision).
+    pub(super) merged: TidMap<u8>,
+    /// The largest sequencer counter any shard reported: the next epoch's
+    /// tids of every shard exceed this epoch's.
+    pub(super) lc_max: u64,
+}
+
+impl Check {
+    pub(super) fn new() -> Check {
+        Check {
+            done1: 0,
+            flags_in: 0,
+            aborted: Vec::new(),
+            merged: new_tid_map(),
+            lc_max: 0,
+        }
+    }
+}
+
+impl Shard {
+    /// Phase 1 of transaction `index` finished.
+    pub(super) fn root_done1(&mut self, index: u32, reply: Reply) {
+        let c = &mut self.m.coords[index as usize];
+        c.participants = reply.participants;
+        c.status = Status::Ran {
+            result: reply.result,
+            abort: reply.tree_abort,
+        };
+        assert!(
+            !matches!(&c.status, Status::Ran { abort: Some(a), .. } if a.is_drift()),
+            "drift in phase 1"
+        );
+        self.m.running -= 1;
+        if self.m.running == 0 {
+            self.send_done1();
+        }
+    }
+
+    pub(super) fn send_done1(&mut self) {
+        assert_eq!(self.m.stage, Stage::Exec1);
+        self.m.stage = Stage::Wait1;
+        let aborted: Vec<Tid> = self
+            .m
+            .coords
+            .iter()
+            .filter_map(|c| match &c.status {
+                Status::Ran { abort: Some(_), .. } => Some(c.tid),
+                _ => None,
+            })
+            .collect();
+        self.exec.broadcast(Message::Done1 {
+            epoch: self.m.epoch,
+            lc: self.seq.lc,
+            aborted,
+        });
+    }
+
+    pub(super) fn on_done1(&mut self, lc: u64, aborted: Vec<Tid>) {
+        self.check.done1 += 1;
+        self.check.lc_max = self.check.lc_max.max(lc);
+        self.check.aborted.extend(aborted);
+        self.check_done1();
+    }
+
+    fn check_done1(&mut self) {
+        if self.m.stage != Stage::Wait1 || self.check.done1 < self.exec.n_shards as usize {
+            return;
+        }
+        let flags = {
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            for tid in &self.check.aborted {
+                if let Some(t) = st.tables.txn(*tid) {
+                    st.tables.txns[t as usize].aborted = true;
+                }
+            }
+            st.tables.conflict_flags(&st.store)
+        };
+        self.m.stage = Stage::Check;
+        self.exec.broadcast(Message::Flags {
+            epoch: self.m.epoch,
+            flags,
+        });
+    }
+
+    pub(super) fn on_flags(&mut self, flags: Vec<(Tid, u8)>) {
+        for (tid, f) in flags {
+            *self.check.merged.entry(tid).or_insert(0) |= f;
+        }
+        self.check.flags_in += 1;
+        if self.check.flags_in == self.exec.n_shards as usize {
+            assert_eq!(self.m.stage, Stage::Check);
+            self.decide();
+        }
+    }
+
+    /// All flags are in: commit phase-1 winners, queue the rest.
+    fn decide(&mut self) {
+        let mut merged = std::mem::take(&mut self.check.merged);
+        let verdict = |tid: Tid| flags::commits(merged.get(&tid).copied().unwrap_or(0));
+        {
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            for t in 0..st.tables.txns.len() {
+                let txn = &mut st.tables.txns[t];
+                if txn.aborted {
+                    continue;
+                }
+                if verdict(txn.tid) {
+                    txn.committed = true;
+                }
+            }
+            if let Some(record) = &mut self.m.record {
+                record.edges = crate::history::phase1_edges(&st.tables, &st.store);
+            }
+            for t in 0..st.tables.txns.len() {
+                if st.tables.txns[t].committed {
+                    st.tables.apply(&mut st.store, Phase::Optimistic, t as u32);
+                }
+            }
+            st.tables.build_queues(&st.store, |t| !t.aborted && !t.committed);
+            st.phase = Phase::Fallback;
+        }
+        self.m.stage = Stage::Exec2;
+        self.m.running = 0;
+        let epoch = self.m.epoch;
+        for index in 0..self.m.coords.len() {
+            let c = &mut self.m.coords[index];
+            let Status::Ran { result, abort } = std::mem::replace(&mut c.status, Status::Fallback) else {
+                panic!("transaction {} not finished after phase 1", c.tid);
+            };
+            if let Some(abort) = abort {
+                c.status = Status::Finished(Outcome::Aborted(abort));
+                self.m.stats.aborted += 1;
+                if let Some(r) = &mut self.m.record {
+                    r.aborted1.push(c.tid);
+                }
+            } else if verdict(c.tid) {
+                let value = result.expect("a transaction without abort has a result");
+                c.status = Status::Finished(Outcome::Committed(value));
+                self.m.stats.committed += 1;
+                if let Some(r) = &mut self.m.record {
+                    r.committed1.push(c.tid);
+                }
+            } else {
+                self.m.stats.reexecuted += 1;
+                self.m.running += 1;
+                let c = &self.m.coords[index];
+                self.dispatch_root(c, index as u32, epoch, Phase::Fallback, 0);
+            }
+        }
+        // Keep the map's capacity for the next epoch.
+        merged.clear();
+        self.check.merged = merged;
+        if self.m.running == 0 {
+            self.send_done2();
+        }
+        self.redeliver();
+    }
+}

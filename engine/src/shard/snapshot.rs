@@ -1,0 +1,184 @@
+//! Snapshots: the state after an epoch, copied out while later epochs run;
+//! and a shard's restore from one.
+//!
+//! Every shard votes in `Done2`; if any wants a snapshot, all begin one
+//! after the same epoch. The entities changed since the last snapshot are
+//! copied a budgeted share per step (`SNAPSHOT_SLOTS_PER_STEP`), so an
+//! epoch never pauses for a whole copy; the store saves the old value of an
+//! entity written before it was copied (copy-on-write), so the snapshot is
+//! exactly the state after its epoch. Chunks go to the driver as they fill;
+//! the last one carries `meta`, the machine state a snapshot needs besides
+//! the entities: its epoch, the sequencer counter and the client table.
+//!
+//! Invariants: at most one snapshot is being copied (a new one first
+//! finishes the previous); no transaction outlives its epoch, so `meta`
+//! holds no pending work; a deleted entity's slot stays until its snapshot
+//! is copied, and is reclaimed only at an epoch end, when no epoch table
+//! points at it.
+
+use super::clients::ClientMeta;
+use super::{Shard, Stage};
+use crate::codec::Payload;
+use crate::config::SnapshotChunk;
+use crate::ids::{Epoch, partition_owner};
+use crate::key::Key;
+use crate::value::Value;
+
+/// Entities a step copies into the running snapshot: bounds the pause.
+pub(super) const SNAPSHOT_SLOTS_PER_STEP: usize = 512;
+/// Entities per snapshot chunk handed to the driver.
+const SNAPSHOT_CHUNK_ENTRIES_MAX: usize = 16_384;
+/// Version of the machine state in a snapshot's `meta`.
+const META_VERSION: u8 = 2;
+
+/// A snapshot being copied.
+struct Snapshotting {
+    epoch: Epoch,
+    pending: Vec<u32>,
+    cursor: usize,
+    entries: Vec<(crate::OpId, Key, Option<Value>)>,
+    meta: Vec<u8>,
+}
+
+/// The snapshot being copied, the vote for the next one, and the slots a
+/// finished one released.
+pub(super) struct Snapshots {
+    running: Option<Snapshotting>,
+    /// When the last snapshot began (the interval counts from it).
+    pub(super) last_us: u64,
+    /// Some shard voted for a snapshot after this epoch.
+    pub(super) vote: bool,
+    /// Slots of deleted entities a finished snapshot released, reclaimed at
+    /// the next epoch end.
+    pub(super) reclaim_later: Vec<u32>,
+}
+
+impl Snapshots {
+    pub(super) fn new() -> Snapshots {
+        Snapshots {
+            running: None,
+            last_us: 0,
+            vote: false,
+            reclaim_later: Vec::new(),
+        }
+    }
+
+    /// Whether a snapshot is being copied.
+    pub(super) fn is_running(&self) -> bool {
+        self.running.is_some()
+    }
+}
+
+impl Shard {
+    /// Starts a snapshot of the state after `epoch` (all shards start one at
+    /// the same epoch: the vote rides on `Done2`). The entities changed since
+    /// the last snapshot are copied a share per step; one written before it
+    /// is copied gets its old value saved first (copy-on-write), so the
+    /// snapshot is exactly the state after `epoch` while later epochs run.
+    pub(super) fn begin_snapshot(&mut self, epoch: Epoch) {
+        if self.snap.running.is_some() {
+            // The previous one is still being copied: finish it now.
+            while self.snap.running.is_some() {
+                self.snapshot_step(usize::MAX);
+            }
+        }
+        let pending = self.exec.st.borrow_mut().store.begin_snapshot();
+        self.snap.last_us = self.m.now_us;
+        self.snap.running = Some(Snapshotting {
+            epoch,
+            pending,
+            cursor: 0,
+            entries: Vec::new(),
+            meta: self.encode_meta(epoch),
+        });
+        self.m.stats.snapshots += 1;
+    }
+
+    /// Copies up to `budget` pending entities of the running snapshot and
+    /// emits full chunks; emits the last chunk when all are copied.
+    pub(super) fn snapshot_step(&mut self, budget: usize) {
+        let Some(snap) = &mut self.snap.running else {
+            return;
+        };
+        let mut guard = self.exec.st.borrow_mut();
+        let st = &mut *guard;
+        st.store.take_saved(&mut snap.entries);
+        let end = snap.cursor.saturating_add(budget).min(snap.pending.len());
+        for &slot in &snap.pending[snap.cursor..end] {
+            st.store.copy_pending(slot, &mut snap.entries);
+        }
+        snap.cursor = end;
+        let done = snap.cursor == snap.pending.len();
+        if done || snap.entries.len() >= SNAPSHOT_CHUNK_ENTRIES_MAX {
+            let entries = std::mem::take(&mut snap.entries);
+            self.outputs.snapshots.push(SnapshotChunk {
+                epoch: snap.epoch,
+                shard: self.exec.id,
+                entries,
+                last: done,
+                meta: if done {
+                    std::mem::take(&mut snap.meta)
+                } else {
+                    Vec::new()
+                },
+            });
+        }
+        if done {
+            // Deleted entities kept for the snapshot can go, but not while an
+            // epoch's tables may point at their slots: at the next epoch end.
+            for &slot in &snap.pending {
+                if st.store.entries[slot as usize].value.is_none() {
+                    self.snap.reclaim_later.push(slot);
+                }
+            }
+            self.snap.running = None;
+        }
+    }
+
+    /// The machine state a snapshot must carry: its epoch, the sequencer
+    /// counter and the client table. (No transaction outlives its epoch.)
+    fn encode_meta(&self, epoch: Epoch) -> Vec<u8> {
+        let clients = self.clients.to_meta();
+        Payload::encode(&(META_VERSION, epoch, self.seq.lc, clients))
+            .as_bytes()
+            .to_vec()
+    }
+
+    /// Restores the machine state of a snapshot (before any epoch ran here),
+    /// after its entities were loaded with [`Shard::load_snapshot_entity`].
+    /// Replay the logged epochs after it with [`Shard::replay`].
+    pub fn restore(&mut self, meta: &[u8]) -> Result<Epoch, crate::DecodeError> {
+        assert_eq!(self.m.epoch, 0, "restore into a shard that already ran");
+        let (version, epoch, lc, clients) = Payload::from_bytes(meta).decode::<(u8, Epoch, u64, Vec<ClientMeta>)>()?;
+        if version != META_VERSION {
+            return Err(crate::DecodeError::Tag(version));
+        }
+        self.clients.restore(clients);
+        self.m.epoch = epoch;
+        self.seq.lc = lc;
+        // A snapshot is only complete once every shard's input through its
+        // epoch is durable.
+        self.gate.durable_local = epoch;
+        for d in &mut self.gate.durable_peers {
+            *d = epoch;
+        }
+        Ok(epoch)
+    }
+
+    /// Loads an entity from a snapshot: like [`Shard::load`], but the next
+    /// snapshot need not include it.
+    pub fn load_snapshot_entity(&mut self, op: crate::OpId, key: &Key, value: Value) {
+        assert_eq!(self.m.stage, Stage::Idle, "load while an epoch runs");
+        let partition = key.partition(self.exec.app.operator_info(op).partitions());
+        assert_eq!(
+            partition_owner(partition, self.exec.n_shards),
+            self.exec.id,
+            "key {key} loaded on the wrong shard"
+        );
+        self.exec
+            .st
+            .borrow_mut()
+            .store
+            .load(op, partition, key, Some(value), false);
+    }
+}
