@@ -12,6 +12,18 @@
 //! partition the smallest tid that wrote any of its entities. The flags of a
 //! transaction here are only this shard's share: they are ORed with the
 //! other shards' before the commit rule is applied.
+//!
+//! Invariants, asserted in release builds (each check costs a comparison
+//! or two on data at hand, or runs once per epoch): the tables are empty
+//! after a reset and the generation is never 0; the txn index and the
+//! touched ordinals agree with the tables they point into; an access list
+//! holds one transaction's accesses; reservations are computed once per
+//! epoch, before the decision, and one that flags a transaction is a
+//! smaller tid counted in this epoch; flags go only to transactions that
+//! did not abort by their logic; phase 2 touches only queued entities;
+//! after phase 1 only fallback transactions are applied, in phase 2 once;
+//! lock queues are built once, in strictly increasing tid order, and a
+//! transaction waits only behind smaller tids.
 
 use crate::ctx::NO_INDEX;
 use crate::ids::{OpId, Tid};
@@ -119,10 +131,21 @@ impl Tables {
             self.generation = 0;
         }
         self.generation += 1;
+        // Entries start at generation 0: a table at 0 would claim every
+        // entry never touched as touched.
+        assert_ne!(self.generation, 0);
+        assert!(
+            self.touched.is_empty() && self.txns.is_empty() && self.index().is_empty() && self.queues.is_empty(),
+            "epoch tables not empty after a reset"
+        );
     }
 
     pub fn txn(&self, tid: Tid) -> Option<u32> {
-        self.index().get(&tid).copied()
+        let txn = self.index().get(&tid).copied();
+        if let Some(t) = txn {
+            assert!(self.txns[t as usize].tid == tid, "txn index out of step with the table");
+        }
+        txn
     }
 
     pub fn txn_or_insert(&mut self, tid: Tid) -> u32 {
@@ -138,6 +161,10 @@ impl Tables {
                 finished: false,
             });
         }
+        assert!(
+            self.txns[index as usize].tid == tid,
+            "txn index out of step with the table"
+        );
         index
     }
 
@@ -146,6 +173,10 @@ impl Tables {
     pub fn touch(&mut self, store: &mut Store, slot: u32, op: OpId, partition: u32, key: Option<&Key>) -> u32 {
         let entry = &mut store.entries[slot as usize];
         if entry.generation == self.generation {
+            assert!(
+                self.touched[entry.ordinal as usize].slot == slot,
+                "touched ordinal of another entry"
+            );
             return entry.ordinal;
         }
         let ordinal = self.touched.len() as u32;
@@ -167,7 +198,12 @@ impl Tables {
     /// The touched ordinal of `slot` if it was touched this epoch.
     pub fn touched_ordinal(&self, store: &Store, slot: u32) -> Option<u32> {
         let entry = &store.entries[slot as usize];
-        (entry.generation == self.generation).then_some(entry.ordinal)
+        let ordinal = (entry.generation == self.generation).then_some(entry.ordinal);
+        assert!(
+            ordinal.is_none_or(|o| self.touched[o as usize].slot == slot),
+            "touched ordinal of another entry"
+        );
+        ordinal
     }
 
     /// The head of `txn`'s access list in `phase`.
@@ -184,11 +220,18 @@ impl Tables {
         let mut at = head;
         while at != NO_INDEX {
             let a = &accesses[at as usize];
+            assert!(a.txn == txn, "an access list mixes transactions");
             if a.touched == touched {
                 return at;
             }
             at = a.next;
         }
+        // Phase 2 runs only inside the recorded set: every entity it
+        // touches has a lock queue.
+        assert!(
+            phase != Phase::Fallback || self.touched[touched as usize].queue != NO_INDEX,
+            "phase-2 access to an entity without a lock queue"
+        );
         let index = accesses.len() as u32;
         accesses.push(Access {
             txn,
@@ -206,17 +249,22 @@ impl Tables {
     /// transactions), then this shard's flags for every transaction.
     /// Returns the transactions with a flag set.
     pub fn conflict_flags(&mut self, store: &Store) -> Vec<(Tid, u8)> {
+        // Once per epoch, before the decision and the queues it builds.
+        assert!(self.queues.is_empty(), "conflict flags after the lock queues");
         let generation = self.generation;
         let part_ordinal = |slot: u32| {
             let e = &store.entries[slot as usize];
             (e.generation == generation).then_some(e.ordinal)
         };
+        // The smallest tid whose accesses count: no reservation is smaller.
+        let mut tid_min = TID_NONE;
         for a in &self.accesses[Phase::Optimistic.index()] {
             let txn = &self.txns[a.txn as usize];
             if txn.aborted {
                 continue;
             }
             let tid = txn.tid;
+            tid_min = tid_min.min(tid);
             let t = &mut self.touched[a.touched as usize];
             if a.read {
                 t.min_read = t.min_read.min(tid);
@@ -229,6 +277,9 @@ impl Tables {
                 }
             }
         }
+        // A reservation that flags `tid` is a smaller tid counted in this
+        // epoch, never one left from an earlier epoch (tids only grow).
+        let reserved = |holder: Tid, tid: Tid| tid_min <= holder && holder < tid;
         for a in &self.accesses[Phase::Optimistic.index()] {
             let txn = &self.txns[a.txn as usize];
             if txn.aborted {
@@ -238,18 +289,34 @@ impl Tables {
             let t = &self.touched[a.touched as usize];
             let mut f = 0;
             if a.read && (t.min_write < tid || t.min_member_write < tid) {
+                assert!(
+                    reserved(t.min_write.min(t.min_member_write), tid),
+                    "RAW of {tid} against a tid not of this epoch"
+                );
                 f |= flags::RAW;
             }
             if !matches!(a.write, Write::None) {
                 if t.min_write < tid {
+                    assert!(
+                        reserved(t.min_write, tid),
+                        "WAW of {tid} against a tid not of this epoch"
+                    );
                     f |= flags::WAW;
                 }
                 if t.min_read < tid {
+                    assert!(
+                        reserved(t.min_read, tid),
+                        "WAR of {tid} against a tid not of this epoch"
+                    );
                     f |= flags::WAR;
                 }
                 if let Some(p) = part_ordinal(a.part_slot)
                     && self.touched[p as usize].min_read < tid
                 {
+                    assert!(
+                        reserved(self.touched[p as usize].min_read, tid),
+                        "WAR of {tid} against a scan not of this epoch"
+                    );
                     f |= flags::WAR;
                 }
             }
@@ -258,12 +325,23 @@ impl Tables {
         self.txns
             .iter()
             .filter(|t| t.flags != 0)
-            .map(|t| (t.tid, t.flags))
+            .map(|t| {
+                // Flagged before the decision, and only for accesses that count.
+                assert!(!t.committed && !t.aborted, "flags for {}, decided or aborted", t.tid);
+                (t.tid, t.flags)
+            })
             .collect()
     }
 
     /// Applies the buffered writes of `txn`'s accesses in `phase`.
     pub fn apply(&mut self, store: &mut Store, phase: Phase, txn: u32) {
+        // Phase 1 applies its winners (the caller's test); a `Finish` only a
+        // fallback transaction, and in phase 2 only once.
+        if phase != Phase::Optimistic {
+            let t = &self.txns[txn as usize];
+            assert!(!t.committed && !t.aborted, "applying {} after phase 1", t.tid);
+            assert!(phase == Phase::Serial || !t.finished, "applying {} twice", t.tid);
+        }
         let mut at = self.head(phase, txn);
         while at != NO_INDEX {
             let a = &mut self.accesses[phase.index()][at as usize];
@@ -282,6 +360,7 @@ impl Tables {
     /// partition they scanned, which also holds the fallback transactions
     /// that wrote into that partition.
     pub fn build_queues(&mut self, store: &Store, fallback: impl Fn(&TxnLocal) -> bool) {
+        assert!(self.queues.is_empty(), "lock queues built twice in an epoch");
         let generation = self.generation;
         let mut scanned_partition = false;
         for a in &self.accesses[Phase::Optimistic.index()] {
@@ -321,10 +400,18 @@ impl Tables {
         for q in &mut self.queues {
             q.tids.sort_unstable();
             q.tids.dedup();
+            // `holds` and `in_queue` rely on strict tid order: a transaction
+            // waits only behind smaller tids, so there is no deadlock.
+            assert!(
+                q.head == 0 && !q.tids.is_empty() && q.tids.windows(2).all(|w| w[0] < w[1]),
+                "lock queue out of tid order"
+            );
         }
     }
 
     /// Whether `tid` holds `queue` now (advancing past finished holders).
+    /// `tid` is one of the queue's unfinished transactions, or `Tid::MAX`
+    /// to only advance the head.
     pub fn holds(&mut self, queue: u32, tid: Tid) -> bool {
         let index = self.txn_index.as_ref().expect("txn index");
         let q = &mut self.queues[queue as usize];
@@ -336,7 +423,14 @@ impl Tables {
             }
             q.head += 1;
         }
-        q.tids.get(q.head) == Some(&tid)
+        let holder = q.tids.get(q.head).copied();
+        // An unfinished transaction of the queue is at or after its head:
+        // it waits only for smaller tids.
+        assert!(
+            tid == TID_NONE || holder.is_some_and(|h| h <= tid),
+            "{tid} waits in a queue held by {holder:?}"
+        );
+        holder == Some(tid)
     }
 
     pub fn in_queue(&self, queue: u32, tid: Tid) -> bool {
@@ -346,15 +440,20 @@ impl Tables {
     /// The queues `txn` waits in or holds: those of the entities it touched
     /// in phase 1, and of the partitions it wrote into.
     pub fn queues_of(&self, store: &Store, txn: u32) -> Vec<u32> {
-        let tid = self.txns[txn as usize].tid;
+        let t = &self.txns[txn as usize];
+        assert!(!t.committed && !t.aborted, "{} is not a phase-2 transaction", t.tid);
+        let tid = t.tid;
         let mut out = Vec::new();
         let mut at = self.head(Phase::Optimistic, txn);
         while at != NO_INDEX {
             let a = &self.accesses[Phase::Optimistic.index()][at as usize];
             let q = self.touched[a.touched as usize].queue;
-            if q != NO_INDEX {
-                out.push(q);
-            }
+            // Every entity a phase-2 transaction touched in phase 1 queues it.
+            assert!(
+                q != NO_INDEX && self.in_queue(q, tid),
+                "{tid} missing from the lock queue of an entity it touched"
+            );
+            out.push(q);
             if let Some(p) = self.touched_ordinal(store, a.part_slot) {
                 let pq = self.touched[p as usize].queue;
                 if pq != NO_INDEX && self.in_queue(pq, tid) {
@@ -366,5 +465,40 @@ impl Tables {
         out.sort_unstable();
         out.dedup();
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tables with transactions `tids` and one lock queue holding `queue`.
+    fn with_queue(tids: &[Tid], queue: &[Tid]) -> Tables {
+        let mut tables = Tables::new();
+        for &tid in tids {
+            tables.txn_or_insert(tid);
+        }
+        tables.queues.push(LockQueue {
+            tids: queue.to_vec(),
+            head: 0,
+            waiting: Vec::new(),
+        });
+        tables
+    }
+
+    #[test]
+    fn a_lock_passes_to_the_next_tid_when_its_holder_finishes() {
+        let mut tables = with_queue(&[5, 9], &[5, 9]);
+        assert!(tables.holds(0, 5));
+        assert!(!tables.holds(0, 9));
+        tables.txns[0].finished = true;
+        assert!(tables.holds(0, 9));
+    }
+
+    #[test]
+    #[should_panic(expected = "waits in a queue held by")]
+    fn waiting_behind_a_larger_tid_is_a_broken_invariant() {
+        let mut tables = with_queue(&[5, 9], &[9]);
+        tables.holds(0, 5);
     }
 }

@@ -37,11 +37,13 @@
 //! # Layout
 //!
 //! `Shard` is one struct whose methods live in the submodule of their job.
-//! Each submodule owns the sub-struct of state only its job writes; what
-//! every job reads (epoch, stage, clock, the coordinated transactions,
-//! counters) stays in [`Machine`] here. Sub-structs are held by value: a
-//! field of a field is an offset, so the grouping costs nothing on the hot
-//! path.
+//! Each submodule defines the sub-struct of state its job keeps (`Check`
+//! in `phase1`, `Gate` in `release`, …); hand-overs write into a
+//! neighbour's (`Done2` fills the phase-3 queue and the snapshot vote, the
+//! epoch's end resets them all). What every job reads (epoch, stage,
+//! clock, the coordinated transactions, counters) stays in `Machine` here.
+//! Sub-structs are held by value: a field of a field is an offset, so the
+//! grouping costs nothing on the hot path.
 //!
 //! - `exec`: the host functions run against (store, epoch tables, outbox).
 //! - `task`: invocations: admission, start, poll, completion, replies.

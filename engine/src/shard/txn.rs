@@ -58,6 +58,9 @@ impl Shard {
     /// owner of its address.
     pub(super) fn dispatch_root(&self, c: &Coordinated, index: u32, epoch: Epoch, phase: Phase, step: u32) {
         let (partition, owner, hash) = self.exec.locate(c.request.function, &c.request.address);
+        // Built in the call, after the borrow: the message goes straight into
+        // the queue instead of through a copy on the stack.
+        let mut st = self.exec.st.borrow_mut();
         let msg = Message::Invoke(Invoke {
             epoch,
             phase,
@@ -76,7 +79,6 @@ impl Shard {
             },
             step,
         });
-        let mut st = self.exec.st.borrow_mut();
         self.exec.route(&mut st, owner, msg);
     }
 
