@@ -10,6 +10,7 @@
 //! - [`Shard`]: the epoch protocol on one shard.
 //! - [`Serial`]: the same functions run serially, as oracle and ceiling.
 //! - [`sim::Sim`]: every shard in one thread, messages in a seeded order.
+//! - [`oracle`]: a run checked against serial execution (tests).
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +25,7 @@ mod history;
 mod ids;
 mod key;
 mod message;
+pub mod oracle;
 pub mod rng;
 mod serial;
 mod shard;

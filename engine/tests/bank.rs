@@ -92,7 +92,7 @@ fn run(seed: u64, shards: u16, accounts: u64, zipf: Option<f64>, txns: u64) {
     assert!(insufficient > 0, "the workload exercises logic aborts");
     // And the whole run equals serial execution in the engine's order.
     let history = sim.take_history();
-    check_serial(&app, limits, &initial, &sim.logs(), &history, &replies, &state);
+    check_run(&app, limits, &initial, &sim.logs(), &history, &replies, &state);
     let stats = sim.stats();
     if zipf.is_some() {
         assert!(stats.reexecuted > 0, "contention sends transactions to phase 2");
