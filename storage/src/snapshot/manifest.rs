@@ -135,6 +135,15 @@ impl Manifest {
         self.shards.iter().find(|s| s.shard == shard)
     }
 
+    /// What recovery ([`styx_engine::recovery`]) needs of this snapshot:
+    /// its epoch and where each shard's log resumes.
+    pub fn for_recovery(&self) -> styx_engine::recovery::Snapshot {
+        styx_engine::recovery::Snapshot {
+            epoch: self.epoch,
+            log_after: self.shards.iter().map(|s| (s.shard, s.log_after)).collect(),
+        }
+    }
+
     /// The manifest's invariants (see [`crate::snapshot`]).
     pub fn check(&self) -> Result<(), String> {
         if self.shards.len() > MANIFEST_SHARDS_MAX {

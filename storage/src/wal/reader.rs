@@ -511,6 +511,19 @@ pub struct Recovered {
     pub tail: Tail,
 }
 
+impl Recovered {
+    /// The log as recovery ([`styx_engine::recovery`]) reads it, and the
+    /// tail to open the writer with.
+    pub fn into_log(self) -> (styx_engine::recovery::Log, Tail) {
+        let log = styx_engine::recovery::Log {
+            shard: self.tail.shard,
+            batches: self.batches,
+            last_epoch: self.tail.last_epoch,
+        };
+        (log, self.tail)
+    }
+}
+
 /// The end of a recovered log: only [`recover`] makes one, so a writer
 /// opened with it never writes over a log that was not read.
 #[derive(Clone, Debug, PartialEq, Eq)]
