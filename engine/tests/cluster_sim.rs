@@ -847,21 +847,10 @@ fn new_request(app: &App, rng: &mut Rng) -> Request {
     transfer(app, d, c, 1 + rng.below(4) as i64)
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: expected a number")))
-}
-
 #[test]
 fn nodes_crash_at_random_points() {
-    let seeds: Vec<u64> = match env_u64("STYX_SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => {
-            let first = env_u64("STYX_SIM_SEED_FIRST").unwrap_or(0);
-            (first..first + env_u64("STYX_SIM_SEEDS").unwrap_or(SEEDS_DEFAULT)).collect()
-        }
-    };
+    let seeds = seeds(0..SEEDS_DEFAULT);
+    let test = test_name();
     let next = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
     let total = std::sync::Mutex::new(Counts::default());
@@ -883,9 +872,9 @@ fn nodes_crash_at_random_points() {
                         Err(_) => {
                             failed.store(true, Ordering::Relaxed);
                             eprintln!(
-                                "FAILED: {}\nreplay: STYX_SIM_SEED={} cargo test --release -p styx-engine --test cluster_sim",
+                                "FAILED: {}\nreplay: {}",
                                 cluster.describe(),
-                                seeds[i]
+                                replay_command(test.as_deref(), seeds[i])
                             );
                         }
                     }
@@ -933,7 +922,7 @@ fn nodes_crash_at_random_points() {
 /// single node: serializable, conserving, every request answered.
 #[test]
 fn remote_links_keep_the_protocol_serializable() {
-    for seed in 0..40 {
+    swarm(seeds(0..40), |seed| {
         let app = bank(8);
         let config = test_config(8);
         let layout = LAYOUTS[seed as usize % LAYOUTS.len()];
@@ -960,7 +949,7 @@ fn remote_links_keep_the_protocol_serializable() {
             "seed {seed}: every request answered"
         );
         assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START, &format!("seed {seed}"));
-    }
+    });
 }
 
 /// One node, named or not, is the same simulation: the same seed draws the
@@ -989,7 +978,7 @@ fn one_node_is_the_default() {
         sim.run();
         (sim.disk_events().to_vec(), sim.take_replies_at(), sim.state())
     };
-    for seed in 0..10 {
-        assert!(run(seed, false) == run(seed, true), "seed {seed}");
-    }
+    swarm(seeds(0..10), |seed| {
+        assert!(run(seed, false) == run(seed, true), "seed {seed}")
+    });
 }
