@@ -14,6 +14,8 @@
 //!   that make a snapshot complete, loading, compaction, garbage collection.
 //! - [`inspect`]: structured, printable descriptions of logs and snapshots
 //!   with every checksum verified (for `styx inspect`).
+//! - [`fuzz`]: every decoder over bytes in memory, for the fuzz targets
+//!   (`storage/fuzz`) and the mutation test.
 //!
 //! # Recovery, in order
 //!
@@ -47,6 +49,7 @@ mod crc;
 pub mod dir;
 mod error;
 mod fsutil;
+pub mod fuzz;
 pub mod inspect;
 pub mod snapshot;
 pub mod wal;
