@@ -9,7 +9,11 @@
 //! - [`App`], [`Ctx`]: the programming model (operators, functions, calls).
 //! - [`Shard`]: the epoch protocol on one shard.
 //! - [`Serial`]: the same functions run serially, as oracle and ceiling.
-//! - [`sim::Sim`]: every shard in one thread, messages in a seeded order.
+//! - [`recovery`]: from what disks hold to what each shard restores and
+//!   replays (pure; the runtime and the simulator share it).
+//! - [`sim::Sim`]: every shard in one thread, messages in a seeded order;
+//!   [`sim::Disks`] models what its shards put on disk.
+//! - [`oracle`]: a run checked against serial execution (tests).
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +28,8 @@ mod history;
 mod ids;
 mod key;
 mod message;
+pub mod oracle;
+pub mod recovery;
 pub mod rng;
 mod serial;
 mod shard;

@@ -16,7 +16,9 @@
 //! ([`Shard::log_durable`]) only right after the `LogSync` event, so every
 //! reply is released after the fsyncs it waits for: a crash test cuts the
 //! journal at any event and knows exactly what survived and which replies
-//! had left ([`Sim::take_replies_at`]).
+//! had left ([`Sim::take_replies_at`]). [`Disks`] turns the journal into
+//! what each node's disk holds and restarts a fresh sim from it through
+//! [`crate::recovery`], the functions the runtime recovers with.
 //!
 //! **Nodes.** By default every shard runs on one node. [`Sim::set_nodes`]
 //! splits the shards into nodes, numbered as a cluster numbers them (node 0
@@ -43,6 +45,10 @@ use crate::shard::{Outputs, Shard};
 use crate::value::Value;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
+
+mod disk;
+
+pub use disk::{Disks, Restart};
 
 /// Steps without progress after which a run is declared stuck.
 pub const STUCK_STEPS_MAX: u64 = 1_000_000;

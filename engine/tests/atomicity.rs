@@ -3,6 +3,7 @@
 
 mod common;
 
+use common::{seeds, swarm};
 use std::sync::Arc;
 use styx_engine::sim::{Sim, test_config};
 use styx_engine::{Abort, AbortKind, Address, App, CallLimits, Key, Outcome, Payload, Request};
@@ -74,10 +75,10 @@ fn request(app: &App, function: &str, key: u64, args: Payload) -> Request {
     }
 }
 
-fn run_one(app: &Arc<App>, limits: CallLimits, req: Request) -> (Outcome, Sim) {
+fn run_one(seed: u64, app: &Arc<App>, limits: CallLimits, req: Request) -> (Outcome, Sim) {
     let mut config = test_config(10);
     config.limits = limits;
-    let mut sim = Sim::new(app.clone(), config, 3, 1);
+    let mut sim = Sim::new(app.clone(), config, 3, seed);
     sim.submit(0, 0, req).unwrap();
     sim.run();
     let mut replies = sim.take_replies();
@@ -87,140 +88,159 @@ fn run_one(app: &Arc<App>, limits: CallLimits, req: Request) -> (Outcome, Sim) {
 
 #[test]
 fn an_abort_deep_in_a_chain_leaves_no_write_anywhere() {
-    let app = chain_app();
-    for (mode, kind, text) in [
-        (1u8, AbortKind::User, "boom at the bottom"),
-        (2, AbortKind::Panic, "panic: expected: panic at the bottom"),
-        (3, AbortKind::User, "boom at the bottom"),
-    ] {
+    swarm(seeds(1..2), |seed| {
+        let app = chain_app();
+        for (mode, kind, text) in [
+            (1u8, AbortKind::User, "boom at the bottom"),
+            (2, AbortKind::Panic, "panic: expected: panic at the bottom"),
+            (3, AbortKind::User, "boom at the bottom"),
+        ] {
+            let (outcome, sim) = run_one(
+                seed,
+                &app,
+                CallLimits::default(),
+                request(&app, "step", 10, Payload::encode(&(6u64, mode))),
+            );
+            match outcome {
+                Outcome::Aborted(a) => {
+                    assert_eq!(a.kind(), kind, "mode {mode}");
+                    assert_eq!(a.message(), text, "mode {mode}");
+                }
+                other => panic!("mode {mode}: {other:?}"),
+            }
+            assert!(sim.state().is_empty(), "mode {mode} left writes: {:?}", sim.state());
+        }
+        // And the same chain without a failure writes all 7 entities and 7 marks.
         let (outcome, sim) = run_one(
+            seed,
             &app,
             CallLimits::default(),
-            request(&app, "step", 10, Payload::encode(&(6u64, mode))),
+            request(&app, "step", 10, Payload::encode(&(6u64, 0u8))),
         );
-        match outcome {
-            Outcome::Aborted(a) => {
-                assert_eq!(a.kind(), kind, "mode {mode}");
-                assert_eq!(a.message(), text, "mode {mode}");
-            }
-            other => panic!("mode {mode}: {other:?}"),
-        }
-        assert!(sim.state().is_empty(), "mode {mode} left writes: {:?}", sim.state());
-    }
-    // And the same chain without a failure writes all 7 entities and 7 marks.
-    let (outcome, sim) = run_one(
-        &app,
-        CallLimits::default(),
-        request(&app, "step", 10, Payload::encode(&(6u64, 0u8))),
-    );
-    assert_eq!(outcome, Outcome::Committed(Payload::encode(&6u64)));
-    assert_eq!(sim.state().len(), 14);
+        assert_eq!(outcome, Outcome::Committed(Payload::encode(&6u64)));
+        assert_eq!(sim.state().len(), 14);
+    });
 }
 
 #[test]
 fn call_depth_and_fan_out_limits_abort_with_a_clear_error() {
-    let app = chain_app();
-    let limits = CallLimits {
-        depth_max: 5,
-        fan_out_max: 10,
-    };
-    let (outcome, sim) = run_one(&app, limits, request(&app, "deep", 0, Payload::encode(&())));
-    match outcome {
-        Outcome::Aborted(a) => {
-            assert_eq!(a.kind(), AbortKind::Limit);
-            assert!(a.message().contains("call depth would exceed 5"), "{a}");
+    swarm(seeds(1..2), |seed| {
+        let app = chain_app();
+        let limits = CallLimits {
+            depth_max: 5,
+            fan_out_max: 10,
+        };
+        let (outcome, sim) = run_one(seed, &app, limits, request(&app, "deep", 0, Payload::encode(&())));
+        match outcome {
+            Outcome::Aborted(a) => {
+                assert_eq!(a.kind(), AbortKind::Limit);
+                assert!(a.message().contains("call depth would exceed 5"), "{a}");
+            }
+            other => panic!("{other:?}"),
         }
-        other => panic!("{other:?}"),
-    }
-    assert!(sim.state().is_empty());
-    let (outcome, sim) = run_one(&app, limits, request(&app, "wide", 0, Payload::encode(&11u32)));
-    match outcome {
-        Outcome::Aborted(a) => {
-            assert_eq!(a.kind(), AbortKind::Limit);
-            assert!(a.message().contains("more than 10 calls"), "{a}");
+        assert!(sim.state().is_empty());
+        let (outcome, sim) = run_one(seed, &app, limits, request(&app, "wide", 0, Payload::encode(&11u32)));
+        match outcome {
+            Outcome::Aborted(a) => {
+                assert_eq!(a.kind(), AbortKind::Limit);
+                assert!(a.message().contains("more than 10 calls"), "{a}");
+            }
+            other => panic!("{other:?}"),
         }
-        other => panic!("{other:?}"),
-    }
-    assert!(sim.state().is_empty(), "the sends before the limit are rolled back too");
-    let (outcome, _) = run_one(&app, limits, request(&app, "wide", 0, Payload::encode(&10u32)));
-    assert!(matches!(outcome, Outcome::Committed(_)));
+        assert!(sim.state().is_empty(), "the sends before the limit are rolled back too");
+        let (outcome, _) = run_one(seed, &app, limits, request(&app, "wide", 0, Payload::encode(&10u32)));
+        assert!(matches!(outcome, Outcome::Committed(_)));
+    });
 }
 
 #[test]
 fn unknown_functions_and_bad_arguments_are_clear_errors() {
-    let app = chain_app();
-    for (which, kind, text) in [
-        (0u8, AbortKind::UnknownFunction, "no function chain.nope"),
-        (1, AbortKind::UnknownFunction, "no function nowhere.step"),
-        (2, AbortKind::BadArguments, "arguments of chain.step"),
-    ] {
+    swarm(seeds(1..2), |seed| {
+        let app = chain_app();
+        for (which, kind, text) in [
+            (0u8, AbortKind::UnknownFunction, "no function chain.nope"),
+            (1, AbortKind::UnknownFunction, "no function nowhere.step"),
+            (2, AbortKind::BadArguments, "arguments of chain.step"),
+        ] {
+            let (outcome, _) = run_one(
+                seed,
+                &app,
+                CallLimits::default(),
+                request(&app, "bad_call", 0, Payload::encode(&which)),
+            );
+            match outcome {
+                Outcome::Aborted(a) => {
+                    assert_eq!(a.kind(), kind);
+                    assert!(a.message().contains(text), "{a}");
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // A request whose arguments do not decode.
         let (outcome, _) = run_one(
+            seed,
             &app,
             CallLimits::default(),
-            request(&app, "bad_call", 0, Payload::encode(&which)),
+            request(&app, "count", 0, Payload::from_bytes(&[1, 2])),
         );
-        match outcome {
-            Outcome::Aborted(a) => {
-                assert_eq!(a.kind(), kind);
-                assert!(a.message().contains(text), "{a}");
-            }
-            other => panic!("{other:?}"),
-        }
-    }
-    // A request whose arguments do not decode.
-    let (outcome, _) = run_one(
-        &app,
-        CallLimits::default(),
-        request(&app, "count", 0, Payload::from_bytes(&[1, 2])),
-    );
-    assert!(matches!(outcome, Outcome::Aborted(a) if a.kind() == AbortKind::BadArguments));
-    // A request for a partition function on an entity is refused at submit.
-    let mut sim = Sim::new(app.clone(), test_config(10), 2, 1);
-    let bad = Request {
-        function: app.resolve("chain", "count").unwrap(),
-        address: Address::Partition(0),
-        args: Payload::EMPTY,
-        client: None,
-    };
-    let err = sim.submit(0, 0, bad).unwrap_err();
-    assert_eq!(err.kind(), AbortKind::UnknownFunction);
+        assert!(matches!(outcome, Outcome::Aborted(a) if a.kind() == AbortKind::BadArguments));
+        // A request for a partition function on an entity is refused at submit.
+        let mut sim = Sim::new(app.clone(), test_config(10), 2, seed);
+        let bad = Request {
+            function: app.resolve("chain", "count").unwrap(),
+            address: Address::Partition(0),
+            args: Payload::EMPTY,
+            client: None,
+        };
+        let err = sim.submit(0, 0, bad).unwrap_err();
+        assert_eq!(err.kind(), AbortKind::UnknownFunction);
+    });
 }
 
 #[test]
 fn a_function_that_waits_for_something_else_is_stopped() {
-    let app = chain_app();
-    let (outcome, _) = run_one(&app, CallLimits::default(), request(&app, "stall", 0, Payload::EMPTY));
-    match outcome {
-        Outcome::Aborted(a) => {
-            assert_eq!(a.kind(), AbortKind::Stalled);
-            assert!(
-                a.message().contains("chain.stall awaited something other than a call"),
-                "{a}"
-            );
+    swarm(seeds(1..2), |seed| {
+        let app = chain_app();
+        let (outcome, _) = run_one(
+            seed,
+            &app,
+            CallLimits::default(),
+            request(&app, "stall", 0, Payload::EMPTY),
+        );
+        match outcome {
+            Outcome::Aborted(a) => {
+                assert_eq!(a.kind(), AbortKind::Stalled);
+                assert!(
+                    a.message().contains("chain.stall awaited something other than a call"),
+                    "{a}"
+                );
+            }
+            other => panic!("{other:?}"),
         }
-        other => panic!("{other:?}"),
-    }
+    });
 }
 
 #[test]
 fn panics_do_not_take_the_shard_down() {
-    let app = chain_app();
-    let mut sim = Sim::new(app.clone(), test_config(10), 2, 3);
-    for token in 0..20 {
-        let req = if token % 2 == 0 {
-            request(&app, "step", 100, Payload::encode(&(2u64, 2u8)))
-        } else {
-            request(&app, "count", 7, Payload::EMPTY)
-        };
-        sim.submit((token % 2) as u16, token, req).unwrap();
-        sim.run();
-    }
-    let replies = sim.take_replies();
-    assert_eq!(replies.len(), 20);
-    let counts: Vec<&Outcome> = replies
-        .iter()
-        .filter(|r| r.token % 2 == 1)
-        .map(|r| &r.outcome)
-        .collect();
-    assert_eq!(counts.last().unwrap(), &&Outcome::Committed(Payload::encode(&10i64)));
+    swarm(seeds(3..4), |seed| {
+        let app = chain_app();
+        let mut sim = Sim::new(app.clone(), test_config(10), 2, seed);
+        for token in 0..20 {
+            let req = if token % 2 == 0 {
+                request(&app, "step", 100, Payload::encode(&(2u64, 2u8)))
+            } else {
+                request(&app, "count", 7, Payload::EMPTY)
+            };
+            sim.submit((token % 2) as u16, token, req).unwrap();
+            sim.run();
+        }
+        let replies = sim.take_replies();
+        assert_eq!(replies.len(), 20);
+        let counts: Vec<&Outcome> = replies
+            .iter()
+            .filter(|r| r.token % 2 == 1)
+            .map(|r| &r.outcome)
+            .collect();
+        assert_eq!(counts.last().unwrap(), &&Outcome::Committed(Payload::encode(&10i64)));
+    });
 }

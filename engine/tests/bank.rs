@@ -92,7 +92,7 @@ fn run(seed: u64, shards: u16, accounts: u64, zipf: Option<f64>, txns: u64) {
     assert!(insufficient > 0, "the workload exercises logic aborts");
     // And the whole run equals serial execution in the engine's order.
     let history = sim.take_history();
-    check_serial(&app, limits, &initial, &sim.logs(), &history, &replies, &state);
+    check_run(&app, limits, &initial, &sim.logs(), &history, &replies, &state);
     let stats = sim.stats();
     if zipf.is_some() {
         assert!(stats.reexecuted > 0, "contention sends transactions to phase 2");
@@ -101,21 +101,17 @@ fn run(seed: u64, shards: u16, accounts: u64, zipf: Option<f64>, txns: u64) {
 
 #[test]
 fn uniform_transfers_conserve_money_with_exact_balances() {
-    for seed in 0..6 {
-        run(seed, 1 + (seed % 4) as u16, 200, None, 3_000);
-    }
+    swarm(seeds(0..6), |seed| run(seed, 1 + (seed % 4) as u16, 200, None, 3_000));
 }
 
 #[test]
 fn zipf_099_transfers_conserve_money_with_exact_balances() {
-    for seed in 10..16 {
-        run(seed, 1 + (seed % 4) as u16, 200, Some(0.99), 3_000);
-    }
+    swarm(seeds(10..16), |seed| {
+        run(seed, 1 + (seed % 4) as u16, 200, Some(0.99), 3_000)
+    });
 }
 
 #[test]
 fn hot_spot_on_few_accounts() {
-    for seed in 20..24 {
-        run(seed, 2, 4, None, 1_000);
-    }
+    swarm(seeds(20..24), |seed| run(seed, 2, 4, None, 1_000));
 }

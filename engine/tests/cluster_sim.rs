@@ -3,26 +3,29 @@
 //! clients send cross-shard transfers and balance reads on a few hot
 //! accounts (and retry them, acknowledging answers in half the seeds).
 //!
-//! It follows the recovery of `runtime::cluster`. A node crashes (or a link
-//! breaks, which fails the run just the same); the others run on for a while
-//! — they have not noticed yet, and clients still send to them — then every
-//! node stops, every batch in flight is lost (links reconnect under a new
-//! run id, so frames of the old run never arrive), and all shards are
-//! rebuilt from the disks: the newest snapshot that *every* node committed
+//! It recovers as `runtime::cluster` does, through the same code. A node
+//! crashes (or a link breaks, which fails the run just the same); the others
+//! run on for a while — they have not noticed yet, and clients still send to
+//! them — then every node stops, every batch in flight is lost (links
+//! reconnect under a new run id, so frames of the old run never arrive), and
+//! all shards are rebuilt from the disks by [`Disks::restart`], that is by
+//! `styx_engine::recovery`: the newest snapshot that *every* node committed
 //! (each node commits its own manifest), then every log replayed up to the
 //! newest epoch *any* log reached, the epochs a log lacks written to it
-//! empty and replayed empty. Clients retry everything unanswered with the
-//! same `(client, seq)`. A seed fails one to [`CRASHES_MAX`] times,
-//! sometimes during the replay of the previous recovery.
+//! empty and replayed empty. The test works out that plan from the disks on
+//! its own and requires recovery to agree. Clients retry everything
+//! unanswered with the same `(client, seq)`. A seed fails one to
+//! [`CRASHES_MAX`] times, sometimes during the replay of the previous
+//! recovery.
 //!
-//! The disks: a crashed node keeps what it had made durable (its fsynced
-//! log batches, its snapshot files, its manifests), not its queued log
-//! writes; the other nodes keep everything they wrote until they stopped.
-//! Crashes fall between the simulator's steps: a step writes and fsyncs a
-//! log batch together, so a cut inside one leaves the same disk as a cut
-//! before it (`crash_points.rs` cuts one node's journal at every event).
-//! Rolling back to a snapshot drops every newer one on every node (the
-//! catalog's rollback); logs are never truncated here.
+//! The disks ([`Disks`]): a crashed node keeps what it had made durable (its
+//! fsynced log batches, its snapshot files, its manifests), not its queued
+//! log writes; the other nodes keep everything they wrote until they
+//! stopped. Crashes fall between the simulator's steps: a step writes and
+//! fsyncs a log batch together, so a cut inside one leaves the same disk as
+//! a cut before it (`crash_points.rs` cuts one node's journal at every
+//! event). Rolling back to a snapshot drops every newer one on every node
+//! (the catalog's rollback); logs are never truncated here.
 //!
 //! The checks, at each crash:
 //!
@@ -44,8 +47,9 @@
 //!   nothing and changes nothing.
 //!
 //! `STYX_SIM_SEEDS=n` runs `n` seeds (default [`SEEDS_DEFAULT`]) from
-//! `STYX_SIM_SEED_FIRST` (default 0); `STYX_SIM_SEED=s` runs only seed `s`.
-//! A failure prints the seed, its settings and its crashes.
+//! `STYX_SIM_SEED_FIRST` (default 0); `STYX_SIM_SEED=s` runs only seed `s`
+//! (`common::swarm`). A failure prints the seed, its settings and its
+//! crashes, and the command that replays it.
 
 mod common;
 
@@ -55,10 +59,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use styx_engine::rng::Rng;
-use styx_engine::sim::{DiskEvent, STUCK_STEPS_MAX, Sim, test_config};
+use styx_engine::sim::{DiskEvent, Disks, Restart, STUCK_STEPS_MAX, Sim, test_config};
 use styx_engine::{
-    AbortKind, Address, App, Batch, Config, Epoch, EpochRecord, Key, OpId, Outcome, Payload, Reply, Request, Serial,
-    ShardId, SnapshotChunk, Tid, Token, Value, mix64, serial_order,
+    AbortKind, Address, App, Config, Epoch, EpochRecord, Key, OpId, Outcome, Payload, Reply, Request, ShardId,
+    SnapshotChunk, Tid, Token, Value, mix64,
 };
 
 const ACCOUNTS: u64 = 24;
@@ -97,30 +101,6 @@ const LAYOUTS: [&[u16]; 8] = [
     &[2, 2, 2],
 ];
 
-/// One shard's snapshot files: epoch -> the state the chain of deltas up to
-/// that file holds, and the file's machine state.
-type Files = BTreeMap<Epoch, (State, Vec<u8>)>;
-
-/// What the nodes' disks hold, across runs.
-struct Disk {
-    /// Per shard, its durable log batches.
-    logs: Vec<BTreeMap<Epoch, Batch>>,
-    /// Per shard, its complete snapshot files.
-    files: Vec<Files>,
-    /// Per node, the snapshots whose manifest it committed.
-    manifests: Vec<BTreeSet<Epoch>>,
-}
-
-impl Disk {
-    /// The epoch through which `shard`'s log is durable.
-    fn logged(&self, shard: ShardId) -> Epoch {
-        let log = &self.logs[shard as usize];
-        let last = log.last_key_value().map_or(0, |(e, _)| *e);
-        assert_eq!(log.len() as Epoch, last, "shard {shard}'s log has holes");
-        last
-    }
-}
-
 /// One run of the cluster: from a recovery (or the start) to a crash (or
 /// the end).
 struct Run {
@@ -132,10 +112,6 @@ struct Run {
     /// Every snapshot chunk `sim` emitted, in order (`DiskEvent::Chunk`
     /// indexes them).
     chunks: Vec<SnapshotChunk>,
-    /// Per shard, the state its last snapshot file holds (what the next
-    /// delta extends) and the file being written.
-    base: Vec<State>,
-    writing: Vec<Option<(Epoch, State)>>,
 }
 
 /// One request a client sent (a token per attempt).
@@ -239,7 +215,8 @@ struct Cluster {
     remote_delay_us_max: u64,
     rng: Rng,
     initial: Vec<(OpId, Key, Value)>,
-    disk: Disk,
+    /// What the nodes' disks hold, across runs.
+    disks: Disks,
     run: Run,
     /// Runs so far (the current one included).
     runs: u64,
@@ -287,7 +264,6 @@ impl Cluster {
         let remote_delay_us_max = [20, 200, 1_000][rng.below(3) as usize];
         let acks = rng.chance(0.5);
         let initial = accounts(ACCOUNTS, START);
-        let n = shards as usize;
         let mut cluster = Cluster {
             seed,
             app,
@@ -297,19 +273,13 @@ impl Cluster {
             fsync_busy,
             remote_delay_us_max,
             rng,
-            disk: Disk {
-                logs: vec![BTreeMap::new(); n],
-                files: vec![Files::new(); n],
-                manifests: vec![BTreeSet::new(); layout.len()],
-            },
+            disks: Disks::new(layout, &initial),
             run: Run {
                 // Replaced below.
                 sim: Sim::new(bank(1), test_config(1), 1, 0),
                 snapshot: 0,
                 absorbed: 0,
                 chunks: Vec::new(),
-                base: Vec::new(),
-                writing: Vec::new(),
             },
             initial,
             runs: 0,
@@ -333,7 +303,7 @@ impl Cluster {
                 ..Counts::default()
             },
         };
-        cluster.run = cluster.start_run(0, Vec::new());
+        cluster.run = cluster.start_run().0;
         cluster
     }
 
@@ -354,10 +324,9 @@ impl Cluster {
         )
     }
 
-    /// A fresh run of every shard: from the snapshot of `snapshot` (0: the
-    /// initial load), replaying `batches` (every shard's, through the same
-    /// epoch).
-    fn start_run(&mut self, snapshot: Epoch, batches: Vec<Batch>) -> Run {
+    /// A fresh run of every shard, recovered from the disks (the first
+    /// one: from the initial load).
+    fn start_run(&mut self) -> (Run, Restart) {
         let n = self.shards;
         let now_us = if self.runs == 0 {
             None
@@ -378,34 +347,20 @@ impl Cluster {
         if let Some(now_us) = now_us {
             sim.advance_clock_us(now_us);
         }
-        let mut base = vec![State::new(); n as usize];
-        if snapshot == 0 {
-            for (op, k, v) in &self.initial {
-                sim.load(*op, k, Some(v.clone()));
-            }
-        } else {
-            let mut whole = State::new();
-            for s in 0..n {
-                let (state, meta) = &self.disk.files[s as usize][&snapshot];
-                let shard = sim.shard_mut(s);
-                for ((op, k), v) in state {
-                    shard.load_snapshot_entity(*op, k, v.clone());
-                }
-                assert_eq!(shard.restore(meta).unwrap(), snapshot, "shard {s}'s snapshot");
-                whole.extend(state.iter().map(|(k, v)| (k.clone(), v.clone())));
-                base[s as usize] = state.clone();
-            }
-            self.restored.push((snapshot, whole));
+        let restart = self
+            .disks
+            .restart(&mut sim)
+            .unwrap_or_else(|e| panic!("recovery refused the disks: {e}"));
+        if restart.snapshot() > 0 {
+            self.restored.push((restart.snapshot(), restart.restored.clone()));
         }
-        sim.replay(batches);
-        Run {
+        let run = Run {
             sim,
-            snapshot,
+            snapshot: restart.snapshot(),
             absorbed: 0,
             chunks: Vec::new(),
-            base,
-            writing: vec![None; n as usize],
-        }
+        };
+        (run, restart)
     }
 
     /// Moves what the current run wrote since the last call to the disks.
@@ -414,70 +369,21 @@ impl Cluster {
         run.chunks.append(&mut run.sim.take_snapshots());
         let events = run.sim.disk_events();
         for (i, event) in events.iter().enumerate().skip(run.absorbed) {
-            match *event {
+            if let DiskEvent::LogWrite { shard, epoch } = *event {
                 // Its fsync follows in the same step: a crash never splits them.
-                DiskEvent::LogWrite { shard, epoch } => {
-                    assert_eq!(events.get(i + 1), Some(&DiskEvent::LogSync { shard, epoch }));
-                }
-                DiskEvent::LogSync { shard, epoch } => {
-                    assert_eq!(
-                        epoch,
-                        self.disk.logged(shard) + 1,
-                        "shard {shard} logged epoch {epoch} out of order"
-                    );
-                    let batch = run
-                        .sim
-                        .log(shard)
-                        .iter()
-                        .rev()
-                        .find(|b| b.epoch == epoch)
-                        .expect("a synced batch was sealed");
-                    self.disk.logs[shard as usize].insert(epoch, batch.clone());
-                }
-                DiskEvent::Chunk {
-                    shard,
-                    epoch,
-                    index,
-                    last,
-                } => {
-                    let chunk = &run.chunks[index];
-                    assert_eq!((chunk.shard, chunk.epoch, chunk.last), (shard, epoch, last));
-                    let s = shard as usize;
-                    let base = &run.base[s];
-                    let (file_epoch, state) = run.writing[s].get_or_insert_with(|| (epoch, base.clone()));
-                    assert_eq!(*file_epoch, epoch, "shard {shard} interleaved two snapshot files");
-                    for (op, k, v) in &chunk.entries {
-                        match v {
-                            Some(v) => state.insert((*op, k.clone()), v.clone()),
-                            None => state.remove(&(*op, k.clone())),
-                        };
-                    }
-                    if last {
-                        let (_, state) = run.writing[s].take().expect("a file being written");
-                        run.base[s] = state.clone();
-                        let old = self.disk.files[s].insert(epoch, (state, chunk.meta.clone()));
-                        assert!(old.is_none(), "shard {shard} wrote snapshot {epoch} twice");
-                    }
-                }
-                DiskEvent::Manifest { epoch } => panic!("a one-node manifest ({epoch}) in a cluster"),
-                DiskEvent::NodeManifest { node, epoch } => {
-                    for s in run.sim.shards_of(node) {
-                        assert!(
-                            self.disk.files[s as usize].contains_key(&epoch),
-                            "node {node} committed snapshot {epoch} without shard {s}'s file"
-                        );
-                        assert!(
-                            self.disk.logged(s) >= epoch,
-                            "node {node} committed snapshot {epoch} with shard {s}'s log durable through {}",
-                            self.disk.logged(s)
-                        );
-                    }
-                    let manifests = &mut self.disk.manifests[usize::from(node)];
-                    assert!(manifests.last().is_none_or(|m| *m < epoch), "node {node}'s manifests");
-                    manifests.insert(epoch);
-                }
+                assert_eq!(events.get(i + 1), Some(&DiskEvent::LogSync { shard, epoch }));
             }
         }
+        let sim = &run.sim;
+        let sealed = |shard: ShardId, epoch: Epoch| {
+            sim.log(shard)
+                .iter()
+                .rev()
+                .find(|b| b.epoch == epoch)
+                .expect("a synced batch was sealed")
+                .clone()
+        };
+        self.disks.absorb(&events[run.absorbed..], &run.chunks, &sealed);
         run.absorbed = events.len();
         for r in run.sim.take_history() {
             assert!(r.epoch > run.snapshot, "epoch {} ran again after its snapshot", r.epoch);
@@ -689,36 +595,29 @@ impl Cluster {
         self.counts.frames_lost += self.run.sim.in_flight() as u64;
         self.absorb();
 
-        // The plan every node computes: the newest snapshot all committed,
-        // every log through the newest epoch any reached.
-        let manifests = &self.disk.manifests;
-        let snapshot = manifests[0]
+        // The plan every node must compute: the newest snapshot all
+        // committed, every log through the newest epoch any reached.
+        let nodes = self.layout.len() as u16;
+        let snapshot = self
+            .disks
+            .manifests(0)
             .iter()
             .rev()
-            .find(|e| manifests.iter().all(|m| m.contains(e)))
+            .find(|e| (0..nodes).all(|n| self.disks.manifests(n).contains(e)))
             .copied()
             .unwrap_or(0);
-        if manifests.iter().any(|m| m.last().is_some_and(|e| *e > snapshot)) {
+        if (0..nodes).any(|n| self.disks.manifests(n).last().is_some_and(|e| *e > snapshot)) {
             self.counts.rolled_back += 1;
         }
-        for files in &mut self.disk.files {
-            files.split_off(&(snapshot + 1));
-        }
-        for m in &mut self.disk.manifests {
-            m.split_off(&(snapshot + 1));
-        }
-        let logged: Vec<Epoch> = (0..self.shards).map(|s| self.disk.logged(s)).collect();
+        let logged: Vec<Epoch> = (0..self.shards).map(|s| self.disks.logged(s)).collect();
         assert!(
             logged.iter().all(|l| *l >= snapshot),
             "a snapshot ahead of a log: {snapshot}, {logged:?}"
         );
         // A reply leaves once every shard's log holds its epoch, and what a
         // log holds durably stays there.
-        let epoch_of: HashMap<Tid, Epoch> = self
-            .disk
-            .logs
-            .iter()
-            .flat_map(|log| log.values())
+        let epoch_of: HashMap<Tid, Epoch> = (0..self.shards)
+            .flat_map(|s| self.disks.log(s))
             .flat_map(|b| b.txns.iter().map(|(tid, _)| (*tid, b.epoch)))
             .collect();
         let complete = logged.iter().copied().min().unwrap_or(0);
@@ -736,29 +635,27 @@ impl Cluster {
         if logged.iter().any(|l| *l < replay_to) {
             self.counts.partial_epochs += 1;
         }
-        // Epochs a log lacks are written to it empty before serving.
-        let mut batches = Vec::new();
-        for s in 0..self.shards {
-            let log = &mut self.disk.logs[s as usize];
-            let lc = log.range(snapshot + 1..).next_back().map_or(0, |(_, b)| b.lc);
-            for epoch in logged[s as usize] + 1..=replay_to {
-                let empty = Batch {
-                    epoch,
-                    shard: s,
-                    lc,
-                    now_us: 0,
-                    txns: Vec::new(),
-                };
-                log.insert(epoch, empty);
-            }
-            batches.extend(log.range(snapshot + 1..).map(|(_, b)| b.clone()));
-        }
         self.history.split_off(&(snapshot + 1));
         self.counts.crashes += 1;
         self.counts.during_replay += u64::from(during_replay);
         self.counts.from_snapshot += u64::from(snapshot > 0);
         self.crashes.last_mut().expect("this crash").restart = Some((snapshot, replay_to));
-        self.run = self.start_run(snapshot, batches);
+        let (run, restart) = self.start_run();
+        self.run = run;
+        // Recovery decided the same.
+        assert_eq!(restart.snapshot(), snapshot, "recovery restored another snapshot");
+        assert_eq!(restart.plan.replay_to, replay_to, "recovery replays to another epoch");
+        for s in 0..self.shards {
+            let lost: Vec<Epoch> = (logged[s as usize] + 1..=replay_to).collect();
+            assert_eq!(restart.relogged(s), lost, "shard {s}'s log got as empty");
+            assert_eq!(self.disks.logged(s), replay_to, "shard {s}'s log after recovery");
+        }
+        for m in 0..nodes {
+            assert!(
+                self.disks.manifests(m).last().is_none_or(|e| *e <= snapshot),
+                "node {m} kept a snapshot newer than the one restored"
+            );
+        }
 
         // Clients: attempts of the old run are lost; retry whatever is
         // unanswered (client-less requests cannot be retried safely).
@@ -786,9 +683,9 @@ impl Cluster {
     /// The checks (a)–(d) over the lineage of epochs that survived.
     fn check(&mut self) {
         let n = self.shards;
-        let last = self.disk.logged(0);
+        let last = self.disks.logged(0);
         for s in 1..n {
-            assert_eq!(self.disk.logged(s), last, "the logs end at different epochs");
+            assert_eq!(self.disks.logged(s), last, "the logs end at different epochs");
         }
         assert_eq!(
             self.history.keys().copied().collect::<Vec<_>>(),
@@ -799,8 +696,8 @@ impl Cluster {
         // (b) The serial oracle over the logged transactions.
         let mut logged: HashMap<Tid, (Epoch, u64, &Request)> = HashMap::new();
         let mut by_key: HashMap<(u64, u64), Tid> = HashMap::new();
-        for log in &self.disk.logs {
-            for b in log.values() {
+        for s in 0..n {
+            for b in self.disks.log(s) {
                 for (tid, r) in &b.txns {
                     assert!(
                         logged.insert(*tid, (b.epoch, b.now_us, r)).is_none(),
@@ -819,9 +716,9 @@ impl Cluster {
                 }
             }
         }
-        let mut serial = Serial::new(self.app.clone(), self.config.limits);
-        for (op, k, v) in &self.initial {
-            serial.load(*op, k.clone(), Some(v.clone()));
+        let mut serial = Oracle::new(self.app.clone(), self.config.limits, self.initial.iter().cloned());
+        for s in 0..n {
+            serial.log(self.disks.log(s));
         }
         let restored: BTreeMap<Epoch, Vec<&State>> = self.restored.iter().fold(BTreeMap::new(), |mut m, (e, s)| {
             m.entry(*e).or_insert_with(Vec::new).push(s);
@@ -829,16 +726,11 @@ impl Cluster {
         });
         let mut outcome: HashMap<Tid, Outcome> = HashMap::new();
         for (epoch, records) in &self.history {
-            for tid in serial_order(records) {
-                let (e, now_us, request) = logged
-                    .get(&tid)
-                    .unwrap_or_else(|| panic!("tid {tid} ran in epoch {epoch} but was not logged"));
-                assert_eq!(e, epoch, "tid {tid} ran outside its epoch");
-                let o = serial.execute(tid, *now_us, request);
+            for (tid, o) in serial.run_epoch(*epoch, records) {
                 assert!(outcome.insert(tid, o).is_none(), "tid {tid} ran twice");
             }
             for state in restored.get(epoch).into_iter().flatten() {
-                let expected = serial.snapshot();
+                let expected = serial.state();
                 assert!(
                     **state == expected,
                     "the snapshot of epoch {epoch} differs from serial execution (expected: serial):\n{}",
@@ -848,7 +740,7 @@ impl Cluster {
         }
         assert_eq!(outcome.len(), logged.len(), "every logged transaction ran");
         let state = self.run.sim.state();
-        let expected = serial.snapshot();
+        let expected = serial.state();
         assert!(
             state == expected,
             "the final state differs from serial execution (expected: serial):\n{}",
@@ -955,21 +847,10 @@ fn new_request(app: &App, rng: &mut Rng) -> Request {
     transfer(app, d, c, 1 + rng.below(4) as i64)
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: expected a number")))
-}
-
 #[test]
 fn nodes_crash_at_random_points() {
-    let seeds: Vec<u64> = match env_u64("STYX_SIM_SEED") {
-        Some(seed) => vec![seed],
-        None => {
-            let first = env_u64("STYX_SIM_SEED_FIRST").unwrap_or(0);
-            (first..first + env_u64("STYX_SIM_SEEDS").unwrap_or(SEEDS_DEFAULT)).collect()
-        }
-    };
+    let seeds = seeds(0..SEEDS_DEFAULT);
+    let test = test_name();
     let next = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
     let total = std::sync::Mutex::new(Counts::default());
@@ -991,9 +872,9 @@ fn nodes_crash_at_random_points() {
                         Err(_) => {
                             failed.store(true, Ordering::Relaxed);
                             eprintln!(
-                                "FAILED: {}\nreplay: STYX_SIM_SEED={} cargo test --release -p styx-engine --test cluster_sim",
+                                "FAILED: {}\nreplay: {}",
                                 cluster.describe(),
-                                seeds[i]
+                                replay_command(test.as_deref(), seeds[i])
                             );
                         }
                     }
@@ -1041,7 +922,7 @@ fn nodes_crash_at_random_points() {
 /// single node: serializable, conserving, every request answered.
 #[test]
 fn remote_links_keep_the_protocol_serializable() {
-    for seed in 0..40 {
+    swarm(seeds(0..40), |seed| {
         let app = bank(8);
         let config = test_config(8);
         let layout = LAYOUTS[seed as usize % LAYOUTS.len()];
@@ -1068,7 +949,7 @@ fn remote_links_keep_the_protocol_serializable() {
             "seed {seed}: every request answered"
         );
         assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START, &format!("seed {seed}"));
-    }
+    });
 }
 
 /// One node, named or not, is the same simulation: the same seed draws the
@@ -1097,7 +978,7 @@ fn one_node_is_the_default() {
         sim.run();
         (sim.disk_events().to_vec(), sim.take_replies_at(), sim.state())
     };
-    for seed in 0..10 {
-        assert!(run(seed, false) == run(seed, true), "seed {seed}");
-    }
+    swarm(seeds(0..10), |seed| {
+        assert!(run(seed, false) == run(seed, true), "seed {seed}")
+    });
 }

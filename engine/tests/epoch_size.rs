@@ -13,14 +13,14 @@ use styx_engine::{EPOCH_TXNS_MIN, EPOCH_TXNS_START, Key, OpId, Outcome, Value};
 /// `debtor + 1` when `disjoint`, so no two transactions share an account
 /// if `accounts >= 2 * txns`), runs them, checks conservation; returns each
 /// shard's final epoch size.
-fn run(shards: u16, accounts: u64, txns: u64, max: usize, disjoint: bool) -> Vec<usize> {
+fn run(seed: u64, shards: u16, accounts: u64, txns: u64, max: usize, disjoint: bool) -> Vec<usize> {
     let app = bank(16);
     let mut config = test_config(max);
     config.epoch_txns_adaptive = true;
     // Let the submitted burst gather (a lone shard would run the first
     // request as an epoch of its own inside `submit`).
     config.epoch_gather_us = 100;
-    let mut sim = Sim::new(app.clone(), config, shards, 7);
+    let mut sim = Sim::new(app.clone(), config, shards, seed);
     let start = 1_000i64;
     for k in 0..accounts {
         sim.load(
@@ -29,7 +29,7 @@ fn run(shards: u16, accounts: u64, txns: u64, max: usize, disjoint: bool) -> Vec
             Some(Value::encode(&start, &mut Default::default()).unwrap()),
         );
     }
-    let mut rng = Rng::new(7);
+    let mut rng = Rng::new(seed);
     for token in 0..txns {
         let (debtor, creditor) = if disjoint {
             (2 * token, 2 * token + 1)
@@ -51,15 +51,19 @@ fn run(shards: u16, accounts: u64, txns: u64, max: usize, disjoint: bool) -> Vec
 
 #[test]
 fn contention_shrinks_epochs_to_the_floor() {
-    for shards in [1, 2] {
-        let sizes = run(shards, 8, 12_000, 10_000, false);
-        assert!(sizes.iter().all(|s| *s == EPOCH_TXNS_MIN), "{shards} shards: {sizes:?}");
-    }
+    swarm(seeds(7..8), |seed| {
+        for shards in [1, 2] {
+            let sizes = run(seed, shards, 8, 12_000, 10_000, false);
+            assert!(sizes.iter().all(|s| *s == EPOCH_TXNS_MIN), "{shards} shards: {sizes:?}");
+        }
+    });
 }
 
 #[test]
 fn a_conflict_free_stream_grows_epochs_to_the_ceiling() {
     let max = 4 * EPOCH_TXNS_START;
-    let sizes = run(2, 120_000, 60_000, max, true);
-    assert!(sizes.iter().all(|s| *s == max), "{sizes:?}");
+    swarm(seeds(7..8), |seed| {
+        let sizes = run(seed, 2, 120_000, 60_000, max, true);
+        assert!(sizes.iter().all(|s| *s == max), "{sizes:?}");
+    });
 }

@@ -67,7 +67,10 @@ fn loaded(shards: u16, accounts: u64, seed: u64) -> (Sim, BTreeMap<(OpId, Key), 
 
 #[test]
 fn pages_cover_every_partition_exactly_once_in_key_order() {
-    for (seed, shards, limit) in [(1, 1, 7), (2, 2, 1), (3, 3, 64), (4, 2, 10_000), (5, 2, 0)] {
+    // Seed 1 pages on one shard 7 rows at a time, seed 2 …
+    const CASES: [(u16, u32); 5] = [(1, 7), (2, 1), (3, 64), (2, 10_000), (2, 0)];
+    swarm(seeds(1..6), |seed| {
+        let (shards, limit) = CASES[((seed + 4) % 5) as usize];
         let accounts = 500;
         let (mut sim, state) = loaded(shards, accounts, seed);
         let mut token = 0;
@@ -88,31 +91,33 @@ fn pages_cover_every_partition_exactly_once_in_key_order() {
         for ((_, key), value) in &state {
             assert_eq!(seen[key], value.to_vec(), "the bytes of {key}");
         }
-    }
+    });
 }
 
 #[test]
 fn a_scan_sees_the_writes_committed_before_it() {
-    let (mut sim, _) = loaded(2, 50, 9);
-    let app = bank(PARTITIONS);
-    let request = Request {
-        function: app.resolve("account", "deposit").unwrap(),
-        address: Address::Entity(Key::from(1_000u64)),
-        args: Payload::encode(&42i64),
-        client: None,
-    };
-    sim.submit(0, 1, request).unwrap();
-    sim.run();
-    assert_eq!(sim.take_replies().len(), 1);
-    let partition = Key::from(1_000u64).partition(PARTITIONS);
-    let mut token = 10;
-    let rows = dump(&mut sim, &mut token, partition, 3);
-    let key = Key::from(1_000u64);
-    let found = rows
-        .iter()
-        .find(|(k, _)| k.as_slice() == key.as_bytes())
-        .expect("the new account");
-    assert_eq!(Value::from_bytes(&found.1).decode::<i64>().unwrap(), 42);
+    swarm(seeds(9..10), |seed| {
+        let (mut sim, _) = loaded(2, 50, seed);
+        let app = bank(PARTITIONS);
+        let request = Request {
+            function: app.resolve("account", "deposit").unwrap(),
+            address: Address::Entity(Key::from(1_000u64)),
+            args: Payload::encode(&42i64),
+            client: None,
+        };
+        sim.submit(0, 1, request).unwrap();
+        sim.run();
+        assert_eq!(sim.take_replies().len(), 1);
+        let partition = Key::from(1_000u64).partition(PARTITIONS);
+        let mut token = 10;
+        let rows = dump(&mut sim, &mut token, partition, 3);
+        let key = Key::from(1_000u64);
+        let found = rows
+            .iter()
+            .find(|(k, _)| k.as_slice() == key.as_bytes())
+            .expect("the new account");
+        assert_eq!(Value::from_bytes(&found.1).decode::<i64>().unwrap(), 42);
+    });
 }
 
 #[test]

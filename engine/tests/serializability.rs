@@ -62,27 +62,31 @@ fn random_programs_match_serial_execution() {
     let mut totals = Checked::default();
     let mut reexecuted = 0;
     let mut serialized = 0;
-    for seed in 0..120 {
+    let seeds = seeds(0..120);
+    let all = seeds.len() >= 120;
+    swarm(seeds, |seed| {
         let (c, stats) = run_seed(seed, 150);
         totals.committed += c.committed;
         totals.aborted += c.aborted;
         totals.epochs += c.epochs;
         reexecuted += stats.reexecuted;
         serialized += stats.serialized;
-    }
+    });
     println!("{totals:?} reexecuted {reexecuted} serialized {serialized}");
-    // Phases 2 and 3 must be exercised, not only phase 1.
-    assert!(reexecuted > 1_000, "{reexecuted}");
-    assert!(serialized > 10, "{serialized}");
-    // The generator must actually exercise both outcomes and many epochs.
-    assert!(totals.committed > 5_000, "{totals:?}");
-    assert!(totals.aborted > 1_000, "{totals:?}");
-    assert!(totals.epochs > 1_000, "{totals:?}");
+    if all {
+        // Phases 2 and 3 must be exercised, not only phase 1.
+        assert!(reexecuted > 1_000, "{reexecuted}");
+        assert!(serialized > 10, "{serialized}");
+        // The generator must actually exercise both outcomes and many epochs.
+        assert!(totals.committed > 5_000, "{totals:?}");
+        assert!(totals.aborted > 1_000, "{totals:?}");
+        assert!(totals.epochs > 1_000, "{totals:?}");
+    }
 }
 
 #[test]
 fn heavy_contention_on_few_keys_matches_serial_execution() {
-    for seed in 1000..1030 {
+    swarm(seeds(1000..1030), |seed| {
         let mut rng = Rng::new(seed);
         let shards = 2 + rng.below(3) as u16;
         let app = programs();
@@ -107,5 +111,5 @@ fn heavy_contention_on_few_keys_matches_serial_execution() {
         }
         let c = run_and_check(&mut sim, &app, limits, &[]);
         assert_eq!(c.committed + c.aborted, 300);
-    }
+    });
 }

@@ -50,7 +50,7 @@ fn merge(chunks: &[SnapshotChunk], shards: u16) -> Snapshots {
 
 #[test]
 fn snapshot_plus_log_replay_equals_the_live_run() {
-    for seed in 0..12u64 {
+    swarm(seeds(0..12), |seed| {
         let mut rng = Rng::new(seed);
         let shards = 1 + (seed % 3) as u16;
         let app = programs();
@@ -126,5 +126,5 @@ fn snapshot_plus_log_replay_equals_the_live_run() {
                 "seed {seed}: state differs after recovery from epoch {epoch}"
             );
         }
-    }
+    });
 }

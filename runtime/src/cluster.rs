@@ -39,6 +39,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use styx_engine::{Decode, Encode, Epoch, Payload, SHARDS_MAX, ShardId};
 
+/// The join's survey and plan are the engine's recovery decision, shared
+/// with the simulator that tests it.
+pub use styx_engine::recovery::{Plan, Survey};
+
 /// Nodes in a cluster at most.
 pub const NODES_MAX: usize = SHARDS_MAX;
 /// A control frame's payload is at most this long.
@@ -173,66 +177,6 @@ fn with_port_offset(a: SocketAddr, offset: u16) -> SocketAddr {
     let mut a = a;
     a.set_port(a.port().checked_add(offset).expect("port in range"));
     a
-}
-
-/// What a node's disk holds, told to the others at the join.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Survey {
-    /// Epochs of the complete snapshots it keeps, ascending.
-    pub snapshots: Vec<Epoch>,
-    /// The newest epoch any of its logs (or snapshots) reached.
-    pub log_epoch: Epoch,
-    /// The newest snapshot it knew every node had completed (kept on disk):
-    /// every node that kept its data directory still holds that snapshot.
-    pub complete: Epoch,
-}
-
-/// Where every node restarts from: the same for all of them.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Plan {
-    /// The snapshot to restore (`None`: start empty and replay whole logs).
-    pub snapshot: Option<Epoch>,
-    /// Replay every log through this epoch (missing ones run empty).
-    pub replay_to: Epoch,
-}
-
-impl Plan {
-    /// The plan of a cluster whose nodes (in id order) surveyed `surveys`.
-    ///
-    /// Refused when a node lacks a snapshot another node recorded as
-    /// complete on every node: that node's data directory was lost,
-    /// replaced or restored from an older copy, and starting would replay
-    /// epochs whose replies left as if they were empty — a silent
-    /// divergence. (Before the first snapshot completes everywhere this
-    /// cannot be told from a node that had not run yet.)
-    pub fn of(surveys: &[Survey]) -> Result<Plan, String> {
-        let snapshot = surveys[0]
-            .snapshots
-            .iter()
-            .rev()
-            .find(|e| surveys.iter().all(|s| s.snapshots.contains(e)))
-            .copied();
-        let (recorder, need) = surveys
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (i, s.complete))
-            .max_by_key(|(_, c)| *c)
-            .unwrap_or((0, 0));
-        if need > 0 && snapshot.is_none_or(|s| s < need) {
-            let lacking: Vec<String> = surveys
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| !s.snapshots.contains(&need))
-                .map(|(i, _)| i.to_string())
-                .collect();
-            return Err(format!(
-                "node {} lacks the snapshot of epoch {need}, which node {recorder} recorded as complete on every node: its data directory was lost, replaced or restored from an older copy, and the cluster refuses to start rather than diverge (restore that node's directory, or start every node with an empty one)",
-                lacking.join(", node ")
-            ));
-        }
-        let replay_to = surveys.iter().map(|s| s.log_epoch).chain(snapshot).max().unwrap_or(0);
-        Ok(Plan { snapshot, replay_to })
-    }
 }
 
 /// Why a run of the cluster ended early.
@@ -664,45 +608,6 @@ mod tests {
             log_epoch,
             complete: 0,
         }
-    }
-
-    #[test]
-    fn the_plan_takes_the_newest_common_snapshot_and_the_longest_log() {
-        let plan = Plan::of(&[survey(&[1, 5, 9], 12), survey(&[1, 5], 15), survey(&[5, 9], 10)]).unwrap();
-        assert_eq!(
-            plan,
-            Plan {
-                snapshot: Some(5),
-                replay_to: 15
-            }
-        );
-        let none = Plan::of(&[survey(&[], 3), survey(&[1], 7)]).unwrap();
-        assert_eq!(
-            none,
-            Plan {
-                snapshot: None,
-                replay_to: 7
-            }
-        );
-        assert_eq!(Plan::of(&[survey(&[4], 0)]).unwrap().replay_to, 4);
-    }
-
-    #[test]
-    fn a_node_that_lost_its_data_directory_is_refused() {
-        let kept = |snapshots: &[Epoch], log_epoch, complete| Survey {
-            complete,
-            ..survey(snapshots, log_epoch)
-        };
-        // Nodes 0 and 2 recorded 9 complete everywhere; node 1 came back
-        // empty (or with only its preload snapshot).
-        for lost in [survey(&[], 0), survey(&[1], 0)] {
-            let e = Plan::of(&[kept(&[9, 12], 14, 9), lost, kept(&[9], 13, 9)]).unwrap_err();
-            assert!(e.contains("node 1 lacks the snapshot of epoch 9"), "{e}");
-        }
-        // A node that crashed before committing what others committed, but
-        // kept its directory, still holds the complete one: accepted.
-        let plan = Plan::of(&[kept(&[9, 12], 14, 9), kept(&[9], 10, 9), kept(&[5, 9], 13, 5)]).unwrap();
-        assert_eq!(plan.snapshot, Some(9));
     }
 
     #[test]

@@ -14,15 +14,18 @@
 //! and every shard's log is durable through the snapshot's epoch, then drops
 //! log segments older than it and old files, and compacts long chains.
 //!
-//! **Recovery**, before the shards start: the latest complete snapshot and
-//! each shard's log after it. Logs can end at different epochs after a
-//! crash (a shard's last batches were not yet durable when it died); the
-//! epochs missing from one log are replayed as empty there and written to
-//! it as empty batches before serving, so every log agrees again. None of
-//! their replies was released (that waits for every shard's log), so
-//! replaying them without the lost batches is a valid outcome.
+//! **Recovery**, before the shards start: [`Durable::survey`] reads what
+//! the data directory holds (the complete manifests, each shard's log with
+//! its torn tail cut) into a [`recovery::Disk`]; the decision — which
+//! snapshot, which batches, the epoch every log replays to, the empty
+//! batches of the epochs a log lost — is the engine's pure
+//! [`recovery::start`], the one the simulator's crash tests run, and
+//! [`recovery::apply`] restores each shard from it. This module only does
+//! the I/O around them: it rolls the catalog back to the chosen snapshot,
+//! loads its files, and writes the empty batches to the logs before
+//! serving, so every log agrees again.
 
-use crate::cluster::{Plan, Run, Spec, Survey};
+use crate::cluster::{Run, Spec};
 use crate::metrics::ShardMetrics;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
@@ -31,6 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::Waker;
 use std::time::{Duration, Instant};
+use styx_engine::recovery::{self, Plan, Survey};
 use styx_engine::{Batch, Epoch, Key, OpId, Shard, ShardId, SnapshotChunk, Value};
 use styx_storage::snapshot::{Catalog, FileRef, Manifest};
 use styx_storage::wal::{self, Tail};
@@ -93,10 +97,9 @@ fn write_complete(dir: &DataDir, epoch: Epoch) -> Result<(), Error> {
         .map_err(io("fsync", dir.root()))
 }
 
-/// What a shard starts from.
+/// What a shard starts from: recovery's decision and where its log resumes.
 pub struct ShardStart {
-    manifest: Option<Manifest>,
-    batches: Vec<Batch>,
+    start: recovery::ShardStart,
     tail: Tail,
 }
 
@@ -108,6 +111,8 @@ pub struct Durable {
     /// The shards whose logs and snapshot files live here.
     shards: std::ops::Range<ShardId>,
     starts: Mutex<Vec<Option<ShardStart>>>,
+    /// The snapshot every shard restores.
+    manifest: Option<Manifest>,
     /// The newest epoch any shard's log reached: every shard replays to it.
     pub recovered_epoch: Epoch,
     /// The snapshot recovery started from, if any.
@@ -148,12 +153,9 @@ struct Committer {
     collected_through: Epoch,
 }
 
-fn describe(shards: &[ShardId]) -> String {
-    match (shards.first(), shards.last()) {
-        (Some(a), Some(b)) if shards.len() > 1 => format!("{a}..={b}"),
-        (Some(a), _) => a.to_string(),
-        _ => "none".into(),
-    }
+/// A recovery error, with the directory it is about.
+fn in_dir(dir: &DataDir, e: recovery::Error) -> Error {
+    Error::Snapshot(format!("{e} (data directory {})", dir.root().display()))
 }
 
 /// What a data directory holds, read before the shards start: every kept
@@ -165,16 +167,16 @@ pub struct Surveyed {
     options: wal::Options,
     shards: std::ops::Range<ShardId>,
     catalog: Catalog,
-    epochs: Vec<Epoch>,
-    logs: Vec<wal::Recovered>,
-    complete: Epoch,
+    disk: recovery::Disk,
+    /// Per shard, where its log resumes.
+    tails: Vec<Tail>,
 }
 
 impl std::fmt::Debug for Surveyed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Surveyed")
             .field("dir", &self.dir.root())
-            .field("epochs", &self.epochs)
+            .field("survey", &self.disk.survey())
             .finish()
     }
 }
@@ -182,57 +184,36 @@ impl std::fmt::Debug for Surveyed {
 impl Surveyed {
     /// What the disk holds, for the cluster's join.
     pub fn survey(&self) -> Survey {
-        let log_epoch = self
-            .logs
-            .iter()
-            .map(|r| r.tail.last_epoch())
-            .chain(self.epochs.last().copied())
-            .max()
-            .unwrap_or(0);
-        Survey {
-            snapshots: self.epochs.clone(),
-            log_epoch,
-            complete: self.complete,
-        }
+        self.disk.survey()
     }
 
-    /// Starts from `plan`: restores its snapshot (dropping newer ones,
-    /// which not every node completed) and replays every log through its
-    /// epoch. `run` learns of this node's snapshot commits.
+    /// Starts from `plan`: recovery decides from the disk, then the catalog
+    /// rolls back to the plan's snapshot (dropping newer ones, which not
+    /// every node completed). `run` learns of this node's snapshot commits.
     pub fn start(mut self, plan: Plan, run: Arc<Run>) -> Result<(Arc<Durable>, Recovered), Error> {
+        let truncated: Vec<String> = self
+            .tails
+            .iter()
+            .filter_map(|t| t.truncation().map(|tr| format!("shard {}: {tr}", t.shard())))
+            .collect();
+        let decided = recovery::start(self.disk, &plan).map_err(|e| in_dir(&self.dir, e))?;
         self.catalog.roll_back_to(plan.snapshot)?;
         let manifest = self.catalog.latest().cloned();
-        let mut starts = Vec::with_capacity(self.shards.len());
-        let mut truncated = Vec::new();
-        let mut replay_batches = 0;
-        for (s, r) in self.shards.clone().zip(self.logs) {
-            let after = manifest.as_ref().and_then(|m| m.shard(s)).map_or(0, |ss| ss.log_after);
-            if let Some(t) = r.tail.truncation() {
-                truncated.push(format!("shard {s}: {t}"));
-            }
-            let batches: Vec<Batch> = r.batches.into_iter().filter(|b| b.epoch > after).collect();
-            if let Some(first) = batches.first()
-                && first.epoch != after + 1
-            {
-                return Err(Error::Snapshot(format!(
-                    "shard {s}'s log starts at epoch {} but the snapshot of epoch {after} needs it from epoch {}: the log was trimmed past a snapshot the cluster may roll back to",
-                    first.epoch,
-                    after + 1
-                )));
-            }
-            assert!(
-                r.tail.last_epoch() <= plan.replay_to,
-                "shard {s} logged epoch {} past the plan's {}",
-                r.tail.last_epoch(),
-                plan.replay_to
-            );
-            replay_batches += batches.len();
-            starts.push(Some(ShardStart {
-                manifest: manifest.clone(),
-                batches,
-                tail: r.tail,
-            }));
-        }
+        assert_eq!(
+            manifest.as_ref().map(|m| m.epoch),
+            decided.snapshot.as_ref().map(|s| s.epoch),
+            "the catalog rolled back to another snapshot than recovery chose"
+        );
+        let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
+        let starts: Vec<Option<ShardStart>> = decided
+            .shards
+            .into_iter()
+            .zip(self.tails)
+            .map(|(start, tail)| {
+                assert_eq!(start.shard, tail.shard());
+                Some(ShardStart { start, tail })
+            })
+            .collect();
         let snapshot_epoch = manifest.as_ref().map(|m| m.epoch);
         let shards = self.shards.clone();
         let durable = Arc::new(Durable {
@@ -240,7 +221,8 @@ impl Surveyed {
             options: self.options,
             shards: shards.clone(),
             starts: Mutex::new(starts),
-            recovered_epoch: plan.replay_to,
+            manifest,
+            recovered_epoch: decided.replay_to,
             snapshot_epoch,
             committer: Mutex::new(Committer {
                 catalog: self.catalog,
@@ -254,7 +236,7 @@ impl Surveyed {
         let recovered = Recovered {
             snapshot_epoch,
             replay_batches,
-            recovered_epoch: plan.replay_to,
+            recovered_epoch: decided.replay_to,
             truncated,
         };
         Ok((durable, recovered))
@@ -273,43 +255,33 @@ impl Durable {
     ) -> Result<Surveyed, Error> {
         let catalog = Catalog::open(&dir)?;
         let manifests = styx_storage::snapshot::complete_manifests(&dir.snapshot_dir())?;
-        let wanted: Vec<ShardId> = shards.clone().collect();
-        for m in &manifests {
-            let has: Vec<ShardId> = m.shards.iter().map(|s| s.shard).collect();
-            if has != wanted {
-                return Err(Error::Snapshot(format!(
-                    "the data directory {} holds shards {}; this node runs shards {} (start with the shard count, cluster file and node id it was written with, or an empty directory)",
-                    dir.root().display(),
-                    describe(&has),
-                    describe(&wanted),
-                )));
-            }
-        }
-        let on_disk = wal::shards(&dir.wal_dir())?;
-        if let Some(s) = on_disk.iter().find(|s| !shards.contains(s)) {
-            return Err(Error::Snapshot(format!(
-                "the data directory {} has a log for shard {s}; this node runs shards {} (start with the shard count, cluster file and node id it was written with)",
-                dir.root().display(),
-                describe(&wanted),
-            )));
-        }
+        let snapshots: Vec<recovery::Snapshot> = manifests.iter().map(Manifest::for_recovery).collect();
+        let log_shards = wal::shards(&dir.wal_dir())?;
+        // Before any log is read (and its torn tail cut).
+        recovery::check_shards(&shards, &snapshots, &log_shards).map_err(|e| in_dir(&dir, e))?;
         let oldest = manifests.first();
         let mut logs = Vec::with_capacity(shards.len());
+        let mut tails = Vec::with_capacity(shards.len());
         for s in shards.clone() {
             let after = oldest.and_then(|m| m.shard(s)).map_or(0, |ss| ss.log_after);
-            logs.push(wal::recover(&dir, s, after)?);
+            let (log, tail) = wal::recover(&dir, s, after)?.into_log();
+            logs.push(log);
+            tails.push(tail);
         }
-        let mut epochs: Vec<Epoch> = manifests.iter().map(|m| m.epoch).collect();
-        epochs.dedup();
         let complete = read_complete(&dir)?;
         Ok(Surveyed {
             dir,
             options,
+            disk: recovery::Disk {
+                shards: shards.clone(),
+                snapshots,
+                log_shards,
+                logs,
+                complete,
+            },
             shards,
             catalog,
-            epochs,
-            logs,
-            complete,
+            tails,
         })
     }
 
@@ -317,7 +289,7 @@ impl Durable {
     /// shard's log after it.
     pub fn open(dir: DataDir, shards: usize, options: wal::Options) -> Result<(Arc<Durable>, Recovered), Error> {
         let surveyed = Durable::survey(Arc::new(dir), 0..shards as ShardId, options)?;
-        let plan = Plan::of(&[surveyed.survey()]).map_err(Error::Snapshot)?;
+        let plan = Plan::of(&[surveyed.survey()]).map_err(|e| in_dir(&surveyed.dir, e))?;
         let client = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         let run = Arc::new(Run::single(Spec::single(shards as u16, client), plan));
         surveyed.start(plan, run)
@@ -355,9 +327,9 @@ struct LogState {
 }
 
 impl ShardDurable {
-    /// Restores `shard` from the snapshot, opens its log (filling the epochs
-    /// its log lacks with empty batches) and queues its replay. Runs on the
-    /// shard's executor before the loop starts.
+    /// Restores `shard` as recovery decided (snapshot, then the replay
+    /// queued), opens its log and writes the empty batches of the epochs it
+    /// lacks. Runs on the shard's executor before the loop starts.
     pub(crate) async fn start(
         durable: Arc<Durable>,
         shard: &mut Shard,
@@ -366,53 +338,37 @@ impl ShardDurable {
     ) -> ShardDurable {
         let id = shard.id();
         let local = usize::from(id - durable.shards.start);
-        let start = durable.starts.lock().expect("starts lock")[local]
+        let ShardStart { start, tail } = durable.starts.lock().expect("starts lock")[local]
             .take()
             .expect("one start per shard");
-        let mut parent_epoch = 0;
-        if let Some(m) = &start.manifest {
-            let loaded = styx_storage::snapshot::load_entities(&durable.dir.snapshot_dir(), m, id, |op, k, v| {
-                shard.load_snapshot_entity(op, &k, v);
-            })
-            .unwrap_or_else(|e| fatal(id, &format!("cannot load the snapshot: {e}")));
-            shard
-                .restore(&loaded.meta)
-                .unwrap_or_else(|e| fatal(id, &format!("the snapshot's engine state is unreadable: {e}")));
-            parent_epoch = m.epoch;
-        }
-        let mut writer = wal::Writer::open(&durable.dir, &start.tail, durable.options)
+        let parent_epoch = durable.manifest.as_ref().map_or(0, |m| m.epoch);
+        let relog = start.relog.clone();
+        recovery::apply(start, shard, |entity| {
+            let m = durable.manifest.as_ref().expect("a snapshot to restore");
+            styx_storage::snapshot::load_entities(&durable.dir.snapshot_dir(), m, id, |op, k, v| entity(op, k, v))
+                .map(|loaded| loaded.meta)
+        })
+        .unwrap_or_else(|e| fatal(id, &e.to_string()));
+        let mut writer = wal::Writer::open(&durable.dir, &tail, durable.options)
             .await
             .unwrap_or_else(|e| fatal(id, &format!("cannot open the log: {e}")));
-        // Epochs other shards logged but this one lost: empty here, and
-        // written as such so the logs agree before anything new is logged.
-        // They are replayed too: the shard must not run them live (it would
+        // Epochs other shards logged but this one lost: empty here, written
+        // as such so the logs agree before anything new is logged (and
+        // replayed too, in `start.replay`: run live, the shard would
         // sequence new requests into them and log them a second time).
-        let mut batches = start.batches;
-        let last_lc = batches.last().map_or(0, |b| b.lc);
-        let mut filled = false;
-        for epoch in start.tail.last_epoch() + 1..=durable.recovered_epoch {
-            let empty = Batch {
-                epoch,
-                shard: id,
-                lc: last_lc,
-                now_us: 0,
-                txns: Vec::new(),
-            };
+        for empty in &relog {
             writer
-                .append(&empty)
+                .append(empty)
                 .await
                 .unwrap_or_else(|e| fatal(id, &format!("log append: {e}")));
-            batches.push(empty);
-            filled = true;
         }
-        if filled {
+        if !relog.is_empty() {
             writer
                 .sync()
                 .await
                 .unwrap_or_else(|e| fatal(id, &format!("log sync: {e}")));
         }
         durable.log_durable[local].store(durable.recovered_epoch, Relaxed);
-        shard.replay(batches);
         let log = Rc::new(RefCell::new(LogState {
             queue: VecDeque::new(),
             durable: None,

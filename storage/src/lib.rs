@@ -14,15 +14,24 @@
 //!   that make a snapshot complete, loading, compaction, garbage collection.
 //! - [`inspect`]: structured, printable descriptions of logs and snapshots
 //!   with every checksum verified (for `styx inspect`).
+//! - [`fuzz`]: every decoder over bytes in memory, for the fuzz targets
+//!   (`storage/fuzz`) and the mutation test.
 //!
 //! # Recovery, in order
 //!
 //! 1. [`DataDir::open`] — lock, check the version.
-//! 2. [`snapshot::Catalog::open`] — the latest complete manifest (epoch
-//!    `E`); per shard [`snapshot::load`] the state and the metadata blob.
-//! 3. Per shard [`wal::recover`]`(dir, shard, log_after)` — the batches to
-//!    replay (epochs after `E`), a torn tail cut and reported.
-//! 4. Per shard [`wal::Writer::open`]`(dir, &recovered.tail, options)`, then serve.
+//! 2. [`snapshot::complete_manifests`] — the complete snapshots
+//!    ([`snapshot::Manifest::for_recovery`]).
+//! 3. Per shard [`wal::recover`]`(dir, shard, log_after)` — the batches
+//!    after the oldest kept snapshot, a torn tail cut and reported
+//!    ([`wal::Recovered::into_log`]).
+//! 4. The engine's pure `styx_engine::recovery::start` decides which
+//!    snapshot to restore, what each shard replays and which empty batches
+//!    its log gets (the runtime's `durable` module; the simulator's crash
+//!    tests run the same function).
+//! 5. Per shard [`snapshot::load_entities`] the state and the metadata blob,
+//!    [`wal::Writer::open`]`(dir, &tail, options)`, the empty batches
+//!    appended, then serve.
 //!
 //! Every on-disk integer is little-endian; every byte is covered by a
 //! CRC32C. One format version ([`FORMAT_VERSION`]) covers the directory;
@@ -40,6 +49,7 @@ mod crc;
 pub mod dir;
 mod error;
 mod fsutil;
+pub mod fuzz;
 pub mod inspect;
 pub mod snapshot;
 pub mod wal;

@@ -1,16 +1,14 @@
 //! Shared by the engine's integration tests: two applications (a bank and
-//! an interpreter of random programs) and the serial-oracle check.
+//! an interpreter of random programs), the serial oracle
+//! (`styx_engine::oracle`, shared with the workload tests), and the seed
+//! swarm of the randomized tests ([`swarm`]).
 
 #![allow(dead_code)]
 
-use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::Sim;
-use styx_engine::{
-    Abort, Address, App, Batch, CallLimits, ClientSeq, EpochRecord, Key, OpId, Outcome, Payload, Reply, Request,
-    Serial, Tid, Value, serial_order,
-};
+use styx_engine::{Abort, Address, App, CallLimits, ClientSeq, Key, OpId, Payload, Request, Value};
 
 // ---------------------------------------------------------------------------
 // The bank: YCSB-T transfers.
@@ -54,9 +52,6 @@ pub fn balance_of(v: &Value) -> i64 {
     v.decode::<i64>().unwrap()
 }
 
-/// The whole state of an engine, sorted.
-pub type State = BTreeMap<(OpId, Key), Value>;
-
 /// The bank's entity for account `k`.
 pub fn account(k: u64) -> (OpId, Key) {
     (OpId(0), Key::from(k))
@@ -89,19 +84,6 @@ pub fn assert_conserved(state: &State, accounts: u64, total: i64, at: &str) {
 pub fn with_client(mut r: Request, client: u64, seq: u64) -> Request {
     r.client = Some(ClientSeq { client, seq, ack: 0 });
     r
-}
-
-/// The entities where two states differ, one line each.
-pub fn state_diff(expected: &State, got: &State) -> String {
-    expected
-        .keys()
-        .chain(got.keys())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .filter(|key| expected.get(key) != got.get(key))
-        .map(|key| format!("{key:?}: expected {:?}, got {:?}", expected.get(key), got.get(key)))
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 // ---------------------------------------------------------------------------
@@ -421,102 +403,83 @@ pub fn program_request(app: &App, root: u64, prog: &[Instr]) -> Request {
 // ---------------------------------------------------------------------------
 // The serial oracle.
 
-/// What a checked run did.
-#[derive(Debug, Default)]
-pub struct Checked {
-    pub committed: usize,
-    pub aborted: usize,
-    pub epochs: usize,
-}
-
-/// Checks a simulated run against serial execution: replays every epoch's
-/// transactions in the engine's serial order on a fresh serial executor
-/// loaded with `initial`, and requires the same reply for every transaction
-/// and the same final state.
-pub fn check_serial(
-    app: &Arc<App>,
-    limits: CallLimits,
-    initial: &[(OpId, Key, Value)],
-    logs: &[Batch],
-    history: &[EpochRecord],
-    replies: &[Reply],
-    final_state: &BTreeMap<(OpId, Key), Value>,
-) -> Checked {
-    let mut serial = Serial::new(app.clone(), limits);
-    for (op, k, v) in initial {
-        serial.load(*op, k.clone(), Some(v.clone()));
-    }
-    let mut requests: HashMap<Tid, (u64, Request)> = HashMap::new();
-    for b in logs {
-        for (tid, r) in &b.txns {
-            assert!(
-                requests.insert(*tid, (b.now_us, r.clone())).is_none(),
-                "tid {tid} logged twice"
-            );
-        }
-    }
-    let mut by_tid: HashMap<Tid, &Outcome> = HashMap::new();
-    for r in replies {
-        assert!(
-            by_tid.insert(r.tid, &r.outcome).is_none(),
-            "tid {} replied twice",
-            r.tid
-        );
-        if let Outcome::Aborted(a) = &r.outcome {
-            assert_ne!(
-                a.kind(),
-                styx_engine::AbortKind::Drift,
-                "a concurrency abort reached a client"
-            );
-        }
-    }
-    let mut epochs: BTreeMap<u64, Vec<&EpochRecord>> = BTreeMap::new();
-    for r in history {
-        epochs.entry(r.epoch).or_default().push(r);
-    }
-    let mut checked = Checked::default();
-    let mut seen = std::collections::HashSet::new();
-    for (epoch, records) in &epochs {
-        checked.epochs += 1;
-        for tid in serial_order(records.iter().copied()) {
-            assert!(seen.insert(tid), "tid {tid} ordered twice");
-            let (now, request) = &requests[&tid];
-            let expected = serial.execute(tid, *now, request);
-            let got = by_tid.get(&tid).unwrap_or_else(|| panic!("no reply for tid {tid}"));
-            assert_eq!(
-                **got, expected,
-                "reply of tid {tid} in epoch {epoch} differs from serial execution"
-            );
-            match expected {
-                Outcome::Committed(_) => checked.committed += 1,
-                Outcome::Aborted(_) => checked.aborted += 1,
-            }
-        }
-    }
-    assert_eq!(seen.len(), requests.len(), "some logged transactions never finished");
-    assert_eq!(by_tid.len(), requests.len(), "replies for unlogged transactions");
-    let expected = serial.snapshot();
-    if expected != *final_state {
-        let mut diffs = Vec::new();
-        for (k, v) in &expected {
-            if final_state.get(k) != Some(v) {
-                diffs.push(format!("{k:?}: serial {v:?}, engine {:?}", final_state.get(k)));
-            }
-        }
-        for (k, v) in final_state {
-            if !expected.contains_key(k) {
-                diffs.push(format!("{k:?}: serial none, engine {v:?}"));
-            }
-        }
-        panic!("final state differs from serial execution:\n{}", diffs.join("\n"));
-    }
-    checked
-}
+#[allow(unused_imports)] // Each test binary uses its part.
+pub use styx_engine::oracle::{Checked, Oracle, State, check_run, state_diff};
 
 /// Runs a simulation to the end and checks it against the serial oracle.
 pub fn run_and_check(sim: &mut Sim, app: &Arc<App>, limits: CallLimits, initial: &[(OpId, Key, Value)]) -> Checked {
     sim.run();
     let replies = sim.take_replies();
     let history = sim.take_history();
-    check_serial(app, limits, initial, &sim.logs(), &history, &replies, &sim.state())
+    check_run(app, limits, initial, &sim.logs(), &history, &replies, &sim.state())
+}
+
+// ---------------------------------------------------------------------------
+// The seed swarm: a randomized simulator test runs its default seeds (what
+// CI runs), more of them with `STYX_SIM_SEEDS=n`, or the one a failure
+// printed with `STYX_SIM_SEED=s`.
+
+/// A number from the environment variable `name`, if set.
+///
+/// # Panics
+/// If it is set to something else than a number.
+pub fn env_u64(name: &str) -> Option<u64> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: expected a number")))
+}
+
+/// The seeds a randomized test runs: `defaults` (indices, each mapped to a
+/// seed by `seed_of`), unless
+/// - `STYX_SIM_SEED=s`: only seed `s` (as a failure prints it);
+/// - `STYX_SIM_SEEDS=n`: `n` indices from `STYX_SIM_SEED_FIRST` (default:
+///   the first default), so the defaults and more.
+pub fn seeds_of(defaults: std::ops::Range<u64>, seed_of: impl Fn(u64) -> u64) -> Vec<u64> {
+    if let Some(seed) = env_u64("STYX_SIM_SEED") {
+        return vec![seed];
+    }
+    match env_u64("STYX_SIM_SEEDS") {
+        Some(n) => {
+            let first = env_u64("STYX_SIM_SEED_FIRST").unwrap_or(defaults.start);
+            (first..first + n).map(seed_of).collect()
+        }
+        None => defaults.map(seed_of).collect(),
+    }
+}
+
+/// [`seeds_of`] where the indices are the seeds.
+pub fn seeds(defaults: std::ops::Range<u64>) -> Vec<u64> {
+    seeds_of(defaults, |i| i)
+}
+
+/// The name of the test running on this thread (libtest names its threads
+/// after their tests; `None` when it runs tests on the main thread).
+pub fn test_name() -> Option<String> {
+    std::thread::current()
+        .name()
+        .filter(|n| *n != "main")
+        .map(str::to_owned)
+}
+
+/// The command that replays `seed` of the test `test` in this test crate.
+pub fn replay_command(test: Option<&str>, seed: u64) -> String {
+    let filter = test.map_or(String::new(), |t| format!(" -- --exact {t}"));
+    format!(
+        "STYX_SIM_SEED={seed} cargo test --release -p {} --test {}{filter}",
+        env!("CARGO_PKG_NAME"),
+        env!("CARGO_CRATE_NAME")
+    )
+}
+
+/// Runs `run(seed)` for every seed of `seeds`, in order. The first seed
+/// that fails prints itself and the command that replays it, and fails the
+/// test.
+pub fn swarm(seeds: Vec<u64>, mut run: impl FnMut(u64)) {
+    let test = test_name();
+    for seed in seeds {
+        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed))) {
+            eprintln!("FAILED: seed {seed}\nreplay: {}", replay_command(test.as_deref(), seed));
+            std::panic::resume_unwind(panic);
+        }
+    }
 }

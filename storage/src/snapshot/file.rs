@@ -364,7 +364,7 @@ pub struct Footer {
 /// Reads a snapshot file entry by entry, validating as it goes.
 pub struct FileReader {
     path: PathBuf,
-    input: BufReader<File>,
+    input: Box<dyn Read + Send>,
     len: u64,
     offset: u64,
     crc: u32,
@@ -404,9 +404,20 @@ impl FileReader {
             }
         })?;
         let len = file.metadata().map_err(Error::io("stat", path))?.len();
+        FileReader::start(path, Box::new(BufReader::with_capacity(IO_BUFFER_BYTES, file)), len)
+    }
+
+    /// Reads a snapshot file's bytes from memory (`path` names it in
+    /// errors), as [`FileReader::open`] reads a file. For fuzzing and tests.
+    pub fn from_bytes(path: &Path, bytes: Vec<u8>) -> Result<FileReader> {
+        let len = bytes.len() as u64;
+        FileReader::start(path, Box::new(std::io::Cursor::new(bytes)), len)
+    }
+
+    fn start(path: &Path, input: Box<dyn Read + Send>, len: u64) -> Result<FileReader> {
         let mut r = FileReader {
             path: path.to_path_buf(),
-            input: BufReader::with_capacity(IO_BUFFER_BYTES, file),
+            input,
             len,
             offset: 0,
             crc: 0,

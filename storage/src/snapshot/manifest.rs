@@ -135,6 +135,15 @@ impl Manifest {
         self.shards.iter().find(|s| s.shard == shard)
     }
 
+    /// What recovery ([`styx_engine::recovery`]) needs of this snapshot:
+    /// its epoch and where each shard's log resumes.
+    pub fn for_recovery(&self) -> styx_engine::recovery::Snapshot {
+        styx_engine::recovery::Snapshot {
+            epoch: self.epoch,
+            log_after: self.shards.iter().map(|s| (s.shard, s.log_after)).collect(),
+        }
+    }
+
     /// The manifest's invariants (see [`crate::snapshot`]).
     pub fn check(&self) -> Result<(), String> {
         if self.shards.len() > MANIFEST_SHARDS_MAX {
@@ -201,16 +210,24 @@ enum ManifestRead {
 }
 
 fn read_manifest(path: &Path) -> Result<ManifestRead> {
-    let mut bytes = AlignedVec::<16>::new();
     let file = std::fs::File::open(path).map_err(Error::io("open", path))?;
     let len = file.metadata().map_err(Error::io("stat", path))?.len();
     if len > HEADER_BYTES as u64 + MANIFEST_BYTES_MAX {
         return Err(Error::corrupt(path, 0, format!("a manifest of {len} bytes")));
     }
-    bytes.reserve(len as usize);
     let mut buf = Vec::with_capacity(len as usize);
     file.take(len).read_to_end(&mut buf).map_err(Error::io("read", path))?;
-    bytes.extend_from_slice(&buf);
+    decode_read(path, &buf)
+}
+
+/// Decodes the bytes of the manifest file `path` (named in errors).
+fn decode_read(path: &Path, buf: &[u8]) -> Result<ManifestRead> {
+    if buf.len() as u64 > HEADER_BYTES as u64 + MANIFEST_BYTES_MAX {
+        return Err(Error::corrupt(path, 0, format!("a manifest of {} bytes", buf.len())));
+    }
+    // rkyv reads the body in place: it must be aligned.
+    let mut bytes = AlignedVec::<16>::with_capacity(buf.len());
+    bytes.extend_from_slice(buf);
     if bytes.len() < HEADER_BYTES {
         return Ok(ManifestRead::Incomplete(format!(
             "{} bytes, shorter than a header",
@@ -244,11 +261,11 @@ fn read_manifest(path: &Path) -> Result<ManifestRead> {
     let epoch = u64::from_le_bytes(h[24..32].try_into().expect("8"));
     let body_len = u64::from_le_bytes(h[32..40].try_into().expect("8"));
     let body_crc = u32::from_le_bytes(h[40..44].try_into().expect("4"));
-    if bytes.len() as u64 != HEADER_BYTES as u64 + body_len {
+    // A damaged length may be near 2^64: compare without adding to it.
+    if (bytes.len() - HEADER_BYTES) as u64 != body_len {
         return Ok(ManifestRead::Incomplete(format!(
-            "{} bytes, the header announces {}",
-            bytes.len(),
-            HEADER_BYTES as u64 + body_len
+            "{} bytes, the header announces a body of {body_len}",
+            bytes.len()
         )));
     }
     let body = &bytes[HEADER_BYTES..];
@@ -274,6 +291,19 @@ fn read_manifest(path: &Path) -> Result<ManifestRead> {
     m.check()
         .map_err(|why| Error::corrupt(path, HEADER_BYTES as u64, why))?;
     Ok(ManifestRead::Complete(m))
+}
+
+/// Decodes the bytes of a manifest file named `path` (in errors; a name of
+/// the form `manifest-<generation>` is checked against the header): the
+/// manifest, `Ok(None)` for a commit a crash cut short (empty, cut off,
+/// failing a checksum: recovery skips it), or an error for corruption.
+/// For fuzzing and tests; recovery reads files with [`latest`] and
+/// [`complete_manifests`].
+pub fn decode_manifest(path: &Path, bytes: &[u8]) -> Result<Option<Manifest>> {
+    Ok(match decode_read(path, bytes)? {
+        ManifestRead::Complete(m) => Some(m),
+        ManifestRead::Incomplete(_) => None,
+    })
 }
 
 /// The file name of a manifest.
@@ -595,6 +625,19 @@ mod tests {
         let chain: Vec<Epoch> = c.shard(0).unwrap().files.iter().map(|f| f.epoch).collect();
         assert_eq!(chain, [9, 12]);
         assert_eq!(c.shard(0).unwrap().files[0].kind, Kind::Base);
+    }
+
+    #[test]
+    fn an_absurd_body_length_is_an_incomplete_commit() {
+        let m = Manifest::snapshot(None, 5, vec![file(0, 5, 0)]).unwrap();
+        let mut bytes = m.encode().unwrap();
+        assert_eq!(decode_manifest(Path::new("m"), &bytes).unwrap(), Some(m));
+        // A length near 2^64 under a header checksum that holds (it
+        // overflowed the length check).
+        bytes[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
+        let crc = crc32c(&bytes[..60]);
+        bytes[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(decode_manifest(Path::new("m"), &bytes).unwrap(), None);
     }
 
     #[test]

@@ -77,7 +77,9 @@ mod merge;
 pub use entities::{load_entities, write_entities};
 pub use file::{FileReader, FileWriter, Footer, Header, write_delta};
 pub(crate) use manifest::parse_manifest_name;
-pub use manifest::{Catalog, Ignored, Latest, Manifest, ShardSnapshot, complete_manifests, latest, manifest_name};
+pub use manifest::{
+    Catalog, Ignored, Latest, Manifest, ShardSnapshot, complete_manifests, decode_manifest, latest, manifest_name,
+};
 pub use merge::{Loaded, compact, load, load_vec};
 
 use styx_engine::{Epoch, ShardId};

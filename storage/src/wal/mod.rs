@@ -96,7 +96,7 @@ mod writer;
 
 pub use format::{
     ALIGNMENT_MAX, ALIGNMENT_MIN, RECORD_BYTES_MAX, RECORD_HEADER_BYTES, RECORD_MAGIC, RecordHeader,
-    SEGMENT_HEADER_BYTES, SEGMENT_MAGIC, SegmentHeader,
+    SEGMENT_HEADER_BYTES, SEGMENT_MAGIC, SegmentHeader, body_len, decode_record, encode_record,
 };
 pub(crate) use format::{HeaderCheck, align_up};
 pub use reader::{Reader, RecordInfo, Recovered, Tail, Truncation, recover};

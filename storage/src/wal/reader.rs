@@ -99,6 +99,8 @@ pub struct Reader {
     keep_records: bool,
     /// Accept any predecessor for the first record read (inspection).
     lenient_start: bool,
+    /// The segments' bytes when reading from memory (fuzzing, tests).
+    memory: Option<Vec<Vec<u8>>>,
 }
 
 impl fmt::Debug for Reader {
@@ -136,7 +138,55 @@ impl Reader {
             records: Vec::new(),
             keep_records: false,
             lenient_start: false,
+            memory: None,
         })
+    }
+
+    /// Reads a log from memory as [`Reader::open`] reads `shard`'s segment
+    /// files: `segments` are each segment's first epoch (its file name) and
+    /// bytes, oldest first. For fuzzing and tests.
+    pub fn from_memory(shard: ShardId, after: Epoch, segments: Vec<(Epoch, Vec<u8>)>) -> Reader {
+        let (names, bytes): (Vec<Segment>, Vec<Vec<u8>>) = segments
+            .into_iter()
+            .map(|(first_epoch, bytes)| {
+                let segment = Segment {
+                    path: PathBuf::from(super::segment_name(shard, first_epoch)),
+                    shard,
+                    first_epoch,
+                };
+                (segment, bytes)
+            })
+            .unzip();
+        assert!(
+            names.windows(2).all(|w| w[0].first_epoch < w[1].first_epoch),
+            "segments in order"
+        );
+        Reader {
+            shard,
+            after,
+            segments: names,
+            next: 0,
+            current: None,
+            last: None,
+            truncation: None,
+            done: false,
+            decode_all: false,
+            records: Vec::new(),
+            keep_records: false,
+            lenient_start: false,
+            memory: Some(bytes),
+        }
+    }
+
+    /// The bytes of segment `index`.
+    fn read_segment(&self, index: usize) -> Result<Vec<u8>> {
+        match &self.memory {
+            Some(m) => Ok(m[index].clone()),
+            None => {
+                let path = &self.segments[index].path;
+                std::fs::read(path).map_err(Error::io("read", path))
+            }
+        }
     }
 
     /// Reads every segment (or only `only`), decodes every record and keeps
@@ -173,8 +223,8 @@ impl Reader {
     }
 
     fn load(&mut self, index: usize) -> Result<Option<Current>> {
+        let bytes = self.read_segment(index)?;
         let seg = &self.segments[index];
-        let bytes = std::fs::read(&seg.path).map_err(Error::io("read", &seg.path))?;
         let header = match SegmentHeader::decode(&bytes) {
             Ok(h) => h,
             Err(SegmentHeaderError::Uninitialised) => return Ok(None),
@@ -398,10 +448,10 @@ impl Reader {
             let bytes = if i == index {
                 match self.current.take() {
                     Some(c) if c.index == i => c.bytes,
-                    _ => std::fs::read(&seg.path).map_err(Error::io("read", &seg.path))?,
+                    _ => self.read_segment(i)?,
                 }
             } else {
-                std::fs::read(&seg.path).map_err(Error::io("read", &seg.path))?
+                self.read_segment(i)?
             };
             if i == index {
                 bytes_dropped = (bytes.len() as u64).saturating_sub(pos);
@@ -509,6 +559,19 @@ pub struct Recovered {
     pub batches: Vec<Batch>,
     /// Where writing resumes; pass it to [`super::Writer::open`].
     pub tail: Tail,
+}
+
+impl Recovered {
+    /// The log as recovery ([`styx_engine::recovery`]) reads it, and the
+    /// tail to open the writer with.
+    pub fn into_log(self) -> (styx_engine::recovery::Log, Tail) {
+        let log = styx_engine::recovery::Log {
+            shard: self.tail.shard,
+            batches: self.batches,
+            last_epoch: self.tail.last_epoch,
+        };
+        (log, self.tail)
+    }
 }
 
 /// The end of a recovered log: only [`recover`] makes one, so a writer

@@ -1,0 +1,671 @@
+//! Recovery as pure functions: from what disks hold to what each shard
+//! restores and replays.
+//!
+//! The runtime reads a data directory (`styx-storage`: the complete
+//! snapshot manifests, each shard's log with its torn tail cut) and the
+//! simulator keeps a model of the same disks; both describe what they found
+//! as a [`Disk`] and recover through the same three steps, so the crash
+//! tests exercise the code that ships:
+//!
+//! 1. [`Disk::survey`]: what a node tells the others (its snapshots, the
+//!    newest epoch its logs reached).
+//! 2. [`Plan::of`] the surveys of every node (one for a single node): the
+//!    newest snapshot *every* node completed, and the newest epoch *any*
+//!    log reached — every log is replayed to it.
+//! 3. [`start`]`(disk, plan)`: per shard of the node, the batches to replay
+//!    after the snapshot and the empty batches to write to its log first;
+//!    then [`apply`] restores an engine [`Shard`] from it.
+//!
+//! [`recover`] runs steps 1–3 for disks that are all at hand (a single
+//! node, the simulator).
+//!
+//! **Why missing epochs replay empty.** Logs can end at different epochs
+//! after a crash: a shard's last batches were not yet durable when it died
+//! while its peers' were. A reply of epoch `e` leaves only once *every*
+//! shard's log holds `e`, so no reply of an epoch some log lacks was
+//! released: replaying it without the lost batches is a valid outcome. The
+//! epoch must still run everywhere (peers' batches in it call this shard),
+//! so the lacking shard replays it empty and writes the empty batch to its
+//! log before anything new, and the logs agree again.
+//!
+//! **Why the plan needs every node.** A node commits its own manifest; the
+//! cluster may only roll back to a snapshot every node committed. A node
+//! that lacks a snapshot another node recorded as complete everywhere lost
+//! its data directory: starting would replay epochs whose replies left as
+//! if they were empty, a silent divergence, so the plan is refused.
+//!
+//! No I/O here: loading a snapshot's entities is a closure the caller
+//! passes to [`apply`].
+
+use crate::ids::{Epoch, OpId, ShardId};
+use crate::key::Key;
+use crate::shard::Shard;
+use crate::value::Value;
+use crate::{Batch, DecodeError};
+use std::fmt;
+use std::ops::Range;
+
+/// A complete snapshot (its manifest is committed), as recovery needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    /// The epoch at whose end it was taken.
+    pub epoch: Epoch,
+    /// Per shard, in shard order: replay its log from the first batch after
+    /// this epoch (the manifest's `log_after`).
+    pub log_after: Vec<(ShardId, Epoch)>,
+}
+
+impl Snapshot {
+    /// A snapshot of `shards` at `epoch` whose logs resume right after it.
+    pub fn at(epoch: Epoch, shards: Range<ShardId>) -> Snapshot {
+        Snapshot {
+            epoch,
+            log_after: shards.map(|s| (s, epoch)).collect(),
+        }
+    }
+
+    fn shards(&self) -> Vec<ShardId> {
+        self.log_after.iter().map(|(s, _)| *s).collect()
+    }
+
+    fn log_after(&self, shard: ShardId) -> Option<Epoch> {
+        self.log_after.iter().find(|(s, _)| *s == shard).map(|(_, e)| *e)
+    }
+}
+
+/// One shard's log as read from disk (a torn tail already cut).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Log {
+    pub shard: ShardId,
+    /// The batches read, oldest first, epochs consecutive.
+    pub batches: Vec<Batch>,
+    /// The epoch writing resumes after: the last batch's, or without one,
+    /// the epoch reading started after (a snapshot covers the rest).
+    pub last_epoch: Epoch,
+}
+
+/// What one node's disk holds, for the shards `shards` it runs.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Disk {
+    /// The shards this node runs.
+    pub shards: Range<ShardId>,
+    /// The complete snapshots it keeps, oldest first.
+    pub snapshots: Vec<Snapshot>,
+    /// The shards that have a log on this disk (whatever node wrote it).
+    pub log_shards: Vec<ShardId>,
+    /// One per shard of `shards`, in order, read from the oldest kept
+    /// snapshot's position on (or from the start).
+    pub logs: Vec<Log>,
+    /// The newest snapshot this node recorded as complete on every node of
+    /// its cluster (0: none, or a single node).
+    pub complete: Epoch,
+}
+
+/// What a node's disk holds, in brief: what it tells the others at the
+/// join.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Survey {
+    /// Epochs of the complete snapshots it keeps, ascending.
+    pub snapshots: Vec<Epoch>,
+    /// The newest epoch any of its logs (or snapshots) reached.
+    pub log_epoch: Epoch,
+    /// The newest snapshot it knew every node had completed (kept on disk):
+    /// every node that kept its data directory still holds that snapshot.
+    pub complete: Epoch,
+}
+
+/// Where every node restarts from: the same for all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    /// The snapshot to restore (`None`: start empty and replay whole logs).
+    pub snapshot: Option<Epoch>,
+    /// Replay every log through this epoch (missing ones run empty).
+    pub replay_to: Epoch,
+}
+
+/// Where one node starts: what [`start`] decided for its disk.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Start {
+    /// The snapshot to restore, as its manifest lists it.
+    pub snapshot: Option<Snapshot>,
+    /// Every shard replays through this epoch.
+    pub replay_to: Epoch,
+    /// One per shard of the node, in order.
+    pub shards: Vec<ShardStart>,
+}
+
+/// Where one shard starts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardStart {
+    pub shard: ShardId,
+    /// Restore the snapshot of this epoch first (`None`: start empty).
+    pub snapshot: Option<Epoch>,
+    /// Empty batches of the epochs this log lacks: write them to the log,
+    /// durably, before anything new is logged.
+    pub relog: Vec<Batch>,
+    /// Replay these, oldest first: the logged batches after the snapshot,
+    /// then `relog`, every epoch through the plan's `replay_to` once.
+    pub replay: Vec<Batch>,
+}
+
+impl ShardStart {
+    /// Batches replayed from the log (the empty ones written anew aside).
+    pub fn logged_batches(&self) -> usize {
+        self.replay.len() - self.relog.len()
+    }
+}
+
+/// Why a node cannot start from its disk. Each says what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Error {
+    /// The disk's snapshots list other shards than the node runs.
+    SnapshotShards { holds: Vec<ShardId>, runs: Range<ShardId> },
+    /// The disk holds a log of a shard the node does not run.
+    LogShard { shard: ShardId, runs: Range<ShardId> },
+    /// Nodes lack the snapshot `epoch` that node `recorder` recorded as
+    /// complete on every node.
+    LostSnapshot {
+        nodes: Vec<usize>,
+        epoch: Epoch,
+        recorder: usize,
+    },
+    /// The plan restores a snapshot this disk does not hold.
+    MissingSnapshot { epoch: Epoch, holds: Vec<Epoch> },
+    /// A log's first batch after the snapshot is not the one right after it.
+    LogTrimmed { shard: ShardId, first: Epoch, after: Epoch },
+    /// A log's batches skip an epoch.
+    LogGap { shard: ShardId, epoch: Epoch, next: Epoch },
+    /// A log ends before the snapshot it must continue.
+    LogBehind {
+        shard: ShardId,
+        last: Epoch,
+        snapshot: Epoch,
+    },
+    /// Loading a shard's snapshot failed.
+    Load { shard: ShardId, reason: String },
+    /// A shard's snapshot holds machine state the engine cannot restore.
+    Meta { shard: ShardId, reason: String },
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::SnapshotShards { holds, runs } => write!(
+                f,
+                "the data directory holds shards {}; this node runs shards {} (start with the shard count, cluster file and node id it was written with, or an empty directory)",
+                describe(holds),
+                describe_range(runs)
+            ),
+            Error::LogShard { shard, runs } => write!(
+                f,
+                "the data directory has a log for shard {shard}; this node runs shards {} (start with the shard count, cluster file and node id it was written with)",
+                describe_range(runs)
+            ),
+            Error::LostSnapshot { nodes, epoch, recorder } => write!(
+                f,
+                "node {} lacks the snapshot of epoch {epoch}, which node {recorder} recorded as complete on every node: its data directory was lost, replaced or restored from an older copy, and the cluster refuses to start rather than diverge (restore that node's directory, or start every node with an empty one)",
+                nodes.iter().map(usize::to_string).collect::<Vec<_>>().join(", node ")
+            ),
+            Error::MissingSnapshot { epoch, holds } => write!(
+                f,
+                "the plan restores the snapshot of epoch {epoch}, but this data directory holds complete snapshots {holds:?} only: restore the directory from a backup"
+            ),
+            Error::LogTrimmed { shard, first, after } => write!(
+                f,
+                "shard {shard}'s log starts at epoch {first} but the snapshot of epoch {after} needs it from epoch {}: the log was trimmed past a snapshot the cluster may roll back to",
+                after + 1
+            ),
+            Error::LogGap { shard, epoch, next } => write!(
+                f,
+                "shard {shard}'s log holds epoch {next} right after epoch {epoch}: batches are missing in between; restore the directory from a backup"
+            ),
+            Error::LogBehind { shard, last, snapshot } => write!(
+                f,
+                "shard {shard}'s log ends at epoch {last}, before the snapshot of epoch {snapshot} it must continue: durable records were lost; restore the directory from a backup"
+            ),
+            Error::Load { shard, reason } => write!(f, "shard {shard}: cannot load the snapshot: {reason}"),
+            Error::Meta { shard, reason } => {
+                write!(f, "shard {shard}: the snapshot's engine state is unreadable: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// So that callers reporting errors as text can use `?`.
+impl From<Error> for String {
+    fn from(e: Error) -> String {
+        e.to_string()
+    }
+}
+
+fn describe(shards: &[ShardId]) -> String {
+    match (shards.first(), shards.last()) {
+        (Some(a), Some(b)) if shards.len() > 1 => format!("{a}..={b}"),
+        (Some(a), _) => a.to_string(),
+        _ => "none".into(),
+    }
+}
+
+fn describe_range(shards: &Range<ShardId>) -> String {
+    describe(&shards.clone().collect::<Vec<_>>())
+}
+
+/// Refuses a disk written with other shards than `shards`: every
+/// snapshot must list exactly them, and no log may be of another shard.
+/// Cheap: a caller may check before it reads (and cuts) any log.
+pub fn check_shards(shards: &Range<ShardId>, snapshots: &[Snapshot], log_shards: &[ShardId]) -> Result<(), Error> {
+    let wanted: Vec<ShardId> = shards.clone().collect();
+    for s in snapshots {
+        let holds = s.shards();
+        if holds != wanted {
+            return Err(Error::SnapshotShards {
+                holds,
+                runs: shards.clone(),
+            });
+        }
+    }
+    if let Some(shard) = log_shards.iter().find(|s| !shards.contains(s)) {
+        return Err(Error::LogShard {
+            shard: *shard,
+            runs: shards.clone(),
+        });
+    }
+    Ok(())
+}
+
+impl Disk {
+    /// What this disk holds, in brief (for the join).
+    pub fn survey(&self) -> Survey {
+        let mut snapshots: Vec<Epoch> = self.snapshots.iter().map(|s| s.epoch).collect();
+        snapshots.sort_unstable();
+        snapshots.dedup();
+        let log_epoch = self
+            .logs
+            .iter()
+            .map(|l| l.last_epoch)
+            .chain(snapshots.last().copied())
+            .max()
+            .unwrap_or(0);
+        Survey {
+            snapshots,
+            log_epoch,
+            complete: self.complete,
+        }
+    }
+}
+
+impl Plan {
+    /// The plan of a cluster whose nodes (in id order) surveyed `surveys`
+    /// (one survey: a single node).
+    ///
+    /// Refused when a node lacks a snapshot another node recorded as
+    /// complete on every node (see the module comment). Before the first
+    /// snapshot completes everywhere this cannot be told from a node that
+    /// had not run yet.
+    pub fn of(surveys: &[Survey]) -> Result<Plan, Error> {
+        assert!(!surveys.is_empty(), "a plan of no node");
+        let snapshot = surveys[0]
+            .snapshots
+            .iter()
+            .rev()
+            .find(|e| surveys.iter().all(|s| s.snapshots.contains(e)))
+            .copied();
+        let (recorder, need) = surveys
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (i, s.complete))
+            .max_by_key(|(_, c)| *c)
+            .unwrap_or((0, 0));
+        if need > 0 && snapshot.is_none_or(|s| s < need) {
+            return Err(Error::LostSnapshot {
+                nodes: surveys
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| !s.snapshots.contains(&need))
+                    .map(|(i, _)| i)
+                    .collect(),
+                epoch: need,
+                recorder,
+            });
+        }
+        let replay_to = surveys.iter().map(|s| s.log_epoch).chain(snapshot).max().unwrap_or(0);
+        Ok(Plan { snapshot, replay_to })
+    }
+}
+
+/// Where the node whose disk is `disk` starts, under `plan` (which every
+/// node agreed on): the snapshot to restore, and per shard the logged
+/// batches after it and the empty batches of the epochs its log lacks,
+/// through `plan.replay_to`.
+///
+/// # Panics
+/// If a log reached past `plan.replay_to` (the plan was made without this
+/// disk's survey), or if `disk` breaks its own description (a log per
+/// shard, in order; `last_epoch` as documented).
+pub fn start(disk: Disk, plan: &Plan) -> Result<Start, Error> {
+    check_shards(&disk.shards, &disk.snapshots, &disk.log_shards)?;
+    assert_eq!(
+        disk.logs.iter().map(|l| l.shard).collect::<Vec<_>>(),
+        disk.shards.clone().collect::<Vec<_>>(),
+        "one log per shard, in order"
+    );
+    let snapshot = match plan.snapshot {
+        None => None,
+        Some(epoch) => Some(
+            disk.snapshots
+                .iter()
+                .rev()
+                .find(|s| s.epoch == epoch)
+                .cloned()
+                .ok_or_else(|| Error::MissingSnapshot {
+                    epoch,
+                    holds: disk.survey().snapshots,
+                })?,
+        ),
+    };
+    let mut shards = Vec::with_capacity(disk.logs.len());
+    for log in disk.logs {
+        let shard = log.shard;
+        let after = snapshot
+            .as_ref()
+            .map_or(0, |s| s.log_after(shard).expect("the snapshot lists every shard"));
+        if log.last_epoch < after {
+            return Err(Error::LogBehind {
+                shard,
+                last: log.last_epoch,
+                snapshot: after,
+            });
+        }
+        assert!(
+            log.last_epoch <= plan.replay_to,
+            "shard {shard} logged epoch {} past the plan's {}",
+            log.last_epoch,
+            plan.replay_to
+        );
+        let mut replay: Vec<Batch> = log.batches.into_iter().filter(|b| b.epoch > after).collect();
+        let mut expected = after + 1;
+        for b in &replay {
+            assert_eq!(b.shard, shard, "a batch of shard {} in shard {shard}'s log", b.shard);
+            if b.epoch != expected {
+                return Err(if expected == after + 1 {
+                    Error::LogTrimmed {
+                        shard,
+                        first: b.epoch,
+                        after,
+                    }
+                } else {
+                    Error::LogGap {
+                        shard,
+                        epoch: expected - 1,
+                        next: b.epoch,
+                    }
+                });
+            }
+            expected += 1;
+        }
+        let held = expected - 1;
+        assert_eq!(
+            held, log.last_epoch,
+            "shard {shard}'s log says it ends at epoch {}, its batches at {held}",
+            log.last_epoch
+        );
+        let lc = replay.last().map_or(0, |b| b.lc);
+        let relog: Vec<Batch> = (held + 1..=plan.replay_to)
+            .map(|epoch| Batch {
+                epoch,
+                shard,
+                lc,
+                now_us: 0,
+                txns: Vec::new(),
+            })
+            .collect();
+        replay.extend(relog.iter().cloned());
+        shards.push(ShardStart {
+            shard,
+            snapshot: snapshot.as_ref().map(|s| s.epoch),
+            relog,
+            replay,
+        });
+    }
+    Ok(Start {
+        snapshot,
+        replay_to: plan.replay_to,
+        shards,
+    })
+}
+
+/// Recovers nodes whose disks are all at hand (a single node; the
+/// simulator): surveys them, plans, and starts each.
+pub fn recover(disks: Vec<Disk>) -> Result<(Plan, Vec<Start>), Error> {
+    let surveys: Vec<Survey> = disks.iter().map(Disk::survey).collect();
+    let plan = Plan::of(&surveys)?;
+    let starts = disks
+        .into_iter()
+        .map(|d| start(d, &plan))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((plan, starts))
+}
+
+/// Restores `shard` (fresh: nothing ran on it) as `start` says: the
+/// snapshot's entities — `load` hands each to the sink it gets and returns
+/// the shard's machine state, the metadata blob — then that machine state,
+/// then queues the replay. The caller writes `start.relog` to the log.
+pub fn apply<E: fmt::Display>(
+    start: ShardStart,
+    shard: &mut Shard,
+    load: impl FnOnce(&mut dyn FnMut(OpId, Key, Value)) -> Result<Vec<u8>, E>,
+) -> Result<(), Error> {
+    let id = shard.id();
+    assert_eq!(start.shard, id, "shard {}'s start applied to shard {id}", start.shard);
+    assert_eq!(shard.epoch(), 0, "shard {id} restored after it ran");
+    if let Some(epoch) = start.snapshot {
+        let meta =
+            load(&mut |op, key, value| shard.load_snapshot_entity(op, &key, value)).map_err(|e| Error::Load {
+                shard: id,
+                reason: e.to_string(),
+            })?;
+        let restored = shard.restore(&meta).map_err(|e: DecodeError| Error::Meta {
+            shard: id,
+            reason: e.to_string(),
+        })?;
+        if restored != epoch {
+            return Err(Error::Meta {
+                shard: id,
+                reason: format!("it is of epoch {restored}, the manifest says {epoch}"),
+            });
+        }
+    }
+    shard.replay(start.replay);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn survey(snapshots: &[Epoch], log_epoch: Epoch) -> Survey {
+        Survey {
+            snapshots: snapshots.to_vec(),
+            log_epoch,
+            complete: 0,
+        }
+    }
+
+    fn batch(shard: ShardId, epoch: Epoch, lc: u64) -> Batch {
+        Batch {
+            epoch,
+            shard,
+            lc,
+            now_us: epoch,
+            txns: Vec::new(),
+        }
+    }
+
+    fn log(shard: ShardId, epochs: Range<Epoch>) -> Log {
+        Log {
+            shard,
+            last_epoch: epochs.end.saturating_sub(1),
+            batches: epochs.map(|e| batch(shard, e, e * 10)).collect(),
+        }
+    }
+
+    fn disk(shards: Range<ShardId>, snapshots: &[Epoch], logs: Vec<Log>) -> Disk {
+        Disk {
+            snapshots: snapshots.iter().map(|e| Snapshot::at(*e, shards.clone())).collect(),
+            log_shards: logs.iter().map(|l| l.shard).collect(),
+            shards,
+            logs,
+            complete: 0,
+        }
+    }
+
+    #[test]
+    fn the_plan_takes_the_newest_common_snapshot_and_the_longest_log() {
+        let plan = Plan::of(&[survey(&[1, 5, 9], 12), survey(&[1, 5], 15), survey(&[5, 9], 10)]).unwrap();
+        assert_eq!(
+            plan,
+            Plan {
+                snapshot: Some(5),
+                replay_to: 15
+            }
+        );
+        let none = Plan::of(&[survey(&[], 3), survey(&[1], 7)]).unwrap();
+        assert_eq!(
+            none,
+            Plan {
+                snapshot: None,
+                replay_to: 7
+            }
+        );
+        assert_eq!(Plan::of(&[survey(&[4], 0)]).unwrap().replay_to, 4);
+    }
+
+    #[test]
+    fn a_node_that_lost_its_data_directory_is_refused() {
+        let kept = |snapshots: &[Epoch], log_epoch, complete| Survey {
+            complete,
+            ..survey(snapshots, log_epoch)
+        };
+        // Nodes 0 and 2 recorded 9 complete everywhere; node 1 came back
+        // empty (or with only its preload snapshot).
+        for lost in [survey(&[], 0), survey(&[1], 0)] {
+            let e = Plan::of(&[kept(&[9, 12], 14, 9), lost, kept(&[9], 13, 9)]).unwrap_err();
+            assert!(e.to_string().contains("node 1 lacks the snapshot of epoch 9"), "{e}");
+        }
+        // A node that crashed before committing what others committed, but
+        // kept its directory, still holds the complete one: accepted.
+        let plan = Plan::of(&[kept(&[9, 12], 14, 9), kept(&[9], 10, 9), kept(&[5, 9], 13, 5)]).unwrap();
+        assert_eq!(plan.snapshot, Some(9));
+    }
+
+    #[test]
+    fn every_log_replays_to_the_newest_epoch_missing_ones_empty() {
+        // Snapshot 4; shard 0 logged through 9, shard 1 through 6.
+        let d = disk(0..2, &[2, 4], vec![log(0, 1..10), log(1, 3..7)]);
+        assert_eq!(d.survey(), survey(&[2, 4], 9));
+        let (plan, starts) = recover(vec![d]).unwrap();
+        assert_eq!(
+            plan,
+            Plan {
+                snapshot: Some(4),
+                replay_to: 9
+            }
+        );
+        let s = &starts[0];
+        assert_eq!(s.snapshot.as_ref().map(|s| s.epoch), Some(4));
+        let epochs = |b: &[Batch]| b.iter().map(|b| b.epoch).collect::<Vec<_>>();
+        assert_eq!(epochs(&s.shards[0].replay), [5, 6, 7, 8, 9]);
+        assert!(s.shards[0].relog.is_empty());
+        assert_eq!(epochs(&s.shards[1].replay), [5, 6, 7, 8, 9]);
+        assert_eq!(epochs(&s.shards[1].relog), [7, 8, 9]);
+        assert_eq!(s.shards[1].logged_batches(), 2);
+        // The empty batches carry the last logged counter.
+        assert!(s.shards[1].relog.iter().all(|b| b.txns.is_empty() && b.lc == 60));
+        assert_eq!(&s.shards[1].replay[2..], &s.shards[1].relog[..]);
+    }
+
+    #[test]
+    fn without_a_snapshot_whole_logs_replay() {
+        let (plan, starts) = recover(vec![disk(0..1, &[], vec![log(0, 1..4)])]).unwrap();
+        assert_eq!(plan.snapshot, None);
+        assert_eq!(starts[0].shards[0].replay.len(), 3);
+        assert_eq!(starts[0].shards[0].snapshot, None);
+        // An empty directory.
+        let (plan, starts) = recover(vec![disk(0..2, &[], vec![log(0, 1..1), log(1, 1..1)])]).unwrap();
+        assert_eq!(plan.replay_to, 0);
+        assert!(starts[0].shards.iter().all(|s| s.replay.is_empty()));
+        // A snapshot with no log after it (a preload): nothing to replay.
+        let mut d = disk(0..1, &[1], vec![log(0, 1..1)]);
+        d.logs[0].last_epoch = 1;
+        let (plan, starts) = recover(vec![d]).unwrap();
+        assert_eq!((plan.snapshot, plan.replay_to), (Some(1), 1));
+        assert!(starts[0].shards[0].replay.is_empty());
+    }
+
+    #[test]
+    fn damaged_disks_are_clear_errors() {
+        // A log trimmed past the snapshot the plan restores.
+        let e = start(
+            disk(0..1, &[3], vec![log(0, 6..9)]),
+            &Plan {
+                snapshot: Some(3),
+                replay_to: 8,
+            },
+        )
+        .unwrap_err();
+        assert_eq!(
+            e,
+            Error::LogTrimmed {
+                shard: 0,
+                first: 6,
+                after: 3
+            }
+        );
+        assert!(e.to_string().contains("trimmed past a snapshot"), "{e}");
+        // A gap inside a log.
+        let mut l = log(0, 1..6);
+        l.batches.remove(2);
+        let e = recover(vec![disk(0..1, &[], vec![l])]).unwrap_err();
+        assert_eq!(
+            e,
+            Error::LogGap {
+                shard: 0,
+                epoch: 2,
+                next: 4
+            }
+        );
+        // A log that ends before its snapshot.
+        let e = recover(vec![disk(0..1, &[5], vec![log(0, 1..4)])]).unwrap_err();
+        assert!(matches!(e, Error::LogBehind { last: 3, .. }), "{e}");
+        // A plan restoring a snapshot this disk lacks.
+        let e = start(
+            disk(0..1, &[2], vec![log(0, 1..4)]),
+            &Plan {
+                snapshot: Some(3),
+                replay_to: 3,
+            },
+        )
+        .unwrap_err();
+        assert!(matches!(e, Error::MissingSnapshot { epoch: 3, .. }), "{e}");
+    }
+
+    #[test]
+    fn a_directory_of_other_shards_is_refused() {
+        // Written by a node of shards 0..=3, opened as one of shards 0..=1.
+        let mut d = disk(0..2, &[], vec![log(0, 1..3), log(1, 1..3)]);
+        d.snapshots = vec![Snapshot::at(2, 0..4)];
+        let e = recover(vec![d]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("holds shards 0..=3; this node runs shards 0..=1"),
+            "{e}"
+        );
+        let mut d = disk(0..2, &[], vec![log(0, 1..3), log(1, 1..3)]);
+        d.log_shards.push(3);
+        let e = recover(vec![d]).unwrap_err();
+        assert!(e.to_string().contains("has a log for shard 3"), "{e}");
+        assert_eq!(check_shards(&(2..4), &[Snapshot::at(1, 2..4)], &[2, 3]), Ok(()));
+    }
+}
