@@ -1,10 +1,10 @@
-//! The binaries' shared code: the daemon (`styxd`, and daemons users build
-//! around their own functions) and the applications it ships with.
+//! The binaries' shared code: the applications `styxd` ships with, the
+//! workloads by name (for `styxd --preload`, `styx bench --connect` and
+//! `styx verify`), and what `styxd` adds to the embeddable daemon.
 
 pub mod apps;
-pub mod claim;
-pub mod daemon;
 pub mod pool;
+pub mod preload;
 pub mod remote;
 pub mod remote_workload;
 pub mod workloads;
