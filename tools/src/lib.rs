@@ -1,10 +1,9 @@
 //! The binaries' shared code: the applications `styxd` ships with, the
 //! workloads by name (for `styxd --preload`, `styx bench --connect` and
-//! `styx verify`), and what `styxd` adds to the embeddable daemon.
+//! `styx verify`), what `styxd` adds to the embeddable daemon, and `styx
+//! verify`'s checks. The load generators are `styx_bench`'s.
 
 pub mod apps;
-pub mod pool;
 pub mod preload;
-pub mod remote;
-pub mod remote_workload;
+pub mod verify;
 pub mod workloads;
