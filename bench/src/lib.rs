@@ -3,6 +3,8 @@
 //! - [`ycsbt`], [`tpcc`], [`deathstar`]: the applications and their loads;
 //! - [`runner`]: runs any workload in-process on the production runtime;
 //! - [`inproc`]: the four workloads as the runner drives them;
+//! - [`remote`]: runs any workload against a running daemon or cluster
+//!   over TCP (`styx bench … --connect`);
 //! - [`report`]: the JSON object and table every benchmark prints;
 //! - [`plot`]: SVG plots from reports (latency against load, throughput
 //!   over time).
@@ -12,6 +14,7 @@
 pub mod deathstar;
 pub mod inproc;
 pub mod plot;
+pub mod remote;
 pub mod report;
 pub mod runner;
 pub mod sys;

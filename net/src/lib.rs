@@ -5,7 +5,9 @@
 //! [`client`] module does): a server or a client reads bytes however it
 //! likes, hands each chunk to a [`Decoder`] and writes what [`encode`]
 //! produces. That keeps the codec deterministic and testable byte by byte,
-//! and lets the glommio server and any client share it.
+//! and lets the glommio server and any client share it. The server side
+//! of a connection is sans I/O too ([`session`]): the runtime only moves
+//! bytes between sockets and sessions.
 //!
 //! - [`frame`]: the frames as values ([`Frame`], [`Body`]).
 //! - [`encode()`]: frames to bytes, checking every cap first.
@@ -15,6 +17,9 @@
 //! - [`Error`], [`ErrorCode`]: what went wrong, and whether the connection
 //!   survives it.
 //! - `convert`: between frames and the engine's requests and outcomes.
+//! - [`session`]: the server side of one connection: the handshake,
+//!   REQUEST and GET to the engine's requests, outcomes to answers, and
+//!   the connection's bound on answers owed.
 //! - [`client`]: the client library on glommio: pipelined connections and
 //!   exactly-once calls with retries and deadlines.
 //!
@@ -58,6 +63,7 @@ mod encode;
 mod error;
 pub mod frame;
 pub mod limits;
+pub mod session;
 
 pub use convert::{outcome_frame, reply_frame, resolve_operator, state_frame};
 pub use decode::Decoder;
@@ -71,3 +77,4 @@ pub use limits::{
     CONNECTIONS_MAX, ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, HEADER_LEN, IN_FLIGHT_MAX, Limits,
     NAME_LEN_MAX, PEER_NAME_LEN_MAX, PREFIX_LEN,
 };
+pub use session::{Received, Server, Session};

@@ -1,15 +1,12 @@
 //! The production driver: the runtime glue that the engine core stays free of.
 //!
-//! One glommio executor per shard, pinned to its own CPU, runs a loop that
-//! moves the shard's messages over a channel mesh (lock-free SPSC queues),
-//! feeds it requests from a [`Frontend`] (an in-process load generator, TCP
-//! connections) and hands replies back. Everything the shard emits in one
-//! loop iteration for a peer leaves as one batch: cross-core hops cost tens
-//! of microseconds when the peer is parked, so messages travel in bulk.
-//!
-//! The loop never blocks on a full channel (two shards blocked sending to
-//! each other would deadlock): a batch that does not fit waits in an
-//! overflow queue, and the frontend is not pumped until it drains.
+//! One glommio executor per shard, pinned to its own CPU, runs the shard's
+//! loop (`shard_loop`): it moves the shard's message batches over queues
+//! between shards (`link`; glommio's channel mesh only rings a parked
+//! shard's doorbell) and, in a cluster, TCP links to other nodes
+//! (`remote`), feeds it requests from a [`Frontend`] (an in-process load
+//! generator, TCP connections) and hands replies back. [`run`] starts the
+//! executors and waits for them.
 
 #![forbid(unsafe_code)]
 
@@ -21,51 +18,28 @@ pub mod metrics;
 pub mod preload;
 mod remote;
 pub mod server;
+mod shard_loop;
 
 pub use clock::Clock;
 use link::Links;
 pub use metrics::{Metrics, ShardMetrics};
+use shard_loop::{Mesh, ShardLoop};
 
-use glommio::channels::channel_mesh::{MeshBuilder, Receivers, Senders};
-use glommio::channels::shared_channel::ConnectedReceiver;
-use glommio::{GlommioError, LocalExecutorBuilder, Placement};
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::{LocalExecutorBuilder, Placement};
 use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Poll, Waker};
+use std::sync::atomic::AtomicUsize;
+use std::task::Poll;
 use std::time::Duration;
-use styx_engine::{App, Config, Message, Outputs, Reply, Shard, ShardId, Stage};
+use styx_engine::{App, Config, Message, Reply, Shard, ShardId};
 
 /// Batches queued between two shards before senders hold back.
 pub const MESH_CAPACITY: usize = 4096;
 
 /// Doorbells queued for a parked shard (one is enough to wake it).
 const DOORBELLS_MAX: usize = 1024;
-
-/// How often a shard publishes its counters, in µs.
-const METRICS_PUBLISH_US: u64 = 1_000;
-
-/// How long a shard spins without progress before it parks. While an epoch
-/// runs a peer's message is due any microsecond, and spinning (a few loads
-/// per check) answers it in ~1 µs where a parked shard takes ~80 µs to
-/// wake. But a peer that is not running (more threads than cores, or a slow
-/// fsync) never answers a spinner: past this budget the shard parks and
-/// gives the core away until a doorbell, its log or a client wakes it.
-const SPIN_US: u64 = 200;
-
-/// How long a quiet shard (no epoch open, nothing pending or held) parks
-/// at most. Whatever it waits for wakes it at once (a client's request, a
-/// peer's doorbell, the log); the timer only bounds how stale its published
-/// counters and its view of a cluster failure or a shutdown get. Parking
-/// this long instead of 1 ms, and not spinning first, takes an idle daemon
-/// from a fifth of a core to well under 1%.
-const QUIET_PARK_US: u64 = 50_000;
-
-/// A shard with open work that made no progress for this long logs its
-/// state (a stuck run is diagnosed from that line).
-const STALL_REPORT_US: u64 = 5_000_000;
 
 /// Errors of the runtime.
 #[derive(Debug, thiserror::Error)]
@@ -224,15 +198,16 @@ where
                 let mesh = Mesh {
                     links,
                     doorbells: senders,
+                    n,
                     base: usize::from(base),
                     n_local,
+                    done,
                     remote,
                     run: opts.cluster.clone(),
                 };
-                let output = drive(
-                    shard, frontend, mesh, receivers, done, n, clock, metrics, durable, waiter,
-                )
-                .await;
+                let output = ShardLoop::new(shard, frontend, mesh, durable, metrics, waiter, clock)
+                    .run(receivers)
+                    .await;
                 (id, output)
             })
             .map_err(|source| Error::Executor { shard: i, source })?;
@@ -249,309 +224,16 @@ where
     Ok(outputs.into_iter().map(|o| o.expect("every shard reported")).collect())
 }
 
-/// How a shard reaches its peers: in-process links (with doorbells for the
-/// shards of this node) and, in a cluster, connections to the others.
-struct Mesh {
-    links: Arc<Links<Envelope>>,
-    doorbells: Senders<()>,
-    /// The first local shard's id (doorbells are numbered from it).
-    base: usize,
-    n_local: usize,
-    remote: Option<remote::Remote>,
-    run: Option<Arc<cluster::Run>>,
-}
-
-impl Mesh {
-    /// Sends a batch from `me` to `to`; gives it back when the way is full.
-    fn send(&mut self, me: usize, to: usize, envelope: Envelope) -> Result<(), Envelope> {
-        if let Some(r) = &mut self.remote
-            && r.is_remote(to)
-        {
-            return r
-                .send(to, envelope.batch)
-                .map_err(|batch| Envelope { sent_us: 0, batch });
-        }
-        let parked = self.links.send(me, to, envelope)?;
-        if parked {
-            ring(&self.doorbells, to - self.base);
-        }
-        Ok(())
-    }
-
-    fn failed(&self) -> bool {
-        self.run.as_ref().is_some_and(|r| r.failure.is_failed())
-    }
-}
-
 /// A batch between two shards, stamped with its send time.
 pub(crate) struct Envelope {
     pub(crate) sent_us: u64,
     pub(crate) batch: Vec<Message>,
 }
 
-/// Time batches spent between shards (reported with `STYX_PROFILE`).
-#[derive(Default)]
-struct Transit {
-    batches: u64,
-    messages: u64,
-    total_us: u64,
-}
-
-impl Transit {
-    fn note(&mut self, e: &Envelope, now_us: u64) {
-        self.batches += 1;
-        self.messages += e.batch.len() as u64;
-        if e.sent_us != 0 {
-            self.total_us += now_us.saturating_sub(e.sent_us);
-        }
-    }
-}
-
-/// Wakes the shard loop when a doorbell rings (a peer sent to a parked shard).
-async fn doorbell(rx: ConnectedReceiver<()>, waiter: Rc<RefCell<Option<Waker>>>) {
-    while rx.recv().await.is_some() {
-        if let Some(w) = waiter.borrow_mut().take() {
-            w.wake();
-        }
-    }
-}
-
-/// Rings `to`'s doorbell. A full doorbell queue already holds a ring.
-fn ring(doorbells: &Senders<()>, to: usize) {
-    match doorbells.try_send_to(to, ()) {
-        Ok(()) | Err(GlommioError::WouldBlock(_)) => {}
-        // The peer's executor is gone: the engine cannot go on without it.
-        Err(e) => panic!("cannot wake shard {to}: {e}"),
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn drive<F: Frontend>(
-    mut shard: Shard,
-    mut frontend: F,
-    mut mesh: Mesh,
-    mut receivers: Receivers<()>,
-    done: Arc<AtomicUsize>,
-    n: usize,
-    clock: Clock,
-    metrics: Option<Arc<ShardMetrics>>,
-    mut durable: Option<durable::ShardDurable>,
-    waiter: Rc<RefCell<Option<Waker>>>,
-) -> F::Output {
-    let me = shard.id() as usize;
-    for (_, rx) in receivers.streams() {
-        glommio::spawn_local(doorbell(rx, waiter.clone())).detach();
-    }
-    let profile = std::env::var_os("STYX_PROFILE").is_some();
-    let mut transit = Transit::default();
-    let mut iterations = 0u64;
-    let started = clock.now_us();
-    let mut out = Outputs::default();
-    let mut overflow: VecDeque<(usize, Vec<Message>)> = VecDeque::new();
-    let mut counted = false;
-    let mut progress_us = 0;
-    let mut reported_us = 0;
-    let (mut watched_epoch, mut watched_us) = (0, 0);
-    let mut whys = 0u8;
-    let mut busy_us = 0u64;
-    let mut published_us = 0;
-    // Per stage: [busy µs, idle µs], by the stage an iteration began in.
-    let mut stage_us = [[0u64; 2]; Stage::ALL.len()];
-    let mut last = (shard.stage(), clock.now_us(), false);
-    loop {
-        iterations += 1;
-        let mut now = clock.now_us();
-        let iteration_start = now;
-        if profile {
-            stage_us[last.0 as usize][usize::from(!last.2)] += now - last.1;
-            last = (shard.stage(), now, false);
-        }
-        let mut progress = false;
-        let mut why = 0u8;
-        if mesh.failed() {
-            // A node of the cluster is gone: stop here, recover from the logs.
-            break;
-        }
-        for peer in 0..n {
-            while let Some(envelope) = mesh.links.recv(peer, me) {
-                if profile {
-                    transit.note(&envelope, now);
-                }
-                shard.receive(peer as ShardId, envelope.batch);
-                progress = true;
-                why |= 1;
-            }
-        }
-        if progress {
-            now = clock.now_us();
-        }
-        shard.tick(now);
-        if overflow.is_empty() {
-            if frontend.pump(&mut shard, now) {
-                progress = true;
-                why |= 2;
-            }
-        }
-        if shard.has_work() {
-            shard.step();
-            progress = true;
-            why |= 4;
-        }
-        shard.drain(&mut out);
-        for (to, msgs) in out.messages.iter_mut().enumerate() {
-            if !msgs.is_empty() {
-                overflow.push_back((to, std::mem::take(msgs)));
-            }
-        }
-        while let Some((to, batch)) = overflow.pop_front() {
-            let sent_us = if profile { now } else { 0 };
-            match mesh.send(me, to, Envelope { sent_us, batch }) {
-                Ok(()) => {
-                    progress = true;
-                    why |= 8;
-                }
-                Err(e) => {
-                    overflow.push_front((to, e.batch));
-                    break;
-                }
-            }
-        }
-        if !out.replies.is_empty() {
-            frontend.deliver(&mut out.replies, now);
-            out.replies.clear();
-            progress = true;
-        }
-        // Durability is wired in with the storage crate; until then the
-        // runtime runs without a log (`Durability::None`) or snapshots.
-        match &mut durable {
-            Some(d) => {
-                d.log(&mut out.log);
-                d.snapshot(&mut out.snapshots);
-                if let Some(epoch) = d.durable() {
-                    shard.log_durable(epoch);
-                    progress = true;
-                }
-            }
-            None => {
-                out.log.clear();
-                out.snapshots.clear();
-            }
-        }
-        out.history.clear();
-        if let Some(m) = &metrics
-            && now >= published_us + METRICS_PUBLISH_US
-        {
-            m.publish(&shard.stats(), shard.epoch(), shard.pending());
-            published_us = now;
-        }
-        if !counted
-            && frontend.is_done()
-            && shard.is_quiet()
-            && overflow.is_empty()
-            && durable.as_ref().is_none_or(|d| !d.busy())
-        {
-            counted = true;
-            done.fetch_add(1, Ordering::AcqRel);
-        }
-        if counted
-            && done.load(Ordering::Acquire) == mesh.n_local
-            && shard.stage() == Stage::Idle
-            && overflow.is_empty()
-        {
-            break;
-        }
-        whys |= why;
-        if shard.epoch() != watched_epoch || shard.is_quiet() {
-            watched_epoch = shard.epoch();
-            watched_us = now;
-        } else if now > watched_us + STALL_REPORT_US && now > reported_us + STALL_REPORT_US {
-            // An epoch open for seconds: say where it is stuck.
-            reported_us = now;
-            tracing::warn!(
-                overflow = overflow.len(),
-                iterations,
-                whys,
-                quiet = shard.is_quiet(),
-                "epoch {} open for {} s: {}",
-                watched_epoch,
-                (now - watched_us) / 1_000_000,
-                shard.describe()
-            );
-        }
-        if progress {
-            progress_us = now;
-            if profile {
-                busy_us += clock.now_us() - iteration_start;
-                last.2 = true;
-            }
-            glommio::yield_if_needed().await;
-            continue;
-        }
-        // No progress: spin a while (see `SPIN_US`) if an epoch is open and
-        // a peer's message is due, then park.
-        let quiet = shard.is_quiet() && overflow.is_empty();
-        if !overflow.is_empty() || (!quiet && now < progress_us + SPIN_US) {
-            futures_lite::future::yield_now().await;
-            continue;
-        }
-        // Park until a peer sends, the log or a client wakes the loop, or
-        // the frontend's next deadline: at most 1 ms with work open (to
-        // re-check the clock, the epoch's timers and the done count), at
-        // most `QUIET_PARK_US` when quiet.
-        let cap = if quiet { QUIET_PARK_US } else { 1_000 };
-        let wait_us = frontend
-            .next_wakeup_us()
-            .map_or(cap, |t| t.saturating_sub(now).min(cap));
-        if wait_us > 0 && mesh.links.park(me) {
-            // Polled again only when woken: by a doorbell, the log task (an
-            // epoch became durable) or the frontend.
-            let mut woken = false;
-            let arrival = futures_lite::future::poll_fn(|cx| {
-                if std::mem::replace(&mut woken, true) || mesh.links.any_for(me) || frontend.poll_wake(cx).is_ready() {
-                    return Poll::Ready(());
-                }
-                *waiter.borrow_mut() = Some(cx.waker().clone());
-                Poll::Pending
-            });
-            let timeout = glommio::timer::sleep(Duration::from_micros(wait_us));
-            futures_lite::future::or(arrival, timeout).await;
-            mesh.links.unpark(me);
-            *waiter.borrow_mut() = None;
-        }
-    }
-    if profile {
-        let secs = (clock.now_us() - started) as f64 / 1e6;
-        let parts: Vec<String> = Stage::ALL
-            .iter()
-            .zip(stage_us)
-            .map(|(s, [b, i])| format!("{} {:.0}/{:.0}", s.name(), b as f64 / 1e4 / secs, i as f64 / 1e4 / secs))
-            .collect();
-        eprintln!("shard {} stage busy/idle %: {}", shard.id(), parts.join(", "));
-        eprintln!(
-            "shard {}: busy {:.0}%, {} epochs, {:.0} loop iterations/s, {} batches in of {:.1} messages, {:.1} µs in transit",
-            shard.id(),
-            busy_us as f64 * 100.0 / (secs * 1e6),
-            shard.stats().epochs,
-            iterations as f64 / secs,
-            transit.batches,
-            transit.messages as f64 / transit.batches.max(1) as f64,
-            transit.total_us as f64 / transit.batches.max(1) as f64,
-        );
-    }
-    // Cancels the tasks of the links to other nodes (closing them).
-    drop(mesh.remote.take());
-    if let Some(d) = durable {
-        d.close().await;
-    }
-    let output = frontend.finish(&shard);
-    settle().await;
-    output
-}
-
 /// Lets the tasks cancelled at the end of a run (listeners, links) drop
 /// their sockets before the executor stops: a task is only dropped when
 /// its executor runs it once more, and a listener left open would keep
 /// taking a share of new connections (SO_REUSEPORT) and never answer.
-async fn settle() {
+pub(crate) async fn settle() {
     glommio::timer::sleep(Duration::from_millis(2)).await;
 }

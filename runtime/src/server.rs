@@ -5,19 +5,23 @@
 //! connections over shards). A connection has a reader task and a writer
 //! task on its shard's executor; they meet the shard loop in a shared,
 //! single-threaded [`Hub`]: readers queue requests there and wake the loop,
-//! the loop's [`TcpFrontend`] submits them to the shard and routes replies
-//! back to each connection's outgoing queue.
+//! the loop's [`TcpFrontend`] submits them to the shard and hands each
+//! outcome back to its connection.
+//!
+//! The protocol is not here: each connection's state is a sans-I/O
+//! [`Session`] (`styx_net::session`: handshake, GET translation, answers,
+//! the bound on answers owed). This module only moves bytes between a
+//! socket and its session, requests and outcomes between sessions and the
+//! shard, and wakes whoever waits.
 //!
 //! Limits hold per connection and per server (connections). A connection
-//! owes at most `in_flight_max` answers at a time: a frame counts from the
-//! moment it is decoded until its answer has been written to the socket
-//! (requests at the shard, answers queued, answers being written). At the
-//! limit the reader decodes nothing more and so reads nothing more: the
-//! socket's receive buffer fills and TCP stops the client, and one slow or
-//! stalled client only ever stalls itself. A connection's memory is thus
-//! bounded by its limits: one read chunk, one partial frame
-//! (`frame_len_max`), `in_flight_max` answers, one write chunk. A framing
-//! error closes only its connection, after an ERROR frame.
+//! owes at most `in_flight_max` answers at a time (see the session); at the
+//! limit the reader reads nothing more: the socket's receive buffer fills
+//! and TCP stops the client, and one slow or stalled client only ever
+//! stalls itself. A connection's memory is thus bounded by its limits: one
+//! read chunk, one partial frame (`frame_len_max`), `in_flight_max`
+//! answers, one write chunk. A framing error closes only its connection,
+//! after an ERROR frame.
 
 use crate::Frontend;
 use crate::metrics::{Metrics, ShardMetrics};
@@ -31,9 +35,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
-use styx_engine::{App, Reply, Shard, Token};
-use styx_net::frame::{Status, Welcome};
-use styx_net::{Body, Decoder, ErrorCode, Frame, Limits, error_frame};
+use styx_engine::{App, Outcome, Reply, Shard, Token};
+use styx_net::frame::Status;
+use styx_net::{ErrorCode, Limits, Map, Received, Session, error_frame};
 
 /// Bytes a connection reads from its socket at a time.
 const READ_CHUNK_BYTES: usize = 64 << 10;
@@ -99,6 +103,29 @@ impl ServerShared {
     /// Why the server stopped, if it failed.
     pub fn failure(&self) -> Option<String> {
         self.failure.lock().expect("failure lock").clone()
+    }
+}
+
+/// What every connection's session asks of the server.
+impl styx_net::Server for ServerShared {
+    fn app(&self) -> &App {
+        &self.app
+    }
+
+    fn name(&self) -> &str {
+        &self.server_name
+    }
+
+    fn map(&self) -> &Map {
+        &self.map
+    }
+
+    fn is_shutting_down(&self) -> bool {
+        self.shutdown.load(Relaxed)
+    }
+
+    fn status(&self) -> Status {
+        status(self)
     }
 }
 
@@ -176,33 +203,40 @@ struct Inbound {
     conn: u64,
     corr: u32,
     request: styx_engine::Request,
-    /// A GET: answer with a STATE frame.
-    get: bool,
 }
 
-/// One connection's side of the hub.
-#[derive(Default)]
+/// One connection's side of the hub: its session and who waits on it.
 struct Conn {
-    /// Answers waiting for the writer.
-    out: VecDeque<Frame>,
-    /// Answers the writer took from `out` and has not written yet.
-    writing: usize,
+    session: Session,
     writer: Option<Waker>,
     reader: Option<Waker>,
-    /// Requests sent to the shard and not answered yet.
-    in_flight: usize,
-    /// Correlation ids in flight (a duplicate is a protocol error).
-    corrs: std::collections::HashSet<u32>,
-    /// Close after the queued frames are written.
-    closing: bool,
-    closed: bool,
 }
 
 impl Conn {
-    /// Frames read whose answers have not left through the socket: what
-    /// `in_flight_max` bounds.
-    fn owed(&self) -> usize {
-        self.in_flight + self.out.len() + self.writing
+    fn new(limits: &Limits) -> Conn {
+        Conn {
+            session: Session::new(limits),
+            writer: None,
+            reader: None,
+        }
+    }
+
+    fn wake_writer(&mut self) {
+        if let Some(w) = self.writer.take() {
+            w.wake();
+        }
+    }
+
+    fn wake_reader(&mut self) {
+        if let Some(w) = self.reader.take() {
+            w.wake();
+        }
+    }
+
+    /// Ends the connection once its queued answers are written.
+    fn close(&mut self) {
+        self.session.close();
+        self.wake_writer();
     }
 }
 
@@ -215,23 +249,12 @@ pub struct Hub {
     loop_waker: Option<Waker>,
 }
 
-impl Hub {
-    fn push_out(&mut self, conn: u64, frame: Frame) {
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.out.push_back(frame);
-            if let Some(w) = c.writer.take() {
-                w.wake();
-            }
-        }
-    }
-}
-
 /// The shard loop's side: submits requests, routes replies.
 pub struct TcpFrontend {
     hub: Rc<RefCell<Hub>>,
     shared: Arc<ServerShared>,
-    /// Engine token → (connection, correlation id, is a GET).
-    tokens: HashMap<Token, (u64, u32, bool)>,
+    /// Engine token → (connection, correlation id).
+    tokens: HashMap<Token, (u64, u32)>,
     next_token: Token,
     metrics: Arc<ShardMetrics>,
     /// This shard finished recovery (and said so in `recovering`).
@@ -336,14 +359,15 @@ impl Frontend for TcpFrontend {
             self.next_token += 1;
             match shard.submit(token, i.request) {
                 Ok(()) => {
-                    self.tokens.insert(token, (i.conn, i.corr, i.get));
+                    self.tokens.insert(token, (i.conn, i.corr));
                 }
                 Err(abort) => {
+                    // It did not run: tid 0.
                     self.metrics.rejected.fetch_add(1, Relaxed);
-                    let frame = styx_net::outcome_frame(i.corr, 0, &styx_engine::Outcome::Aborted(abort));
-                    let mut hub = self.hub.borrow_mut();
-                    finish_request(&mut hub, i.conn, i.corr);
-                    hub.push_out(i.conn, frame);
+                    if let Some(c) = self.hub.borrow_mut().conns.get_mut(&i.conn) {
+                        c.session.answer(i.corr, 0, &Outcome::Aborted(abort));
+                        c.wake_writer();
+                    }
                 }
             }
         }
@@ -353,18 +377,14 @@ impl Frontend for TcpFrontend {
     fn deliver(&mut self, replies: &mut Vec<Reply>, _now_us: u64) {
         let mut hub = self.hub.borrow_mut();
         for r in replies.drain(..) {
-            let Some((conn, corr, get)) = self.tokens.remove(&r.token) else {
+            let Some((conn, corr)) = self.tokens.remove(&r.token) else {
                 continue;
             };
-            finish_request(&mut hub, conn, corr);
-            let frame = match (&r.outcome, get) {
-                (styx_engine::Outcome::Committed(p), true) => match p.decode::<Option<Vec<u8>>>() {
-                    Ok(v) => styx_net::state_frame(corr, v.as_deref()),
-                    Err(e) => error_frame(corr, ErrorCode::INTERNAL, &format!("GET result: {e}")),
-                },
-                _ => styx_net::reply_frame(corr, &r),
-            };
-            hub.push_out(conn, frame);
+            // A connection that is gone is owed nothing.
+            if let Some(c) = hub.conns.get_mut(&conn) {
+                c.session.answer(corr, r.tid, &r.outcome);
+                c.wake_writer();
+            }
         }
     }
 
@@ -387,24 +407,9 @@ impl Frontend for TcpFrontend {
 
     fn finish(self, _shard: &Shard) {
         drop(self.listeners);
-        let mut hub = self.hub.borrow_mut();
-        for c in hub.conns.values_mut() {
-            c.closing = true;
-            if let Some(w) = c.writer.take() {
-                w.wake();
-            }
+        for c in self.hub.borrow_mut().conns.values_mut() {
+            c.close();
         }
-    }
-}
-
-/// A request of `conn` was answered by the shard: its correlation id is
-/// free again (its answer still counts against `in_flight_max` until it is
-/// written, see `owed`).
-fn finish_request(hub: &mut Hub, conn: u64, corr: u32) {
-    if let Some(c) = hub.conns.get_mut(&conn) {
-        assert!(c.in_flight > 0, "an answer to a request not in flight");
-        c.in_flight -= 1;
-        c.corrs.remove(&corr);
     }
 }
 
@@ -430,7 +435,7 @@ async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<S
             let mut h = hub.borrow_mut();
             h.next_conn += 1;
             let id = h.next_conn;
-            h.conns.insert(id, Conn::default());
+            h.conns.insert(id, Conn::new(&shared.limits));
             id
         };
         let (hub, shared, m) = (hub.clone(), shared.clone(), m.clone());
@@ -438,7 +443,7 @@ async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<S
             serve(id, stream, hub.clone(), shared.clone(), m.clone()).await;
             if let Some(c) = hub.borrow_mut().conns.remove(&id) {
                 // Answers never written (the connection died) are owed no more.
-                m.frames_owed.fetch_sub(c.owed() as u64, Relaxed);
+                m.frames_owed.fetch_sub(c.session.owed() as u64, Relaxed);
             }
             shared.connections.fetch_sub(1, Relaxed);
             m.connections.fetch_sub(1, Relaxed);
@@ -466,18 +471,15 @@ async fn serve(id: u64, stream: TcpStream, hub: Rc<RefCell<Hub>>, shared: Arc<Se
     let (reader, writer) = futures_lite::io::split(stream);
     let write_task = glommio::spawn_local(write_loop(id, writer, hub.clone(), m.clone()));
     read_loop(id, reader, &hub, &shared, &m).await;
-    {
-        let mut h = hub.borrow_mut();
-        if let Some(c) = h.conns.get_mut(&id) {
-            c.closing = true;
-            if let Some(w) = c.writer.take() {
-                w.wake();
-            }
-        }
+    if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
+        c.close();
     }
     write_task.await;
 }
 
+/// Reads the socket into the session, a frame at a time, and queues the
+/// requests it yields for the shard; returns when the connection ends or
+/// the session closes.
 async fn read_loop(
     id: u64,
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
@@ -485,31 +487,28 @@ async fn read_loop(
     shared: &Arc<ServerShared>,
     metrics: &ShardMetrics,
 ) {
-    let mut decoder = Decoder::new(shared.limits.frame_len_max);
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
-    // Bytes read and not decoded yet: `buf[start..end]`.
+    // Bytes read and not handed to the session yet: `buf[start..end]`.
     let (mut start, mut end) = (0, 0);
-    let mut welcomed = false;
     loop {
-        // Back-pressure: with `in_flight_max` answers owed, decode (and
-        // read) nothing more until one has been written. Every frame gets
-        // at most one answer, so one frame at a time keeps the bound exact.
-        futures_lite::future::poll_fn(|cx| {
+        // Back-pressure: a session owing `in_flight_max` answers takes no
+        // input, so nothing more is read until one has been written.
+        let welcomed = futures_lite::future::poll_fn(|cx| {
             let mut h = hub.borrow_mut();
-            let Some(c) = h.conns.get_mut(&id) else {
-                return Poll::Ready(());
+            let Some(c) = h.conns.get_mut(&id).filter(|c| !c.session.is_closing()) else {
+                return Poll::Ready(None);
             };
-            if c.owed() < shared.limits.in_flight_max || c.closing {
-                Poll::Ready(())
+            if c.session.wants_input() {
+                Poll::Ready(Some(c.session.is_welcomed()))
             } else {
                 c.reader = Some(cx.waker().clone());
                 Poll::Pending
             }
         })
         .await;
-        if hub.borrow().conns.get(&id).is_none_or(|c| c.closing) {
+        let Some(welcomed) = welcomed else {
             return;
-        }
+        };
         if start == end {
             let read = if welcomed {
                 reader.read(&mut buf).await
@@ -525,232 +524,41 @@ async fn read_loop(
                 Ok(n) => (start, end) = (0, n),
             }
         }
-        let mut input = &buf[start..end];
-        let decoded = decoder.decode(&mut input);
-        start = end - input.len();
-        let Some(decoded) = decoded else {
-            // The chunk ended inside a frame; the decoder keeps its part.
-            assert_eq!(start, end, "the decoder takes all input before asking for more");
-            continue;
+        let mut h = hub.borrow_mut();
+        let h = &mut *h;
+        let Some(c) = h.conns.get_mut(&id) else {
+            return;
         };
+        let mut input = &buf[start..end];
         // Every frame read gets exactly one answer (an ERROR at worst):
-        // owed from now until the writer has written it.
+        // owed from now until the writer has written it. Counted before the
+        // session serves it, so that a STATUS counts itself ("frames
+        // awaiting an answer"), and taken back if no frame was complete.
         metrics.frames_owed.fetch_add(1, Relaxed);
-        let frame = match decoded {
-            Ok(f) => f,
-            Err(e) => {
-                let fatal = e.is_fatal();
-                let mut h = hub.borrow_mut();
-                h.push_out(id, e.to_frame());
-                if fatal {
-                    close(&mut h, id);
-                    return;
-                }
+        let received = c.session.receive(&mut input, &**shared);
+        start = end - input.len();
+        match received {
+            // The chunk ended inside a frame; the session keeps its part.
+            Received::More => {
+                metrics.frames_owed.fetch_sub(1, Relaxed);
                 continue;
             }
-        };
-        if !handle(id, frame, &mut welcomed, hub, shared) {
-            close(&mut hub.borrow_mut(), id);
+            Received::Answered => c.wake_writer(),
+            Received::Request { corr, request } => {
+                h.inbox.push_back(Inbound {
+                    conn: id,
+                    corr,
+                    request,
+                });
+                if let Some(w) = h.loop_waker.take() {
+                    w.wake();
+                }
+            }
+        }
+        if c.session.is_closing() {
+            c.wake_writer();
             return;
         }
-        if let Some(c) = hub.borrow().conns.get(&id) {
-            assert!(
-                c.owed() <= shared.limits.in_flight_max,
-                "connection {id} owes {} answers, over in_flight_max",
-                c.owed()
-            );
-        }
-    }
-}
-
-fn close(h: &mut Hub, id: u64) {
-    if let Some(c) = h.conns.get_mut(&id) {
-        c.closing = true;
-        if let Some(w) = c.writer.take() {
-            w.wake();
-        }
-    }
-}
-
-/// Handles one frame; false closes the connection (after queued frames).
-fn handle(id: u64, frame: Frame, welcomed: &mut bool, hub: &Rc<RefCell<Hub>>, shared: &Arc<ServerShared>) -> bool {
-    let corr = frame.corr;
-    let mut h = hub.borrow_mut();
-    if !*welcomed {
-        let Body::Hello {
-            version_min,
-            version_max,
-            ..
-        } = frame.body
-        else {
-            h.push_out(
-                id,
-                error_frame(corr, ErrorCode::HANDSHAKE_REQUIRED, "the first frame must be HELLO"),
-            );
-            return false;
-        };
-        let Some(version) = styx_net::negotiate(version_min, version_max) else {
-            h.push_out(
-                id,
-                error_frame(
-                    corr,
-                    ErrorCode::UNSUPPORTED_VERSION,
-                    &format!(
-                        "the server speaks versions {}..={}, the client {}..={}",
-                        styx_net::VERSION_MIN,
-                        styx_net::VERSION_MAX,
-                        version_min,
-                        version_max
-                    ),
-                ),
-            );
-            return false;
-        };
-        h.push_out(
-            id,
-            Frame {
-                corr,
-                body: Body::Welcome(Welcome {
-                    version,
-                    frame_len_max: shared.limits.frame_len_max as u32,
-                    in_flight_max: shared.limits.in_flight_max as u32,
-                    payload_len_max: styx_engine::PAYLOAD_LEN_MAX as u32,
-                    server: shared.server_name.clone(),
-                }),
-            },
-        );
-        *welcomed = true;
-        return true;
-    }
-    let shutting_down = shared.shutdown.load(Relaxed);
-    match frame.body {
-        Body::Ping { data } => h.push_out(
-            id,
-            Frame {
-                corr,
-                body: Body::Pong { data },
-            },
-        ),
-        Body::Status => {
-            let status = status(shared);
-            h.push_out(
-                id,
-                Frame {
-                    corr,
-                    body: Body::StatusReply(status),
-                },
-            );
-        }
-        Body::Map if shared.map.operators.len() > styx_net::MAP_OPERATORS_MAX => h.push_out(
-            id,
-            error_frame(
-                corr,
-                ErrorCode::INTERNAL,
-                &format!(
-                    "the application has {} operators, more than MAP lists ({})",
-                    shared.map.operators.len(),
-                    styx_net::MAP_OPERATORS_MAX
-                ),
-            ),
-        ),
-        Body::Map => h.push_out(
-            id,
-            Frame {
-                corr,
-                body: Body::MapReply(shared.map.clone()),
-            },
-        ),
-        Body::Request(_) | Body::Get { .. } if shutting_down => {
-            h.push_out(
-                id,
-                error_frame(
-                    corr,
-                    ErrorCode::SHUTTING_DOWN,
-                    "the server is shutting down; retry elsewhere",
-                ),
-            );
-        }
-        Body::Request(req) => match req.resolve(corr, &shared.app) {
-            Ok(request) => {
-                if !admit(&mut h, id, corr) {
-                    return false;
-                }
-                h.inbox.push_back(Inbound {
-                    conn: id,
-                    corr,
-                    request,
-                    get: false,
-                });
-                wake_loop(&mut h);
-            }
-            Err(e) => h.push_out(id, e.to_frame()),
-        },
-        Body::Get { operator, key } => match styx_net::resolve_operator(corr, &shared.app, &operator) {
-            Ok(op) => {
-                let name = shared.app.operator_info(op).name().to_string();
-                let function = shared
-                    .app
-                    .resolve(&name, styx_engine::GET_FUNCTION)
-                    .expect("every operator has __get");
-                if !admit(&mut h, id, corr) {
-                    return false;
-                }
-                let request = styx_engine::Request {
-                    function,
-                    address: styx_engine::Address::Entity(key),
-                    args: styx_engine::Payload::EMPTY,
-                    client: None,
-                };
-                h.inbox.push_back(Inbound {
-                    conn: id,
-                    corr,
-                    request,
-                    get: true,
-                });
-                wake_loop(&mut h);
-            }
-            Err(e) => h.push_out(id, e.to_frame()),
-        },
-        Body::Hello { .. } => {
-            h.push_out(
-                id,
-                error_frame(corr, ErrorCode::UNEXPECTED_FRAME, "HELLO after the handshake"),
-            );
-        }
-        _ => {
-            h.push_out(
-                id,
-                error_frame(
-                    corr,
-                    ErrorCode::UNEXPECTED_FRAME,
-                    "a server-to-client frame sent by the client",
-                ),
-            );
-        }
-    }
-    true
-}
-
-/// Counts a request in flight on `id`; false (and an error queued) for a
-/// correlation id already in flight.
-fn admit(h: &mut Hub, id: u64, corr: u32) -> bool {
-    let c = h.conns.get_mut(&id).expect("open connection");
-    if !c.corrs.insert(corr) {
-        let frame = error_frame(
-            corr,
-            ErrorCode::DUPLICATE_CORR,
-            &format!("correlation id {corr} is already in flight"),
-        );
-        h.push_out(id, frame);
-        return false;
-    }
-    c.in_flight += 1;
-    true
-}
-
-fn wake_loop(h: &mut Hub) {
-    if let Some(w) = h.loop_waker.take() {
-        w.wake();
     }
 }
 
@@ -773,6 +581,8 @@ fn status(shared: &ServerShared) -> Status {
     }
 }
 
+/// Writes the session's answers to the socket a chunk at a time; returns
+/// when the socket fails or the session is closing with nothing left.
 async fn write_loop(
     id: u64,
     mut writer: futures_lite::io::WriteHalf<TcpStream>,
@@ -780,63 +590,44 @@ async fn write_loop(
     metrics: Arc<ShardMetrics>,
 ) {
     let mut buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
-    'connection: loop {
-        let (frames, closing) = futures_lite::future::poll_fn(|cx| {
+    loop {
+        // The answers taken stay owed (and the reader held back) until the
+        // socket has taken their bytes.
+        let taken = futures_lite::future::poll_fn(|cx| {
             let mut h = hub.borrow_mut();
             let Some(c) = h.conns.get_mut(&id) else {
-                return Poll::Ready((Vec::new(), true));
+                return Poll::Ready(0);
             };
-            if c.out.is_empty() && !c.closing {
+            buf.clear();
+            let taken = c.session.write(&mut buf, WRITE_CHUNK_BYTES);
+            if taken > 0 || c.session.is_closing() {
+                Poll::Ready(taken)
+            } else {
                 c.writer = Some(cx.waker().clone());
-                return Poll::Pending;
+                Poll::Pending
             }
-            let frames = c.out.drain(..).collect::<Vec<_>>();
-            c.writing += frames.len();
-            Poll::Ready((frames, c.closing))
         })
         .await;
-        // Encoded and written a chunk at a time: the answers stay owed (and
-        // the reader held back) until the socket has taken them.
-        let mut frames = frames.into_iter().peekable();
-        while frames.peek().is_some() {
-            buf.clear();
-            let mut n = 0;
-            while buf.len() < WRITE_CHUNK_BYTES
-                && let Some(f) = frames.next()
-            {
-                if let Err(e) = styx_net::encode(&f, &mut buf) {
-                    // Only a result over the limits can fail here: say so.
-                    let _ = styx_net::encode(&error_frame(f.corr, ErrorCode::INTERNAL, &e.to_string()), &mut buf);
-                }
-                n += 1;
-            }
-            if writer.write_all(&buf).await.is_err() || writer.flush().await.is_err() {
-                break 'connection;
-            }
-            if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
-                assert!(c.writing >= n, "wrote more answers than were taken");
-                c.writing -= n;
-                metrics.frames_owed.fetch_sub(n as u64, Relaxed);
-                if let Some(w) = c.reader.take() {
-                    w.wake();
-                }
-            }
-            if buf.capacity() > 2 * WRITE_CHUNK_BYTES {
-                // A large answer went out: do not keep its buffer.
-                buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
-            }
-        }
-        if closing {
+        if taken == 0 {
             break;
+        }
+        if writer.write_all(&buf).await.is_err() || writer.flush().await.is_err() {
+            break;
+        }
+        if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
+            c.session.written(taken);
+            metrics.frames_owed.fetch_sub(taken as u64, Relaxed);
+            c.wake_reader();
+        }
+        if buf.capacity() > 2 * WRITE_CHUNK_BYTES {
+            // A large answer went out: do not keep its buffer.
+            buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
         }
     }
     let _ = writer.close().await;
     if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
-        c.closed = true;
-        c.closing = true;
-        if let Some(w) = c.reader.take() {
-            w.wake();
-        }
+        c.session.close();
+        c.wake_reader();
     }
 }
 

@@ -17,7 +17,7 @@
 //! workload's invariants do not hold at the end.
 //!
 //! With `--connect ADDR` the same workload runs against the daemon there
-//! (`styx_tools::remote_workload`): start it with `styxd --preload
+//! (`styx_bench::remote`): start it with `styxd --preload
 //! WORKLOAD` and the same knobs (or, for YCSB-T, pass `--load` to deposit
 //! the balances over the wire). `--shards` and the epoch flags are then the
 //! daemon's business and ignored.
@@ -30,11 +30,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use styx_bench::deathstar::{movie, travel};
 use styx_bench::inproc::{Movie, Tpcc, Travel, Ycsbt};
+use styx_bench::remote::{self, Remote};
 use styx_bench::report::Report;
 use styx_bench::runner::{self, Load, Workload};
 use styx_bench::{plot, tpcc};
 use styx_tools::apps::{GEO_PARTITIONS, PARTITIONS};
-use styx_tools::remote_workload::{self, Remote};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -390,7 +390,7 @@ fn execute<W: Workload>(
                 args.warmup,
                 args.duration
             );
-            remote_workload::run(workload, &remote)?
+            remote::run(workload, &remote)?
         }
         None => in_process(workload, &params, &args)?,
     };

@@ -366,7 +366,7 @@ pub fn verify(a: VerifyArgs) -> ExitCode {
             on_client(move || async move {
                 let client = client(&connect)?;
                 let conn = client.connection().await.map_err(|e| e.to_string())?;
-                let (mut errors, total) = styx_tools::remote::verify(&conn, keys).await?;
+                let (mut errors, total) = styx_bench::remote::ycsbt::verify(&conn, keys).await?;
                 if total != expected {
                     errors.push(format!("the total is {total}, expected {expected}"));
                 }
@@ -374,7 +374,7 @@ pub fn verify(a: VerifyArgs) -> ExitCode {
             })
         }
         (_, Some(_)) => return usage("--total is for ycsbt"),
-        (name, None) => styx_tools::remote_workload::verify(name.as_str(), &a.connect.connect, &a.knobs),
+        (name, None) => styx_tools::verify::verify(name.as_str(), &a.connect.connect, &a.knobs),
     };
     match errors {
         Ok(errors) if errors.is_empty() => {

@@ -1,10 +1,9 @@
-//! The binaries' shared code: the daemon (`styxd`, and daemons users build
-//! around their own functions) and the applications it ships with.
+//! The binaries' shared code: the applications `styxd` ships with, the
+//! workloads by name (for `styxd --preload`, `styx bench --connect` and
+//! `styx verify`), what `styxd` adds to the embeddable daemon, and `styx
+//! verify`'s checks. The load generators are `styx_bench`'s.
 
 pub mod apps;
-pub mod claim;
-pub mod daemon;
-pub mod pool;
-pub mod remote;
-pub mod remote_workload;
+pub mod preload;
+pub mod verify;
 pub mod workloads;

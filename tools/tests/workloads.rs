@@ -133,7 +133,7 @@ fn a_preload_survives_kill_9_right_after_start() {
         keys: Some(KEYS),
         ..Knobs::default()
     };
-    let errors = styx_tools::remote_workload::verify("ycsbt", &daemon.addr, &knobs).unwrap();
+    let errors = styx_tools::verify::verify("ycsbt", &daemon.addr, &knobs).unwrap();
     assert!(errors.is_empty(), "{errors:?}");
     drop(daemon);
 

@@ -1,5 +1,5 @@
 //! A daemon serving your own functions: register them on an [`App`], hand
-//! it to `styx_tools::daemon::main`, and you get everything `styxd` has —
+//! it to `styx_daemon::main`, and you get everything `styxd` has —
 //! the TCP protocol, the input log, snapshots, recovery, exactly-once
 //! clients, `/metrics` — with the same settings (`--help` lists them).
 //!
@@ -58,5 +58,5 @@ fn app() -> App {
 }
 
 fn main() -> ExitCode {
-    styx_tools::daemon::main(Arc::new(app()))
+    styx_daemon::main(Arc::new(app()))
 }

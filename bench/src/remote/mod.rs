@@ -43,20 +43,23 @@
 //! - Requests carry client id 0 unless `exactly_once`: one client id per
 //!   request stream, seqs from 1 and `ack` the lowest unanswered seq, so
 //!   the server's exactly-once bookkeeping is measured (nothing is resent).
+//!
+//! [`pool`] holds the connections to every node; [`ycsbt`] deposits
+//! YCSB-T's balances over the wire and reads them back.
 
-use crate::pool::Pool;
-use crate::workloads::{Knobs, Name, Visit};
+pub mod pool;
+pub mod ycsbt;
+
+pub use pool::Pool;
+
+use crate::report::{Latency, Report, histogram};
+use crate::runner::{self, FAILURES_KEPT_MAX, Load, Source, State, TIMELINE_BUCKET_MS, TIMELINE_BUCKETS_MAX, Workload};
 use hdrhistogram::Histogram;
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeSet;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use styx_bench::report::{Latency, Report, histogram};
-use styx_bench::runner::{
-    self, FAILURES_KEPT_MAX, Load, Source, State, TIMELINE_BUCKET_MS, TIMELINE_BUCKETS_MAX, Workload,
-};
-use styx_bench::ycsbt::{self, START_BALANCE};
 use styx_engine::{AbortKind, App, Key, OpId, Outcome, Value, mix64};
 use styx_net::ErrorCode;
 use styx_net::client::{ConnectOptions, Connection, Error as ClientError, Outcome as WireOutcome};
@@ -104,7 +107,7 @@ pub fn run<W: Workload>(workload: Arc<W>, r: &Remote) -> Result<Report, String> 
 }
 
 /// Runs `body` on a client executor (a glommio thread) of its own.
-fn on_client<T, F, Fut>(body: F) -> Result<T, String>
+pub fn on_client<T, F, Fut>(body: F) -> Result<T, String>
 where
     T: Send + 'static,
     F: FnOnce() -> Fut + Send + 'static,
@@ -118,7 +121,7 @@ where
         .map_err(|e| format!("client executor: {e}"))?
 }
 
-fn connect_options() -> ConnectOptions {
+pub fn connect_options() -> ConnectOptions {
     ConnectOptions {
         name: "styx bench".into(),
         in_flight_max: styx_net::IN_FLIGHT_MAX,
@@ -439,7 +442,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     }
     let loaded = Instant::now();
     if let Some(keys) = r.deposit_keys {
-        crate::remote::deposit(&pool.all().await?, keys).await?;
+        ycsbt::deposit(&pool.all().await?, keys).await?;
     }
     let load_s = loaded.elapsed().as_secs_f64();
 
@@ -626,80 +629,4 @@ pub async fn dump_state(conns: &[Connection], app: &App) -> Result<State, String
         }
     }
     Ok(state)
-}
-
-/// `styx verify WORKLOAD`: reads the state of the daemon at `addr` and
-/// checks what holds whatever ran on it — TPC-C's consistency conditions,
-/// movie's reviews each in both lists exactly once, travel's no
-/// overbooking, YCSB-T's conserved total and no negative balance (of
-/// `knobs.keys` accounts that started at the start balance). Returns the
-/// violations (none: consistent).
-pub fn verify(workload: &str, addr: &str, knobs: &Knobs) -> Result<Vec<String>, String> {
-    let name = Name::parse(workload)
-        .ok_or_else(|| format!("unknown workload {workload:?}; one of ycsbt, tpcc, movie, travel"))?;
-    let addr = addr.to_string();
-    knobs.visit(name, Verify { addr })?
-}
-
-struct Verify {
-    addr: String,
-}
-
-impl Visit for Verify {
-    type Out = Result<Vec<String>, String>;
-
-    fn visit<W: Workload>(self, workload: W) -> Self::Out {
-        let app = workload.app();
-        let a = app.clone();
-        let state = on_client(move || async move {
-            let pool = Pool::connect(&self.addr, 1, connect_options()).await?;
-            let state = dump_state(&pool.all().await?, &a).await;
-            pool.close();
-            state
-        })?;
-        Ok(match workload.name() {
-            // Balances moved by transfers the verifier never saw: only the
-            // total and the signs can be checked.
-            "ycsbt" => {
-                let keys = workload.parameters()["keys"].as_u64().expect("ycsbt has keys");
-                conservation(&app, &state, keys)
-            }
-            // State-only checks: no tallies, no surprises to report.
-            _ => workload.check(&app, &state, Vec::new()),
-        })
-    }
-}
-
-/// YCSB-T without tallies: the total is `keys` start balances, no balance
-/// is negative, no account lies outside `0..keys`.
-fn conservation(app: &App, state: &State, keys: u64) -> Vec<String> {
-    let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
-    let mut errors = Vec::new();
-    let mut total: i64 = 0;
-    for ((op, key), value) in state {
-        if *op != account {
-            continue;
-        }
-        let balance = match value.decode::<i64>() {
-            Ok(b) => b,
-            Err(e) => {
-                errors.push(format!("account {key}: {e}"));
-                continue;
-            }
-        };
-        total += balance;
-        if balance < 0 && errors.len() < 10 {
-            errors.push(format!("account {key} is overdrawn: {balance}"));
-        }
-        if key.as_u64().is_none_or(|k| k >= keys) && errors.len() < 10 {
-            errors.push(format!("account {key} is not among the {keys} accounts"));
-        }
-    }
-    let want = START_BALANCE * keys as i64;
-    if total != want {
-        errors.push(format!(
-            "total {total}, expected {want} ({keys} accounts of {START_BALANCE})"
-        ));
-    }
-    errors
 }

@@ -1,0 +1,221 @@
+//! Serving: claim the addresses, recover, serve until a signal or a
+//! failure, stop gracefully; in a cluster, a round per membership.
+//!
+//! SIGTERM and SIGINT only set a flag: every shard's frontend sees it,
+//! refuses new requests (`SHUTTING_DOWN`), finishes those in flight, and the
+//! run ends once every shard is quiet and its log flushed.
+
+use crate::settings::{Fsync, Settings, resolve};
+use crate::{Extension, Program, Start};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use styx_engine::{App, Config, Durability};
+use styx_runtime::cluster::{Control, Plan, Run, Spec};
+use styx_runtime::durable::Durable;
+use styx_runtime::server::{ServerShared, TcpFrontend};
+use styx_runtime::{Metrics, Options};
+use styx_storage::DataDir;
+use styx_storage::wal::{self, FsyncMode};
+
+/// Starts, recovers, serves until a signal, then stops gracefully: new
+/// requests are refused, those in flight finish, the log is flushed.
+///
+/// A node of a cluster runs in rounds: survey its disk, join the others
+/// (agreeing on the snapshot to restore and the epoch to replay to), serve,
+/// and when a node fails, stop its shards and start the next round from
+/// its disk. Clients of the round that ended are disconnected; they
+/// reconnect and retry (exactly-once).
+pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, extension: &E) -> Result<(), String> {
+    let started = Instant::now();
+    let listen = resolve(&settings.listen)?;
+    let metrics_addr = settings.metrics.as_deref().map(resolve).transpose()?;
+    let mut addrs = vec![("--listen", listen)];
+    addrs.extend(metrics_addr.map(|a| ("--metrics", a)));
+    let _claim = crate::claim::claim(&addrs, &settings.data_dir)?;
+    let (spec, node) = match &settings.cluster {
+        Some((spec, node)) => (spec.clone(), *node),
+        None => (Spec::single(settings.shards, listen), 0),
+    };
+    let local = spec.shards_of(node);
+    let n_local = local.len();
+    let dir = Arc::new(DataDir::open(&settings.data_dir).map_err(|e| e.to_string())?);
+    extension.prepare(&Start {
+        app: &app,
+        dir: &dir,
+        shards: spec.n_shards(),
+        local: local.clone(),
+    })?;
+    let fsync = match settings.fsync {
+        Fsync::Epoch => FsyncMode::Epoch,
+        Fsync::None => FsyncMode::None,
+    };
+    let options = wal::Options {
+        fsync,
+        ..wal::Options::default()
+    };
+    if settings.fsync == Fsync::None {
+        tracing::warn!("fsync = none: acknowledged transactions can be lost in a crash of the machine");
+    }
+    let metrics = Metrics::of_shards(local.start, n_local);
+    let shutdown = Arc::new(AtomicBool::new(false));
+    for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| format!("signal handler: {e}"))?;
+    }
+    let mut control = match &settings.cluster {
+        Some(_) => Some(Control::start(spec.clone(), node, app_fingerprint(&app))?),
+        None => None,
+    };
+    let announced = Arc::new(AtomicBool::new(false));
+    let mut round = 0u64;
+    loop {
+        round += 1;
+        let surveyed = Durable::survey(dir.clone(), local.clone(), options).map_err(|e| format!("recovery: {e}"))?;
+        let run = match &mut control {
+            None => Arc::new(Run::single(spec.clone(), Plan::of(&[surveyed.survey()])?)),
+            Some(c) => {
+                tracing::info!(node, round, survey = ?surveyed.survey(), "joining the cluster");
+                match c.join(surveyed.survey(), &shutdown)? {
+                    Some(run) => Arc::new(run),
+                    None => break,
+                }
+            }
+        };
+        let joined = Instant::now();
+        let (durable, recovered) = surveyed
+            .start(run.plan, run.clone())
+            .map_err(|e| format!("recovery: {e}"))?;
+        for t in &recovered.truncated {
+            tracing::warn!("torn log tail cut at start: {t}");
+        }
+        tracing::info!(
+            data_dir = %settings.data_dir.display(),
+            snapshot_epoch = ?recovered.snapshot_epoch,
+            replay_batches = recovered.replay_batches,
+            recovered_epoch = recovered.recovered_epoch,
+            "recovered"
+        );
+        let shared = Arc::new(ServerShared {
+            app: app.clone(),
+            limits: settings.limits.clone(),
+            metrics: metrics.clone(),
+            shutdown: shutdown.clone(),
+            connections: AtomicUsize::new(0),
+            recovering: AtomicUsize::new(n_local),
+            started,
+            server_name: format!("{} {} ({})", program.name, env!("CARGO_PKG_VERSION"), app.name()),
+            first_shard: local.start,
+            map: partition_map(&spec, node, &app),
+            failure: Default::default(),
+            rates: styx_runtime::server::Rates::new(&metrics),
+        });
+        let engine = Config {
+            epoch_txns_max: settings.epoch_txns_max,
+            epoch_gather_us: settings.epoch_gather_us,
+            durability: Durability::Log,
+            snapshot_interval_us: settings.snapshot_interval_ms * 1_000,
+            ..Config::default()
+        };
+        let opts = Options {
+            shards: n_local as u16,
+            engine,
+            metrics: Some(metrics.clone()),
+            durable: Some(durable),
+            cluster: Some(run.clone()),
+            ..Options::default()
+        };
+        // Announce once every shard listens; tests and scripts read this
+        // line, the same for every daemon whatever its name.
+        let ready = Arc::new(AtomicUsize::new(0));
+        if !announced.load(Ordering::Acquire) {
+            let ready = ready.clone();
+            let announced = announced.clone();
+            let data_dir = settings.data_dir.clone();
+            std::thread::spawn(move || {
+                while ready.load(Ordering::Acquire) < n_local {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                let m = metrics_addr.map_or("off".to_string(), |a| a.to_string());
+                println!(
+                    "styxd listening on {listen} (metrics {m}), data in {}",
+                    data_dir.display()
+                );
+                use std::io::Write;
+                let _ = std::io::stdout().flush();
+                announced.store(true, Ordering::Release);
+            });
+        }
+        tracing::info!(%listen, shards = n_local, round, "serving");
+        let first = local.start;
+        let server = shared.clone();
+        styx_runtime::run(app.clone(), opts, move |shard| {
+            let http = if shard.id() == first { metrics_addr } else { None };
+            match TcpFrontend::start(shard, shared.clone(), listen, http) {
+                Ok(frontend) => {
+                    ready.fetch_add(1, Ordering::AcqRel);
+                    frontend
+                }
+                Err(e) => {
+                    // Every shard stops; the daemon reports why.
+                    shared.fail(e.to_string());
+                    TcpFrontend::idle(shard, shared.clone())
+                }
+            }
+        })
+        .map_err(|e| e.to_string())?;
+        run.close();
+        if let Some(reason) = server.failure() {
+            return Err(reason);
+        }
+        if shutdown.load(Ordering::Relaxed) {
+            break;
+        }
+        match run.failure.reason() {
+            Some(reason) => tracing::warn!(
+                round,
+                served_s = joined.elapsed().as_secs_f64(),
+                "the cluster lost a node ({reason}); recovering from the log"
+            ),
+            None => break,
+        }
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// A hash of what every node of a cluster must run alike: operators, their
+/// partitions, their functions in order.
+fn app_fingerprint(app: &App) -> u64 {
+    let mut h = styx_engine::stable_hash(app.name().as_bytes());
+    for (_, op) in app.operators() {
+        h = styx_engine::mix64(h ^ styx_engine::stable_hash(op.name().as_bytes()) ^ u64::from(op.partitions()));
+        for f in op.functions() {
+            h = styx_engine::mix64(h ^ styx_engine::stable_hash(f.name().as_bytes()));
+        }
+    }
+    h
+}
+
+/// What MAP answers on `node` of `spec`.
+fn partition_map(spec: &Spec, node: u16, app: &App) -> styx_net::Map {
+    styx_net::Map {
+        node,
+        shards: spec.n_shards(),
+        nodes: spec
+            .nodes
+            .iter()
+            .map(|n| styx_net::MapNode {
+                first_shard: spec.shards_of(n.id).start,
+                shards: n.shards,
+                client: n.client.to_string(),
+            })
+            .collect(),
+        operators: app
+            .operators()
+            .map(|(_, info)| styx_net::MapOperator {
+                name: info.name().to_string(),
+                partitions: info.partitions(),
+            })
+            .collect(),
+    }
+}

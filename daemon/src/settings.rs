@@ -1,0 +1,235 @@
+//! A daemon's settings: a TOML file (`--config`), `STYX_*` environment
+//! variables and flags, each overriding the one before, over embedded
+//! defaults.
+//!
+//! Every setting has a default, so a daemon started without any serves on
+//! 127.0.0.1:7400 with its data in `./data`. [`Settings::resolve`] checks
+//! them all before anything starts (a bad value is a usage error), so that
+//! a daemon never half-starts on a setting it cannot honour.
+
+use crate::cluster_file::ClusterFile;
+use serde::Deserialize;
+use std::net::{SocketAddr, TcpListener as StdListener, ToSocketAddrs};
+use std::path::PathBuf;
+use styx_runtime::cluster::Spec;
+
+/// How the input log reaches the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Fsync {
+    /// One fdatasync per epoch; replies wait for it (durable).
+    Epoch,
+    /// No fdatasync: UNSAFE, a machine crash loses acknowledged work. For
+    /// experiments only.
+    None,
+}
+
+/// How log lines are written to stderr.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One line per event, coloured only when stderr is a terminal.
+    Text,
+    /// One JSON object per line (for log collectors).
+    Json,
+}
+
+/// The settings file (every field optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    pub data_dir: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub metrics: Option<String>,
+    pub shards: Option<u16>,
+    pub fsync: Option<Fsync>,
+    pub snapshot_interval_ms: Option<u64>,
+    pub epoch_txns_max: Option<usize>,
+    pub epoch_gather_us: Option<u64>,
+    pub frame_len_max: Option<usize>,
+    pub in_flight_max: Option<usize>,
+    pub connections_max: Option<usize>,
+    pub log: Option<String>,
+    pub log_format: Option<LogFormat>,
+    pub cluster: Option<PathBuf>,
+    pub node_id: Option<u16>,
+}
+
+/// The flags every daemon takes, each with its environment variable; a
+/// daemon's own flags follow them (see [`crate::Extension`]).
+#[derive(Debug, clap::Args)]
+pub struct Flags {
+    /// A TOML file with any of the settings below (flags and environment
+    /// variables override it).
+    #[arg(long, env = "STYX_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Where the input log and snapshots live [default: ./data]. Locked
+    /// while the daemon runs.
+    #[arg(long, env = "STYX_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Address for clients [default: 127.0.0.1:7400]; port 0 picks a free one.
+    #[arg(long, env = "STYX_LISTEN")]
+    pub listen: Option<String>,
+    /// Address for /metrics and /health [default: 127.0.0.1:7401]; "off"
+    /// disables. /health answers 503 "recovering" until every shard has
+    /// loaded its snapshot and replayed its log (the daemon listens, and queues
+    /// requests, from the start), then "ok", and 503 "stopping" on SIGTERM.
+    #[arg(long, env = "STYX_METRICS")]
+    pub metrics: Option<String>,
+    /// Shards, one per core [default: the number of CPUs]. A data directory
+    /// keeps the shard count it was written with.
+    #[arg(long, env = "STYX_SHARDS")]
+    pub shards: Option<u16>,
+    /// When the input log is made durable [default: epoch]. `none` is UNSAFE.
+    #[arg(long, env = "STYX_FSYNC", value_enum)]
+    pub fsync: Option<Fsync>,
+    /// Milliseconds between incremental snapshots [default: 1000]; 0 disables.
+    #[arg(long, env = "STYX_SNAPSHOT_INTERVAL_MS")]
+    pub snapshot_interval_ms: Option<u64>,
+    /// Transactions a shard seals into one epoch [default: 2000].
+    #[arg(long, env = "STYX_EPOCH_TXNS_MAX")]
+    pub epoch_txns_max: Option<usize>,
+    /// Least microseconds between epoch starts [default: 0].
+    #[arg(long, env = "STYX_EPOCH_GATHER_US")]
+    pub epoch_gather_us: Option<u64>,
+    /// Largest frame a client may send, bytes [default: 1 MiB + 4 KiB].
+    #[arg(long, env = "STYX_FRAME_LEN_MAX")]
+    pub frame_len_max: Option<usize>,
+    /// Requests in flight per connection [default: 1024].
+    #[arg(long, env = "STYX_IN_FLIGHT_MAX")]
+    pub in_flight_max: Option<usize>,
+    /// Client connections, all shards together [default: 1024].
+    #[arg(long, env = "STYX_CONNECTIONS_MAX")]
+    pub connections_max: Option<usize>,
+    /// Log filter (tracing's env-filter syntax) [default: info].
+    #[arg(long, env = "STYX_LOG")]
+    pub log: Option<String>,
+    /// Log line format [default: text].
+    #[arg(long, env = "STYX_LOG_FORMAT", value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// Run as one node of a cluster described by this TOML file (its nodes'
+    /// addresses and shards, the failure detector); needs --node-id. The
+    /// node's client address and shard count come from the file.
+    #[arg(long, env = "STYX_CLUSTER")]
+    pub cluster: Option<PathBuf>,
+    /// This node's id in the cluster file.
+    #[arg(long, env = "STYX_NODE_ID")]
+    pub node_id: Option<u16>,
+}
+
+/// The settings in force, after file < environment < flags < defaults.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub data_dir: PathBuf,
+    pub listen: String,
+    pub metrics: Option<String>,
+    pub shards: u16,
+    pub fsync: Fsync,
+    pub snapshot_interval_ms: u64,
+    pub epoch_txns_max: usize,
+    pub epoch_gather_us: u64,
+    pub limits: styx_net::Limits,
+    pub log: String,
+    pub log_format: LogFormat,
+    /// The cluster this daemon is a node of, and its id there.
+    pub cluster: Option<(Spec, u16)>,
+}
+
+impl Settings {
+    /// The flags over the environment (clap read both) over the settings
+    /// file over the defaults, every value checked.
+    pub fn resolve(args: Flags) -> Result<Settings, String> {
+        let file: FileSettings = match &args.config {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?;
+                toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+            }
+            None => FileSettings::default(),
+        };
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u16;
+        let defaults = styx_net::Limits::default();
+        let metrics = args.metrics.or(file.metrics).unwrap_or_else(|| "127.0.0.1:7401".into());
+        let limits = styx_net::Limits {
+            frame_len_max: args
+                .frame_len_max
+                .or(file.frame_len_max)
+                .unwrap_or(defaults.frame_len_max),
+            in_flight_max: args
+                .in_flight_max
+                .or(file.in_flight_max)
+                .unwrap_or(defaults.in_flight_max),
+            connections_max: args
+                .connections_max
+                .or(file.connections_max)
+                .unwrap_or(defaults.connections_max),
+        };
+        limits.validate().map_err(|e| e.to_string())?;
+        let cluster = match (args.cluster.or(file.cluster), args.node_id.or(file.node_id)) {
+            (Some(path), Some(id)) => {
+                let spec = ClusterFile::load(&path)?;
+                if usize::from(id) >= spec.nodes.len() {
+                    return Err(format!(
+                        "--node-id {id}: {} has nodes 0..{}",
+                        path.display(),
+                        spec.nodes.len()
+                    ));
+                }
+                Some((spec, id))
+            }
+            (Some(_), None) => return Err("--cluster needs --node-id".into()),
+            (None, Some(_)) => return Err("--node-id needs --cluster".into()),
+            (None, None) => None,
+        };
+        let mut shards = args.shards.or(file.shards).unwrap_or(cpus);
+        let mut listen = args.listen.or(file.listen);
+        if let Some((spec, id)) = &cluster {
+            let node = &spec.nodes[usize::from(*id)];
+            if args.shards.or(file.shards).is_some_and(|s| s != node.shards) {
+                return Err(format!(
+                    "--shards {shards}: the cluster file gives node {id} {} shards",
+                    node.shards
+                ));
+            }
+            shards = node.shards;
+            if listen.as_ref().is_some_and(|l| resolve(l).ok() != Some(node.client)) {
+                return Err(format!(
+                    "--listen: the cluster file gives node {id} the client address {}",
+                    node.client
+                ));
+            }
+            listen = Some(node.client.to_string());
+        }
+        if shards == 0 || shards as usize > styx_engine::SHARDS_MAX {
+            return Err(format!("--shards {shards}: between 1 and {}", styx_engine::SHARDS_MAX));
+        }
+        Ok(Settings {
+            data_dir: args.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from("data")),
+            listen: listen.unwrap_or_else(|| "127.0.0.1:7400".into()),
+            metrics: (metrics != "off").then_some(metrics),
+            shards,
+            fsync: args.fsync.or(file.fsync).unwrap_or(Fsync::Epoch),
+            snapshot_interval_ms: args.snapshot_interval_ms.or(file.snapshot_interval_ms).unwrap_or(1_000),
+            epoch_txns_max: args.epoch_txns_max.or(file.epoch_txns_max).unwrap_or(2_000),
+            epoch_gather_us: args.epoch_gather_us.or(file.epoch_gather_us).unwrap_or(0),
+            limits,
+            log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
+            log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
+            cluster,
+        })
+    }
+}
+
+/// Resolves an address; port 0 becomes a free port (every shard then binds
+/// that same port with SO_REUSEPORT).
+pub(crate) fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    let a = addr
+        .to_socket_addrs()
+        .map_err(|e| format!("address {addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("address {addr} resolves to nothing"))?;
+    if a.port() != 0 {
+        return Ok(a);
+    }
+    let l = StdListener::bind(a).map_err(|e| format!("cannot find a free port on {a}: {e}"))?;
+    l.local_addr().map_err(|e| e.to_string())
+}

@@ -1,0 +1,755 @@
+//! The server side of one connection, sans I/O: bytes in, requests for
+//! the engine and answers out.
+//!
+//! A server reads a socket however it likes and hands the bytes to
+//! [`Session::receive`], which takes one frame at a time: it decodes it,
+//! does the handshake (HELLO first, a version both sides speak, WELCOME
+//! with the server's limits), answers what needs no engine (PING, STATUS,
+//! MAP, every error) and turns REQUEST and GET into the engine's requests
+//! ([`Received::Request`]); a GET becomes a call of the operator's built-in
+//! `__get`. The server submits those and hands each outcome back to
+//! [`Session::answer`] (a GET's is turned into a STATE frame). Answers
+//! queue in the session; [`Session::write`] encodes them for the socket a
+//! chunk at a time and [`Session::written`] says the socket took them.
+//! What the session needs from its server (the application, STATUS's
+//! figures, the map, whether it is stopping) it asks through [`Server`].
+//!
+//! Invariants:
+//! - Every frame read gets exactly one answer (an ERROR at worst). A frame
+//!   is *owed* from the moment it is decoded until its answer has been
+//!   written ([`Session::owed`]): at the engine, queued, or being written.
+//!   With `in_flight_max` owed the session takes no input
+//!   ([`Session::wants_input`]): a client that never reads is held at its
+//!   limit (its socket fills and TCP stops it) and costs the server at most
+//!   one partial frame and `in_flight_max` answers.
+//! - A correlation id is at the engine at most once at a time.
+//! - A fatal error (framing lost, no handshake, no common version, a
+//!   duplicate correlation id) closes this session only: its ERROR is
+//!   queued, the session takes no more input, and the server closes the
+//!   socket once the queued answers are written. Any other malformed frame
+//!   is answered with an ERROR and the session goes on.
+//! - Nothing here blocks, reads a clock or touches a socket, so every rule
+//!   is tested without one (the handshake's deadline is the server's).
+
+use crate::error::{ErrorCode, error_frame};
+use crate::frame::{Body, Frame, Map, Status, VERSION_MAX, VERSION_MIN, Welcome, negotiate};
+use crate::limits::Limits;
+use crate::{Decoder, MAP_OPERATORS_MAX, convert, encode};
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
+use styx_engine::{Address, App, GET_FUNCTION, Outcome, PAYLOAD_LEN_MAX, Payload, Tid};
+
+/// What a session asks of the server it belongs to.
+pub trait Server {
+    /// The application requests are resolved against.
+    fn app(&self) -> &App;
+    /// The server's name and version, sent in WELCOME.
+    fn name(&self) -> &str;
+    /// What MAP answers.
+    fn map(&self) -> &Map;
+    /// Whether the server is draining: new requests get `SHUTTING_DOWN`.
+    fn is_shutting_down(&self) -> bool;
+    /// What STATUS answers, now.
+    fn status(&self) -> Status;
+}
+
+/// What [`Session::receive`] made of the input.
+#[derive(Debug, PartialEq)]
+pub enum Received {
+    /// The input is used up inside a frame (or was empty): read more.
+    More,
+    /// A frame was read and its answer queued (after a fatal error the
+    /// session is closing: see [`Session::is_closing`]).
+    Answered,
+    /// A frame was read that the engine must run: submit `request`, and
+    /// hand its outcome to [`Session::answer`] with `corr`.
+    Request { corr: u32, request: styx_engine::Request },
+}
+
+/// What a request at the engine asked for, to shape its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Asked {
+    /// A REQUEST: answered COMMITTED or ABORTED.
+    Run,
+    /// A GET: answered STATE.
+    Get,
+}
+
+/// One connection's protocol state; see the module comment.
+#[derive(Debug)]
+pub struct Session {
+    decoder: Decoder,
+    frame_len_max: usize,
+    in_flight_max: usize,
+    welcomed: bool,
+    /// Requests at the engine, by correlation id.
+    at_engine: HashMap<u32, Asked>,
+    /// Answers waiting for the socket.
+    out: VecDeque<Frame>,
+    /// Answers taken by [`Session::write`] that the socket has not taken yet.
+    writing: usize,
+    closing: bool,
+}
+
+impl Session {
+    /// A session of a server with `limits` (valid: see [`Limits::validate`]).
+    pub fn new(limits: &Limits) -> Session {
+        Session {
+            decoder: Decoder::new(limits.frame_len_max),
+            frame_len_max: limits.frame_len_max,
+            in_flight_max: limits.in_flight_max,
+            welcomed: false,
+            at_engine: HashMap::new(),
+            out: VecDeque::new(),
+            writing: 0,
+            closing: false,
+        }
+    }
+
+    /// Whether the handshake is done (a server gives a connection a
+    /// deadline for its HELLO).
+    pub fn is_welcomed(&self) -> bool {
+        self.welcomed
+    }
+
+    /// Whether the session ends once its queued answers are written: it
+    /// takes no more input.
+    pub fn is_closing(&self) -> bool {
+        self.closing
+    }
+
+    /// Ends the session: no more input; the answers queued still go out.
+    pub fn close(&mut self) {
+        self.closing = true;
+    }
+
+    /// Frames read whose answers have not been written yet: what
+    /// `in_flight_max` bounds.
+    pub fn owed(&self) -> usize {
+        self.at_engine.len() + self.out.len() + self.writing
+    }
+
+    /// Whether the session takes input now: it is open and owes fewer
+    /// than `in_flight_max` answers (a frame read gets one more).
+    pub fn wants_input(&self) -> bool {
+        !self.closing && self.owed() < self.in_flight_max
+    }
+
+    /// Whether answers wait for [`Session::write`].
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Takes bytes from the front of `input` until one frame is read, and
+    /// serves it; leaves the rest of `input` for the next call.
+    ///
+    /// # Panics
+    /// If called while the session does not want input.
+    pub fn receive(&mut self, input: &mut &[u8], server: &impl Server) -> Received {
+        assert!(self.wants_input(), "input offered to a session that does not take it");
+        let Some(decoded) = self.decoder.decode(input) else {
+            // The decoder keeps the part of a frame it was given.
+            assert!(input.is_empty(), "the decoder takes all input before asking for more");
+            return Received::More;
+        };
+        let received = match decoded {
+            Ok(frame) => self.serve(frame, server),
+            Err(e) => {
+                self.out.push_back(e.to_frame());
+                if e.is_fatal() {
+                    self.closing = true;
+                }
+                Received::Answered
+            }
+        };
+        assert!(
+            self.owed() <= self.in_flight_max,
+            "a session owes {} answers, over in_flight_max",
+            self.owed()
+        );
+        received
+    }
+
+    /// Serves one well-framed frame.
+    fn serve(&mut self, frame: Frame, server: &impl Server) -> Received {
+        let corr = frame.corr;
+        if !self.welcomed {
+            return self.handshake(frame, server);
+        }
+        let answer = match frame.body {
+            Body::Ping { data } => Frame {
+                corr,
+                body: Body::Pong { data },
+            },
+            Body::Status => Frame {
+                corr,
+                body: Body::StatusReply(server.status()),
+            },
+            Body::Map if server.map().operators.len() > MAP_OPERATORS_MAX => error_frame(
+                corr,
+                ErrorCode::INTERNAL,
+                &format!(
+                    "the application has {} operators, more than MAP lists ({MAP_OPERATORS_MAX})",
+                    server.map().operators.len(),
+                ),
+            ),
+            Body::Map => Frame {
+                corr,
+                body: Body::MapReply(server.map().clone()),
+            },
+            Body::Request(_) | Body::Get { .. } if server.is_shutting_down() => error_frame(
+                corr,
+                ErrorCode::SHUTTING_DOWN,
+                "the server is shutting down; retry elsewhere",
+            ),
+            Body::Request(req) => match req.resolve(corr, server.app()) {
+                Ok(request) => return self.admit(corr, Asked::Run, request),
+                Err(e) => e.to_frame(),
+            },
+            Body::Get { operator, key } => match convert::resolve_operator(corr, server.app(), &operator) {
+                Ok(op) => {
+                    let app = server.app();
+                    let function = app
+                        .resolve(app.operator_info(op).name(), GET_FUNCTION)
+                        .expect("every operator has __get");
+                    let request = styx_engine::Request {
+                        function,
+                        address: Address::Entity(key),
+                        args: Payload::EMPTY,
+                        client: None,
+                    };
+                    return self.admit(corr, Asked::Get, request);
+                }
+                Err(e) => e.to_frame(),
+            },
+            Body::Hello { .. } => error_frame(corr, ErrorCode::UNEXPECTED_FRAME, "HELLO after the handshake"),
+            _ => error_frame(
+                corr,
+                ErrorCode::UNEXPECTED_FRAME,
+                "a server-to-client frame sent by the client",
+            ),
+        };
+        self.out.push_back(answer);
+        Received::Answered
+    }
+
+    /// The first frame: HELLO with a version both sides speak, or the
+    /// session closes.
+    fn handshake(&mut self, frame: Frame, server: &impl Server) -> Received {
+        let corr = frame.corr;
+        let Body::Hello {
+            version_min,
+            version_max,
+            ..
+        } = frame.body
+        else {
+            return self.refuse(error_frame(
+                corr,
+                ErrorCode::HANDSHAKE_REQUIRED,
+                "the first frame must be HELLO",
+            ));
+        };
+        let Some(version) = negotiate(version_min, version_max) else {
+            return self.refuse(error_frame(
+                corr,
+                ErrorCode::UNSUPPORTED_VERSION,
+                &format!(
+                    "the server speaks versions {VERSION_MIN}..={VERSION_MAX}, the client {version_min}..={version_max}"
+                ),
+            ));
+        };
+        self.out.push_back(Frame {
+            corr,
+            body: Body::Welcome(Welcome {
+                version,
+                frame_len_max: self.frame_len_max as u32,
+                in_flight_max: self.in_flight_max as u32,
+                payload_len_max: PAYLOAD_LEN_MAX as u32,
+                server: server.name().to_string(),
+            }),
+        });
+        self.welcomed = true;
+        Received::Answered
+    }
+
+    /// Queues a fatal error and closes.
+    fn refuse(&mut self, error: Frame) -> Received {
+        self.out.push_back(error);
+        self.closing = true;
+        Received::Answered
+    }
+
+    /// Hands `request` to the server for the engine, unless its
+    /// correlation id is there already: that is fatal (the two answers
+    /// could not be told apart).
+    fn admit(&mut self, corr: u32, asked: Asked, request: styx_engine::Request) -> Received {
+        match self.at_engine.entry(corr) {
+            Entry::Occupied(_) => self.refuse(error_frame(
+                corr,
+                ErrorCode::DUPLICATE_CORR,
+                &format!("correlation id {corr} is already in flight"),
+            )),
+            Entry::Vacant(v) => {
+                v.insert(asked);
+                Received::Request { corr, request }
+            }
+        }
+    }
+
+    /// The engine's outcome of request `corr` (`tid` 0 if it never ran:
+    /// refused when submitted); queues its answer.
+    ///
+    /// # Panics
+    /// If `corr` is not at the engine.
+    pub fn answer(&mut self, corr: u32, tid: Tid, outcome: &Outcome) {
+        let asked = self
+            .at_engine
+            .remove(&corr)
+            .unwrap_or_else(|| panic!("an answer to request {corr}, which is not at the engine"));
+        let frame = match (asked, outcome) {
+            (Asked::Get, Outcome::Committed(state)) => match state.decode::<Option<Vec<u8>>>() {
+                Ok(value) => convert::state_frame(corr, value.as_deref()),
+                Err(e) => error_frame(corr, ErrorCode::INTERNAL, &format!("GET result: {e}")),
+            },
+            _ => convert::outcome_frame(corr, tid, outcome),
+        };
+        self.out.push_back(frame);
+    }
+
+    /// Encodes queued answers onto `buf` until it holds `chunk_bytes` or
+    /// none is left (one answer may take it past `chunk_bytes`); returns how
+    /// many it took. They stay owed until [`Session::written`].
+    pub fn write(&mut self, buf: &mut Vec<u8>, chunk_bytes: usize) -> usize {
+        let mut taken = 0;
+        while buf.len() < chunk_bytes
+            && let Some(frame) = self.out.pop_front()
+        {
+            if let Err(e) = encode(&frame, buf) {
+                // Only an answer over the limits can fail here: say so.
+                encode(&error_frame(frame.corr, ErrorCode::INTERNAL, &e.to_string()), buf)
+                    .expect("an ERROR frame always encodes");
+            }
+            taken += 1;
+        }
+        self.writing += taken;
+        taken
+    }
+
+    /// The socket took the bytes of `n` answers from [`Session::write`].
+    ///
+    /// # Panics
+    /// If fewer than `n` were being written.
+    pub fn written(&mut self, n: usize) {
+        assert!(self.writing >= n, "wrote more answers than were taken");
+        self.writing -= n;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frame::{MapOperator, Request};
+    use crate::{FRAME_LEN_MAX, VERSION};
+    use styx_engine::{Abort, FnId, Key};
+
+    struct TestServer {
+        app: App,
+        map: Map,
+        shutting_down: bool,
+    }
+
+    impl Server for TestServer {
+        fn app(&self) -> &App {
+            &self.app
+        }
+        fn name(&self) -> &str {
+            "test 1.0"
+        }
+        fn map(&self) -> &Map {
+            &self.map
+        }
+        fn is_shutting_down(&self) -> bool {
+            self.shutting_down
+        }
+        fn status(&self) -> Status {
+            Status {
+                shards: 2,
+                epoch: 7,
+                ..Status::default()
+            }
+        }
+    }
+
+    fn server() -> TestServer {
+        let mut app = App::new("bank");
+        let account = app.operator("account", 4);
+        app.function(account, "deposit", |_ctx, amount: i64| async move { Ok(amount) });
+        let map = Map::single(
+            2,
+            "127.0.0.1:7400".into(),
+            vec![MapOperator {
+                name: "account".into(),
+                partitions: 4,
+            }],
+        );
+        TestServer {
+            app,
+            map,
+            shutting_down: false,
+        }
+    }
+
+    fn limits(in_flight_max: usize) -> Limits {
+        Limits {
+            in_flight_max,
+            ..Limits::default()
+        }
+    }
+
+    fn bytes(frames: &[Frame]) -> Vec<u8> {
+        let mut out = Vec::new();
+        for f in frames {
+            encode(f, &mut out).unwrap();
+        }
+        out
+    }
+
+    fn hello(corr: u32) -> Frame {
+        Frame {
+            corr,
+            body: Body::Hello {
+                version_min: VERSION_MIN,
+                version_max: VERSION_MAX,
+                client: "test".into(),
+            },
+        }
+    }
+
+    fn get(corr: u32, operator: &str, key: u64) -> Frame {
+        Frame {
+            corr,
+            body: Body::Get {
+                operator: operator.into(),
+                key: Key::from(key),
+            },
+        }
+    }
+
+    fn deposit(corr: u32) -> Frame {
+        Frame {
+            corr,
+            body: Body::Request(Request {
+                client: 0,
+                seq: 0,
+                ack: 0,
+                operator: "account".into(),
+                function: "deposit".into(),
+                target: Address::Entity(Key::from(1u64)),
+                args: Payload::encode(&5i64),
+            }),
+        }
+    }
+
+    /// Feeds `input` whole; what each frame became.
+    fn feed(s: &mut Session, server: &TestServer, input: &[u8]) -> Vec<Received> {
+        let mut input = input;
+        let mut out = Vec::new();
+        while s.wants_input() {
+            match s.receive(&mut input, server) {
+                Received::More => break,
+                r => out.push(r),
+            }
+        }
+        out
+    }
+
+    /// Every answer queued, decoded as a client would.
+    fn answers(s: &mut Session) -> Vec<Frame> {
+        let mut buf = Vec::new();
+        let n = s.write(&mut buf, usize::MAX);
+        s.written(n);
+        let mut decoder = Decoder::new(FRAME_LEN_MAX);
+        let mut input = buf.as_slice();
+        let mut frames = Vec::new();
+        while let Some(f) = decoder.decode(&mut input) {
+            frames.push(f.unwrap());
+        }
+        assert_eq!(frames.len(), n);
+        frames
+    }
+
+    fn error_code(f: &Frame) -> ErrorCode {
+        match &f.body {
+            Body::Error { code, .. } => *code,
+            other => panic!("not an ERROR: {other:?}"),
+        }
+    }
+
+    /// A session past its handshake.
+    fn welcomed(server: &TestServer, in_flight_max: usize) -> Session {
+        let mut s = Session::new(&limits(in_flight_max));
+        assert_eq!(feed(&mut s, server, &bytes(&[hello(1)])), [Received::Answered]);
+        answers(&mut s);
+        s
+    }
+
+    #[test]
+    fn a_hello_is_welcomed_with_the_servers_limits() {
+        let server = server();
+        let mut s = Session::new(&limits(16));
+        assert!(!s.is_welcomed());
+        assert_eq!(feed(&mut s, &server, &bytes(&[hello(9)])), [Received::Answered]);
+        assert!(s.is_welcomed() && !s.is_closing());
+        let welcome = answers(&mut s);
+        assert_eq!(
+            welcome,
+            [Frame {
+                corr: 9,
+                body: Body::Welcome(Welcome {
+                    version: VERSION,
+                    frame_len_max: FRAME_LEN_MAX as u32,
+                    in_flight_max: 16,
+                    payload_len_max: PAYLOAD_LEN_MAX as u32,
+                    server: "test 1.0".into(),
+                }),
+            }]
+        );
+        // Then it serves.
+        let ping = Frame {
+            corr: 2,
+            body: Body::Ping { data: 77 },
+        };
+        assert_eq!(feed(&mut s, &server, &bytes(&[ping])), [Received::Answered]);
+        assert_eq!(answers(&mut s)[0].body, Body::Pong { data: 77 });
+    }
+
+    #[test]
+    fn a_session_without_a_hello_or_a_common_version_is_refused() {
+        let server = server();
+        let mut s = Session::new(&limits(16));
+        let ping = Frame {
+            corr: 3,
+            body: Body::Ping { data: 1 },
+        };
+        // The frame after the refused one is never read.
+        assert_eq!(feed(&mut s, &server, &bytes(&[ping, hello(4)])), [Received::Answered]);
+        assert!(s.is_closing() && !s.wants_input() && !s.is_welcomed());
+        let refused = answers(&mut s);
+        assert_eq!(refused.len(), 1);
+        assert_eq!(
+            (refused[0].corr, error_code(&refused[0])),
+            (3, ErrorCode::HANDSHAKE_REQUIRED)
+        );
+
+        let mut s = Session::new(&limits(16));
+        let future = Frame {
+            corr: 5,
+            body: Body::Hello {
+                version_min: VERSION_MAX + 1,
+                version_max: VERSION_MAX + 3,
+                client: "from the future".into(),
+            },
+        };
+        assert_eq!(feed(&mut s, &server, &bytes(&[future])), [Received::Answered]);
+        assert!(s.is_closing() && !s.is_welcomed());
+        assert_eq!(error_code(&answers(&mut s)[0]), ErrorCode::UNSUPPORTED_VERSION);
+    }
+
+    #[test]
+    fn a_get_becomes_a_call_of_get_and_its_state_a_state_frame() {
+        let server = server();
+        let mut s = welcomed(&server, 16);
+        let got = feed(&mut s, &server, &bytes(&[get(11, "account", 42)]));
+        let get_fn: FnId = server.app.resolve("account", GET_FUNCTION).unwrap();
+        assert_eq!(
+            got,
+            [Received::Request {
+                corr: 11,
+                request: styx_engine::Request {
+                    function: get_fn,
+                    address: Address::Entity(Key::from(42u64)),
+                    args: Payload::EMPTY,
+                    client: None,
+                },
+            }]
+        );
+        assert_eq!(s.owed(), 1);
+        assert!(!s.has_output());
+        s.answer(11, 3, &Outcome::Committed(Payload::encode(&Some(vec![1u8, 2, 3]))));
+        assert_eq!(
+            answers(&mut s),
+            [Frame {
+                corr: 11,
+                body: Body::State {
+                    value: Some(vec![1, 2, 3])
+                },
+            }]
+        );
+        // An entity that does not exist.
+        feed(&mut s, &server, &bytes(&[get(12, "account", 43)]));
+        s.answer(12, 4, &Outcome::Committed(Payload::encode(&None::<Vec<u8>>)));
+        assert_eq!(answers(&mut s)[0].body, Body::State { value: None });
+        // An unknown operator is answered without the engine; the session goes on.
+        assert_eq!(
+            feed(&mut s, &server, &bytes(&[get(13, "acount", 1)])),
+            [Received::Answered]
+        );
+        assert_eq!(error_code(&answers(&mut s)[0]), ErrorCode::UNKNOWN_OPERATOR);
+        assert!(s.wants_input() && s.owed() == 0);
+    }
+
+    #[test]
+    fn requests_are_resolved_and_their_outcomes_answered() {
+        let server = server();
+        let mut s = welcomed(&server, 16);
+        let got = feed(&mut s, &server, &bytes(&[deposit(21)]));
+        let [Received::Request { corr: 21, request }] = got.as_slice() else {
+            panic!("{got:?}")
+        };
+        assert_eq!(request.function, server.app.resolve("account", "deposit").unwrap());
+        s.answer(21, 8, &Outcome::Committed(Payload::encode(&5i64)));
+        assert_eq!(
+            answers(&mut s)[0].body,
+            Body::Committed {
+                tid: 8,
+                result: Payload::encode(&5i64)
+            }
+        );
+        // Refused at submission: it did not run.
+        feed(&mut s, &server, &bytes(&[deposit(22)]));
+        s.answer(
+            22,
+            0,
+            &Outcome::Aborted(Abort::with_kind(styx_engine::AbortKind::Rejected, "full")),
+        );
+        assert_eq!(error_code(&answers(&mut s)[0]), ErrorCode::OVERLOADED);
+    }
+
+    #[test]
+    fn a_malformed_frame_closes_only_its_session() {
+        let server = server();
+        let mut bad = welcomed(&server, 16);
+        let mut good = welcomed(&server, 16);
+        // A recoverable error first: an unknown frame type in a well-framed frame.
+        let mut unknown = bytes(&[Frame {
+            corr: 31,
+            body: Body::Ping { data: 0 },
+        }]);
+        unknown[5] = 0x7e;
+        assert_eq!(feed(&mut bad, &server, &unknown), [Received::Answered]);
+        assert_eq!(error_code(&answers(&mut bad)[0]), ErrorCode::UNKNOWN_FRAME_TYPE);
+        assert!(bad.wants_input());
+        // Then framing is lost: a length prefix below the header.
+        let mut input = 1u32.to_le_bytes().to_vec();
+        input.extend(bytes(&[deposit(32)]));
+        assert_eq!(feed(&mut bad, &server, &input), [Received::Answered]);
+        assert!(bad.is_closing() && !bad.wants_input());
+        assert_eq!(error_code(&answers(&mut bad)[0]), ErrorCode::BAD_LENGTH);
+        // The other session goes on.
+        let got = feed(&mut good, &server, &bytes(&[deposit(32)]));
+        assert!(
+            matches!(got.as_slice(), [Received::Request { corr: 32, .. }]),
+            "{got:?}"
+        );
+        good.answer(32, 1, &Outcome::Committed(Payload::encode(&5i64)));
+        assert!(matches!(answers(&mut good)[0].body, Body::Committed { .. }));
+    }
+
+    #[test]
+    fn a_duplicate_correlation_id_is_fatal() {
+        let server = server();
+        let mut s = welcomed(&server, 16);
+        let got = feed(&mut s, &server, &bytes(&[deposit(41), get(41, "account", 1)]));
+        assert!(matches!(
+            got.as_slice(),
+            [Received::Request { corr: 41, .. }, Received::Answered]
+        ));
+        assert!(s.is_closing());
+        assert_eq!(error_code(&answers(&mut s)[0]), ErrorCode::DUPLICATE_CORR);
+        // The first one's answer still goes out.
+        s.answer(41, 2, &Outcome::Committed(Payload::encode(&5i64)));
+        assert_eq!(answers(&mut s).len(), 1);
+    }
+
+    #[test]
+    fn a_session_owing_in_flight_max_answers_takes_no_input() {
+        let server = server();
+        let mut s = welcomed(&server, 2);
+        let input = bytes(&[deposit(51), deposit(52), deposit(53)]);
+        let mut rest = input.as_slice();
+        assert!(matches!(
+            s.receive(&mut rest, &server),
+            Received::Request { corr: 51, .. }
+        ));
+        assert!(matches!(
+            s.receive(&mut rest, &server),
+            Received::Request { corr: 52, .. }
+        ));
+        assert!(!s.wants_input(), "two owed of two");
+        // Answered but not yet written: still owed.
+        s.answer(51, 1, &Outcome::Committed(Payload::encode(&5i64)));
+        assert!(!s.wants_input());
+        let mut buf = Vec::new();
+        assert_eq!(s.write(&mut buf, 1 << 16), 1);
+        assert!(!s.wants_input(), "being written is owed");
+        s.written(1);
+        assert!(s.wants_input());
+        assert!(matches!(
+            s.receive(&mut rest, &server),
+            Received::Request { corr: 53, .. }
+        ));
+        assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn requests_are_refused_while_the_server_stops() {
+        let mut server = server();
+        let mut s = welcomed(&server, 16);
+        server.shutting_down = true;
+        assert_eq!(
+            feed(&mut s, &server, &bytes(&[deposit(61), get(62, "account", 1)])),
+            [Received::Answered, Received::Answered]
+        );
+        let codes: Vec<ErrorCode> = answers(&mut s).iter().map(error_code).collect();
+        assert_eq!(codes, [ErrorCode::SHUTTING_DOWN, ErrorCode::SHUTTING_DOWN]);
+        // What needs no engine is still served.
+        let status = Frame {
+            corr: 63,
+            body: Body::Status,
+        };
+        feed(
+            &mut s,
+            &server,
+            &bytes(&[
+                status,
+                Frame {
+                    corr: 64,
+                    body: Body::Map,
+                },
+            ]),
+        );
+        let a = answers(&mut s);
+        assert!(matches!(&a[0].body, Body::StatusReply(st) if st.epoch == 7));
+        assert!(matches!(&a[1].body, Body::MapReply(m) if m.operators.len() == 1));
+    }
+
+    #[test]
+    fn a_frame_split_anywhere_is_read_whole() {
+        let server = server();
+        let mut s = Session::new(&limits(16));
+        let input = bytes(&[hello(1), deposit(2)]);
+        let mut got = Vec::new();
+        for byte in &input {
+            let mut one = std::slice::from_ref(byte);
+            match s.receive(&mut one, &server) {
+                Received::More => {}
+                r => got.push(r),
+            }
+            assert!(one.is_empty());
+        }
+        assert!(matches!(
+            got.as_slice(),
+            [Received::Answered, Received::Request { corr: 2, .. }]
+        ));
+    }
+}

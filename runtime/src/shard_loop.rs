@@ -1,0 +1,512 @@
+//! The loop that drives one shard on its executor.
+//!
+//! An iteration takes the batches peers sent ([`ShardLoop::receive`]), lets
+//! the frontend submit requests ([`ShardLoop::pump`]), runs one budgeted
+//! step of the engine, ships the batches it produced to its peers
+//! ([`ShardLoop::ship`]), hands replies to the frontend and sealed batches
+//! and snapshot chunks to the log ([`ShardLoop::durability`]). Everything
+//! the shard emits in one iteration for a peer leaves as one batch:
+//! cross-core hops cost tens of microseconds when the peer is parked, so
+//! messages travel in bulk.
+//!
+//! An iteration that made progress yields to the executor's other tasks
+//! (connections, the log) and goes on; one that did not spins a while if a
+//! peer's message is due, then parks until something wakes it
+//! ([`ShardLoop::park`]).
+//!
+//! The loop never blocks on a full link (two shards blocked sending to
+//! each other would deadlock): a batch that does not fit waits in an
+//! overflow queue, and the frontend is not pumped until it drains.
+
+use crate::link::Links;
+use crate::{Clock, Envelope, Frontend, ShardMetrics, cluster, durable, remote};
+use glommio::GlommioError;
+use glommio::channels::channel_mesh::{Receivers, Senders};
+use glommio::channels::shared_channel::ConnectedReceiver;
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Poll, Waker};
+use std::time::Duration;
+use styx_engine::{Message, Outputs, Shard, ShardId, Stage};
+
+/// How often a shard publishes its counters, in µs.
+const METRICS_PUBLISH_US: u64 = 1_000;
+
+/// How long a shard spins without progress before it parks. While an epoch
+/// runs a peer's message is due any microsecond, and spinning (a few loads
+/// per check) answers it in ~1 µs where a parked shard takes ~80 µs to
+/// wake. But a peer that is not running (more threads than cores, or a slow
+/// fsync) never answers a spinner: past this budget the shard parks and
+/// gives the core away until a doorbell, its log or a client wakes it.
+const SPIN_US: u64 = 200;
+
+/// How long a shard with open work parks at most: it re-checks the clock,
+/// the epoch's timers and the done count.
+const BUSY_PARK_US: u64 = 1_000;
+
+/// How long a quiet shard (no epoch open, nothing pending or held) parks
+/// at most. Whatever it waits for wakes it at once (a client's request, a
+/// peer's doorbell, the log); the timer only bounds how stale its published
+/// counters and its view of a cluster failure or a shutdown get. Parking
+/// this long instead of 1 ms, and not spinning first, takes an idle daemon
+/// from a fifth of a core to well under 1%.
+const QUIET_PARK_US: u64 = 50_000;
+
+/// A shard with open work that made no progress for this long logs its
+/// state (a stuck run is diagnosed from that line).
+const STALL_REPORT_US: u64 = 5_000_000;
+
+/// Why an iteration made progress, as bits (the stall report shows which
+/// kinds of progress a stuck shard still made).
+const RECEIVED: u8 = 1;
+const PUMPED: u8 = 2;
+const STEPPED: u8 = 4;
+const SHIPPED: u8 = 8;
+
+/// How a shard reaches its peers: in-process links (with doorbells for the
+/// shards of this node) and, in a cluster, connections to the others.
+pub(crate) struct Mesh {
+    pub(crate) links: Arc<Links<Envelope>>,
+    pub(crate) doorbells: Senders<()>,
+    /// Shards of the whole run (every node).
+    pub(crate) n: usize,
+    /// The first local shard's id (doorbells are numbered from it).
+    pub(crate) base: usize,
+    pub(crate) n_local: usize,
+    /// Local shards that have nothing left to do; the run ends when all have.
+    pub(crate) done: Arc<AtomicUsize>,
+    pub(crate) remote: Option<remote::Remote>,
+    pub(crate) run: Option<Arc<cluster::Run>>,
+}
+
+impl Mesh {
+    /// Sends a batch from `me` to `to`; gives it back when the way is full.
+    fn send(&mut self, me: usize, to: usize, envelope: Envelope) -> Result<(), Envelope> {
+        if let Some(r) = &mut self.remote
+            && r.is_remote(to)
+        {
+            return r
+                .send(to, envelope.batch)
+                .map_err(|batch| Envelope { sent_us: 0, batch });
+        }
+        let parked = self.links.send(me, to, envelope)?;
+        if parked {
+            ring(&self.doorbells, to - self.base);
+        }
+        Ok(())
+    }
+
+    fn failed(&self) -> bool {
+        self.run.as_ref().is_some_and(|r| r.failure.is_failed())
+    }
+}
+
+/// Wakes the shard loop when a doorbell rings (a peer sent to a parked shard).
+async fn doorbell(rx: ConnectedReceiver<()>, waiter: Rc<RefCell<Option<Waker>>>) {
+    while rx.recv().await.is_some() {
+        if let Some(w) = waiter.borrow_mut().take() {
+            w.wake();
+        }
+    }
+}
+
+/// Rings `to`'s doorbell. A full doorbell queue already holds a ring.
+fn ring(doorbells: &Senders<()>, to: usize) {
+    match doorbells.try_send_to(to, ()) {
+        Ok(()) | Err(GlommioError::WouldBlock(_)) => {}
+        // The peer's executor is gone: the engine cannot go on without it.
+        Err(e) => panic!("cannot wake shard {to}: {e}"),
+    }
+}
+
+/// One shard, what it talks to, and the loop's own state.
+pub(crate) struct ShardLoop<F: Frontend> {
+    shard: Shard,
+    frontend: F,
+    mesh: Mesh,
+    durable: Option<durable::ShardDurable>,
+    metrics: Option<Arc<ShardMetrics>>,
+    /// The loop's waker while it is parked: doorbells, the log task and the
+    /// frontend wake it through this.
+    waiter: Rc<RefCell<Option<Waker>>>,
+    clock: Clock,
+    /// This shard counted itself in the mesh's `done`.
+    counted: bool,
+    me: usize,
+    /// What the shard emitted, drained once per iteration.
+    out: Outputs,
+    /// Batches the mesh could not take yet, oldest first.
+    overflow: VecDeque<(usize, Vec<Message>)>,
+    iterations: u64,
+    /// When the loop last made progress, µs.
+    progress_us: u64,
+    /// When the counters were last published, µs.
+    published_us: u64,
+    stall: Stall,
+    /// With `STYX_PROFILE`: where the time goes.
+    profile: Option<Profile>,
+}
+
+/// An epoch open for long without moving on (see `STALL_REPORT_US`).
+#[derive(Default)]
+struct Stall {
+    epoch: u64,
+    /// Since when the shard sits in `epoch` with work open, µs.
+    since_us: u64,
+    reported_us: u64,
+    /// Every kind of progress made since the start (`RECEIVED` …).
+    whys: u8,
+}
+
+impl<F: Frontend> ShardLoop<F> {
+    /// `waiter` is where the loop leaves its waker when it parks (the
+    /// doorbells, `durable`'s log task and the links to other nodes wake
+    /// it); `clock` is the run's, so that send times compare across shards.
+    pub(crate) fn new(
+        shard: Shard,
+        frontend: F,
+        mesh: Mesh,
+        durable: Option<durable::ShardDurable>,
+        metrics: Option<Arc<ShardMetrics>>,
+        waiter: Rc<RefCell<Option<Waker>>>,
+        clock: Clock,
+    ) -> ShardLoop<F> {
+        let me = usize::from(shard.id());
+        let profile = std::env::var_os("STYX_PROFILE").map(|_| Profile::new(&shard, clock.now_us()));
+        ShardLoop {
+            shard,
+            frontend,
+            mesh,
+            durable,
+            metrics,
+            waiter,
+            clock,
+            counted: false,
+            me,
+            out: Outputs::default(),
+            overflow: VecDeque::new(),
+            iterations: 0,
+            progress_us: 0,
+            published_us: 0,
+            stall: Stall::default(),
+            profile,
+        }
+    }
+
+    /// Runs the shard until the run ends (every local shard done, or the
+    /// cluster lost a node), then closes its log and links and returns the
+    /// frontend's output.
+    pub(crate) async fn run(mut self, mut receivers: Receivers<()>) -> F::Output {
+        for (_, rx) in receivers.streams() {
+            glommio::spawn_local(doorbell(rx, self.waiter.clone())).detach();
+        }
+        loop {
+            self.iterations += 1;
+            let started = self.clock.now_us();
+            if let Some(p) = &mut self.profile {
+                p.begin(self.shard.stage(), started);
+            }
+            if self.mesh.failed() {
+                // A node of the cluster is gone: stop here, recover from the logs.
+                break;
+            }
+            let mut why = self.receive(started);
+            let now = if why == 0 { started } else { self.clock.now_us() };
+            self.shard.tick(now);
+            why |= self.pump(now);
+            why |= self.step();
+            self.shard.drain(&mut self.out);
+            why |= self.ship(now);
+            let delivered = self.deliver(now);
+            let durable = self.durability();
+            // Recorded for tests (`record_history`), never used here.
+            self.out.history.clear();
+            self.publish(now);
+            if self.is_over() {
+                break;
+            }
+            self.watch(now, why);
+            if why != 0 || delivered || durable {
+                self.progress_us = now;
+                if let Some(p) = &mut self.profile {
+                    p.busy(self.clock.now_us() - started);
+                }
+                glommio::yield_if_needed().await;
+                continue;
+            }
+            // No progress: spin a while (see `SPIN_US`) if an epoch is open
+            // and a peer's message is due, then park.
+            let quiet = self.shard.is_quiet() && self.overflow.is_empty();
+            if !self.overflow.is_empty() || (!quiet && now < self.progress_us + SPIN_US) {
+                futures_lite::future::yield_now().await;
+                continue;
+            }
+            self.park(now, quiet).await;
+        }
+        self.finish().await
+    }
+
+    /// Hands the shard every batch its peers sent.
+    fn receive(&mut self, now: u64) -> u8 {
+        let mut why = 0;
+        for peer in 0..self.mesh.n {
+            while let Some(envelope) = self.mesh.links.recv(peer, self.me) {
+                if let Some(p) = &mut self.profile {
+                    p.transit.note(&envelope, now);
+                }
+                self.shard.receive(peer as ShardId, envelope.batch);
+                why = RECEIVED;
+            }
+        }
+        why
+    }
+
+    /// Lets the frontend submit requests, unless batches wait to leave:
+    /// new work would only add to them.
+    fn pump(&mut self, now: u64) -> u8 {
+        if self.overflow.is_empty() && self.frontend.pump(&mut self.shard, now) {
+            PUMPED
+        } else {
+            0
+        }
+    }
+
+    /// Runs one budgeted step of the engine, if it has work.
+    fn step(&mut self) -> u8 {
+        if !self.shard.has_work() {
+            return 0;
+        }
+        self.shard.step();
+        STEPPED
+    }
+
+    /// Sends the batches the shard produced, in order after those still
+    /// waiting; a full link holds back its batch and every later one.
+    fn ship(&mut self, now: u64) -> u8 {
+        for (to, msgs) in self.out.messages.iter_mut().enumerate() {
+            if !msgs.is_empty() {
+                self.overflow.push_back((to, std::mem::take(msgs)));
+            }
+        }
+        let sent_us = if self.profile.is_some() { now } else { 0 };
+        let mut why = 0;
+        while let Some((to, batch)) = self.overflow.pop_front() {
+            match self.mesh.send(self.me, to, Envelope { sent_us, batch }) {
+                Ok(()) => why = SHIPPED,
+                Err(e) => {
+                    self.overflow.push_front((to, e.batch));
+                    break;
+                }
+            }
+        }
+        why
+    }
+
+    /// Hands the released replies to the frontend; whether there were any.
+    fn deliver(&mut self, now: u64) -> bool {
+        if self.out.replies.is_empty() {
+            return false;
+        }
+        self.frontend.deliver(&mut self.out.replies, now);
+        self.out.replies.clear();
+        true
+    }
+
+    /// Hands sealed batches and snapshot chunks to the log and snapshot
+    /// writers, and tells the shard which epoch became durable; whether
+    /// one did. Without durability they are dropped.
+    fn durability(&mut self) -> bool {
+        match &mut self.durable {
+            Some(d) => {
+                d.log(&mut self.out.log);
+                d.snapshot(&mut self.out.snapshots);
+                match d.durable() {
+                    Some(epoch) => {
+                        self.shard.log_durable(epoch);
+                        true
+                    }
+                    None => false,
+                }
+            }
+            None => {
+                self.out.log.clear();
+                self.out.snapshots.clear();
+                false
+            }
+        }
+    }
+
+    /// Publishes the shard's counters about every `METRICS_PUBLISH_US`.
+    fn publish(&mut self, now: u64) {
+        if let Some(m) = &self.metrics
+            && now >= self.published_us + METRICS_PUBLISH_US
+        {
+            m.publish(&self.shard.stats(), self.shard.epoch(), self.shard.pending());
+            self.published_us = now;
+        }
+    }
+
+    /// Counts this shard done once it has nothing left to do; true once
+    /// every local shard is done and this one is idle: the run is over.
+    fn is_over(&mut self) -> bool {
+        if !self.counted
+            && self.frontend.is_done()
+            && self.shard.is_quiet()
+            && self.overflow.is_empty()
+            && self.durable.as_ref().is_none_or(|d| !d.busy())
+        {
+            self.counted = true;
+            self.mesh.done.fetch_add(1, Ordering::AcqRel);
+        }
+        self.counted
+            && self.mesh.done.load(Ordering::Acquire) == self.mesh.n_local
+            && self.shard.stage() == Stage::Idle
+            && self.overflow.is_empty()
+    }
+
+    /// Logs where an epoch open for `STALL_REPORT_US` is stuck.
+    fn watch(&mut self, now: u64, why: u8) {
+        let s = &mut self.stall;
+        s.whys |= why;
+        if self.shard.epoch() != s.epoch || self.shard.is_quiet() {
+            s.epoch = self.shard.epoch();
+            s.since_us = now;
+        } else if now > s.since_us + STALL_REPORT_US && now > s.reported_us + STALL_REPORT_US {
+            s.reported_us = now;
+            tracing::warn!(
+                overflow = self.overflow.len(),
+                iterations = self.iterations,
+                whys = s.whys,
+                quiet = self.shard.is_quiet(),
+                "epoch {} open for {} s: {}",
+                s.epoch,
+                (now - s.since_us) / 1_000_000,
+                self.shard.describe()
+            );
+        }
+    }
+
+    /// Parks until a peer sends, the log or a client wakes the loop, or
+    /// the frontend's next deadline: at most `BUSY_PARK_US` with work
+    /// open, at most `QUIET_PARK_US` when `quiet`.
+    async fn park(&mut self, now: u64, quiet: bool) {
+        let cap = if quiet { QUIET_PARK_US } else { BUSY_PARK_US };
+        let wait_us = self
+            .frontend
+            .next_wakeup_us()
+            .map_or(cap, |t| t.saturating_sub(now).min(cap));
+        if wait_us == 0 || !self.mesh.links.park(self.me) {
+            return;
+        }
+        // Polled again only when woken: by a doorbell, the log task (an
+        // epoch became durable) or the frontend.
+        let (links, frontend, waiter, me) = (&self.mesh.links, &mut self.frontend, &self.waiter, self.me);
+        let mut woken = false;
+        let arrival = futures_lite::future::poll_fn(|cx| {
+            if std::mem::replace(&mut woken, true) || links.any_for(me) || frontend.poll_wake(cx).is_ready() {
+                return Poll::Ready(());
+            }
+            *waiter.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        });
+        let timeout = glommio::timer::sleep(Duration::from_micros(wait_us));
+        futures_lite::future::or(arrival, timeout).await;
+        self.mesh.links.unpark(self.me);
+        *self.waiter.borrow_mut() = None;
+    }
+
+    /// Reports the profile, closes the links to other nodes and the log,
+    /// and hands back the frontend's output.
+    async fn finish(mut self) -> F::Output {
+        if let Some(p) = &self.profile {
+            p.report(&self.shard, self.iterations, self.clock.now_us());
+        }
+        // Cancels the tasks of the links to other nodes (closing them).
+        drop(self.mesh.remote.take());
+        if let Some(d) = self.durable.take() {
+            d.close().await;
+        }
+        let output = self.frontend.finish(&self.shard);
+        crate::settle().await;
+        output
+    }
+}
+
+/// Where a shard's time goes (`STYX_PROFILE`), reported when it stops.
+struct Profile {
+    started_us: u64,
+    transit: Transit,
+    busy_us: u64,
+    /// Per stage: [busy µs, idle µs], by the stage an iteration began in.
+    stage_us: [[u64; 2]; Stage::ALL.len()],
+    /// The stage the last iteration began in, when, and whether it made
+    /// progress.
+    last: (Stage, u64, bool),
+}
+
+impl Profile {
+    fn new(shard: &Shard, now_us: u64) -> Profile {
+        Profile {
+            started_us: now_us,
+            transit: Transit::default(),
+            busy_us: 0,
+            stage_us: [[0; 2]; Stage::ALL.len()],
+            last: (shard.stage(), now_us, false),
+        }
+    }
+
+    /// An iteration begins in `stage`: charge the last one's time.
+    fn begin(&mut self, stage: Stage, now_us: u64) {
+        let (last_stage, since_us, busy) = self.last;
+        self.stage_us[last_stage as usize][usize::from(!busy)] += now_us - since_us;
+        self.last = (stage, now_us, false);
+    }
+
+    /// The iteration made progress and took `us`.
+    fn busy(&mut self, us: u64) {
+        self.busy_us += us;
+        self.last.2 = true;
+    }
+
+    fn report(&self, shard: &Shard, iterations: u64, now_us: u64) {
+        let secs = (now_us - self.started_us) as f64 / 1e6;
+        let parts: Vec<String> = Stage::ALL
+            .iter()
+            .zip(self.stage_us)
+            .map(|(s, [b, i])| format!("{} {:.0}/{:.0}", s.name(), b as f64 / 1e4 / secs, i as f64 / 1e4 / secs))
+            .collect();
+        eprintln!("shard {} stage busy/idle %: {}", shard.id(), parts.join(", "));
+        let t = &self.transit;
+        eprintln!(
+            "shard {}: busy {:.0}%, {} epochs, {:.0} loop iterations/s, {} batches in of {:.1} messages, {:.1} µs in transit",
+            shard.id(),
+            self.busy_us as f64 * 100.0 / (secs * 1e6),
+            shard.stats().epochs,
+            iterations as f64 / secs,
+            t.batches,
+            t.messages as f64 / t.batches.max(1) as f64,
+            t.total_us as f64 / t.batches.max(1) as f64,
+        );
+    }
+}
+
+/// Time batches spent between shards.
+#[derive(Default)]
+struct Transit {
+    batches: u64,
+    messages: u64,
+    total_us: u64,
+}
+
+impl Transit {
+    fn note(&mut self, e: &Envelope, now_us: u64) {
+        self.batches += 1;
+        self.messages += e.batch.len() as u64;
+        if e.sent_us != 0 {
+            self.total_us += now_us.saturating_sub(e.sent_us);
+        }
+    }
+}
