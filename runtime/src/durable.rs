@@ -509,12 +509,11 @@ async fn log_task(
         .await;
         if !batches.is_empty() {
             let before = writer.stats();
-            for b in &batches {
-                writer
-                    .append(b)
-                    .await
-                    .unwrap_or_else(|e| fatal(shard, &format!("log append: {e}")));
-            }
+            // Everything queued since the last cycle: one write, one sync.
+            writer
+                .append_all(&batches)
+                .await
+                .unwrap_or_else(|e| fatal(shard, &format!("log append: {e}")));
             let started = Instant::now();
             let epoch = writer
                 .sync()

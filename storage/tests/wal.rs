@@ -92,6 +92,49 @@ fn writer_appends_syncs_and_reads_back() {
     assert!(inspect::log(dir.root()).unwrap().is_clean());
 }
 
+/// A log that fell behind writes everything queued at once: one write per
+/// segment's worth, records still one per epoch, read back the same as one
+/// append per epoch — across segment rolls and a record larger than a
+/// segment.
+#[test]
+fn append_all_groups_queued_epochs_into_one_write() {
+    let root = fresh_dir("wal-group");
+    let dir = DataDir::open(&root).unwrap();
+    let mut rng = Rng::new(7);
+    let mut all: Vec<Batch> = (1..=30).map(|e| batch(&mut rng, SHARD, e, 3, 40)).collect();
+    all.push(batch(&mut rng, SHARD, 31, 400, 300));
+    all.extend((32..=60).map(|e| batch(&mut rng, SHARD, e, (e % 5) as usize * 10, 60)));
+    let (written, dir) = {
+        let all = all.clone();
+        glommio(move || async move {
+            let rec = wal::recover(&dir, SHARD, 0).unwrap();
+            let mut w = Writer::open(&dir, &rec.tail, small()).await.unwrap();
+            // The first 10 in one group: one write.
+            let before = w.stats();
+            w.append_all(&all[..10]).await.unwrap();
+            assert_eq!(w.stats().writes - before.writes, 1, "ten small epochs in one write");
+            assert_eq!(w.stats().records - before.records, 10);
+            assert_eq!(w.last_epoch(), 10);
+            assert_eq!(w.sync().await.unwrap(), 10);
+            // The rest in one call: it rolls segments as it must.
+            w.append_all(&all[10..]).await.unwrap();
+            let stats = w.stats();
+            assert_eq!(w.close().await.unwrap(), 60);
+            (stats, dir)
+        })
+    };
+    assert_eq!(written.records, 60);
+    assert!(
+        written.writes < 60 / 2,
+        "grouped: {} writes for 60 records",
+        written.writes
+    );
+    assert!(wal::segments(&dir.wal_dir(), SHARD).unwrap().len() > 2, "rolled over");
+    let (got, t) = read_all(&dir.wal_dir(), 0);
+    assert_eq!(got.unwrap(), all);
+    assert!(t.is_none());
+}
+
 #[test]
 fn records_are_aligned_and_the_alignment_comes_from_the_file() {
     let root = fresh_dir("wal-align");
