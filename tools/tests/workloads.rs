@@ -99,6 +99,34 @@ fn ycsbt_deposits_over_the_wire_into_an_empty_daemon() {
     assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
 }
 
+/// Open loop over the wire: the clock's senders send every scheduled
+/// request (rate × window, none lost to the schedule), each answered, named
+/// for exactly-once, and the check is exact; then `styx verify` agrees.
+#[test]
+fn ycsbt_open_loop_sends_every_scheduled_request() {
+    let dir = data_dir("workloads-ycsbt-open");
+    let daemon = Daemon::start(
+        styxd(),
+        &dir,
+        &["--shards", "2", "--preload", "ycsbt", "--keys", "2000"],
+    );
+    let report = bench(
+        "ycsbt",
+        &daemon.addr,
+        &["--keys", "2000", "--rate", "2000", "--exactly-once"],
+    );
+    assert_eq!(report["mode"], "open", "{report}");
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    let done = report["committed"].as_u64().unwrap() + report["aborted"].as_u64().unwrap();
+    // 2 000/s for the 1 s window: every scheduled request ran.
+    assert_eq!(done, 2_000, "{report}");
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["verify", "ycsbt", "--connect", &daemon.addr, "--keys", "2000"])
+        .output()
+        .expect("styx runs");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Reads every account with `Connection::dump` (the client's `__scan` pages).
 fn dump_accounts(addr: &str) -> Vec<(styx_engine::Key, Vec<u8>)> {
     let addr = addr.to_string();

@@ -14,9 +14,10 @@
 //! Load is offered like in-process: closed loop keeps `in_flight` requests
 //! outstanding per lane, capped so that all lanes together stay within the
 //! connections' in-flight limits (more would only queue in the client);
-//! open loop sends at a fixed total rate, round-robin over lanes, and
-//! measures each request from its *scheduled* time, so a stall is charged
-//! to every request it delayed (no coordinated omission). Only requests
+//! open loop sends at a fixed total rate, round-robin over lanes, through
+//! as many senders as the connections take in flight (no task per
+//! request), and measures each request from its *scheduled* time, so a
+//! stall is charged to every request it delayed (no coordinated omission). Only requests
 //! scheduled inside the measured window count; those outstanding at its
 //! end are awaited, so the final state holds exactly the committed
 //! transactions the sources saw.
@@ -306,8 +307,9 @@ fn source<S: Source>(l: &Lanes<S>, shard: usize) -> std::cell::RefMut<'_, S> {
     })
 }
 
-/// Sends one request of `lane` and records its outcome; false if no node
-/// answers any more.
+/// Sends one request of lane `index` and records its outcome; false if no
+/// node answers any more. `spread` picks among the connections to the
+/// lane's node.
 ///
 /// A refused request (`OVERLOADED`, `SHUTTING_DOWN`: it did not run) is
 /// sent again after a pause. A request whose connection broke is sent
@@ -315,9 +317,15 @@ fn source<S: Source>(l: &Lanes<S>, shard: usize) -> std::cell::RefMut<'_, S> {
 /// requests are named for exactly-once: the engine then answers a request
 /// that had committed with its first outcome, and runs one that had not.
 /// Without names its outcome is unknown and the check fails.
-async fn one<S: Source>(l: &Lanes<S>, index: usize, stream: &RefCell<Stream>, intended: Instant) -> bool {
+async fn one<S: Source>(
+    l: &Lanes<S>,
+    index: usize,
+    spread: usize,
+    stream: &RefCell<Stream>,
+    intended: Instant,
+) -> bool {
     let (shard, lane) = l.lanes[index];
-    let slot = l.pool.slot_for_shard(shard as u16, index);
+    let slot = l.pool.slot_for_shard(shard as u16, spread);
     let (request, tag) = source(l, shard).next(lane);
     let naming = stream.borrow_mut().begin();
     let answer = loop {
@@ -360,16 +368,83 @@ async fn closed_loop<S: Source>(l: Rc<Lanes<S>>, index: usize, salt: u64) {
     let stop_at = l.meter.borrow().stop_at;
     loop {
         let now = Instant::now();
-        if now >= stop_at || !one(&l, index, &stream, now).await {
+        if now >= stop_at || !one(&l, index, salt as usize, &stream, now).await {
             return;
         }
     }
 }
 
-async fn open_loop<S: Source>(l: Rc<Lanes<S>>, rate: f64, outstanding: Rc<Cell<usize>>) {
+/// Requests due to be sent in open loop, and the senders waiting for one.
+#[derive(Default)]
+struct Schedule {
+    /// `(intended, lane)` of every request due and not yet taken.
+    due: std::collections::VecDeque<(Instant, usize)>,
+    idle: Vec<std::task::Waker>,
+    /// The window is over: senders stop once `due` is empty.
+    closed: bool,
+}
+
+impl Schedule {
+    fn push(&mut self, intended: Instant, lane: usize) {
+        self.due.push_back((intended, lane));
+        if let Some(w) = self.idle.pop() {
+            w.wake();
+        }
+    }
+
+    fn close(&mut self) {
+        self.closed = true;
+        for w in self.idle.drain(..) {
+            w.wake();
+        }
+    }
+}
+
+/// Open loop: a clock hands out requests at `rate` per second, round-robin
+/// over lanes, to a fixed set of senders (as many as the connections take
+/// in flight), each sending one request and awaiting its answer at a time.
+/// No task per request, and back-pressure where it belongs: when every
+/// sender is busy the due requests wait in the schedule, and their wait is
+/// charged to them (latency counts from the *scheduled* time, so a stall
+/// is charged to every request it delayed: no coordinated omission).
+/// Returns the requests still unanswered after `DRAIN_TIMEOUT`.
+async fn open_loop<S: Source>(l: Rc<Lanes<S>>, rate: f64, senders: usize) -> usize {
     let interval = Duration::from_secs_f64(1.0 / rate);
-    let streams: Vec<Rc<RefCell<Stream>>> = (0..l.lanes.len())
-        .map(|i| Rc::new(RefCell::new(Stream::new(l.exactly_once, i as u64))))
+    let streams: Rc<Vec<RefCell<Stream>>> = Rc::new(
+        (0..l.lanes.len())
+            .map(|i| RefCell::new(Stream::new(l.exactly_once, i as u64)))
+            .collect(),
+    );
+    let schedule = Rc::new(RefCell::new(Schedule::default()));
+    let outstanding = Rc::new(Cell::new(0usize));
+    let tasks: Vec<_> = (0..senders.max(1))
+        .map(|spread| {
+            let (l, streams, schedule, outstanding) =
+                (l.clone(), streams.clone(), schedule.clone(), outstanding.clone());
+            glommio::spawn_local(async move {
+                loop {
+                    let next = futures_lite::future::poll_fn(|cx| {
+                        let mut s = schedule.borrow_mut();
+                        match s.due.pop_front() {
+                            Some(t) => std::task::Poll::Ready(Some(t)),
+                            None if s.closed => std::task::Poll::Ready(None),
+                            None => {
+                                s.idle.push(cx.waker().clone());
+                                std::task::Poll::Pending
+                            }
+                        }
+                    })
+                    .await;
+                    let Some((intended, lane)) = next else { return };
+                    outstanding.set(outstanding.get() + 1);
+                    let alive = one(&l, lane, spread, &streams[lane], intended).await;
+                    outstanding.set(outstanding.get() - 1);
+                    if !alive {
+                        return;
+                    }
+                }
+            })
+        })
         .collect();
     let (origin, stop_at) = {
         let m = l.meter.borrow();
@@ -382,22 +457,27 @@ async fn open_loop<S: Source>(l: Rc<Lanes<S>>, rate: f64, outstanding: Rc<Cell<u
         if next > now {
             glommio::timer::sleep(next - now).await;
         }
-        // Send everything due; a late scheduler catches up, and the delay
-        // is charged to the requests (measured from `intended`).
+        // Everything due; a late clock catches up, and the delay is
+        // charged to the requests (measured from `intended`).
         let now = Instant::now();
+        let mut s = schedule.borrow_mut();
         while next <= now && next < stop_at {
-            let (l2, stream, out) = (l.clone(), streams[lane].clone(), outstanding.clone());
-            let intended = next;
-            out.set(out.get() + 1);
-            glommio::spawn_local(async move {
-                one(&l2, lane, &stream, intended).await;
-                out.set(out.get() - 1);
-            })
-            .detach();
+            s.push(next, lane);
             next += interval;
             lane = (lane + 1) % l.lanes.len();
         }
     }
+    schedule.borrow_mut().close();
+    let drain = async {
+        for t in tasks {
+            t.await;
+        }
+    };
+    let timeout = async {
+        glommio::timer::sleep(DRAIN_TIMEOUT).await;
+    };
+    futures_lite::future::or(drain, timeout).await;
+    outstanding.get() + schedule.borrow().due.len()
 }
 
 /// Prints elapsed time and committed/s once a second until `done`.
@@ -501,13 +581,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
             }
         }
         (Load::Open { rate }, _) => {
-            let outstanding = Rc::new(Cell::new(0));
-            open_loop(l.clone(), rate, outstanding.clone()).await;
-            let drained = Instant::now();
-            while outstanding.get() > 0 && drained.elapsed() < DRAIN_TIMEOUT {
-                glommio::timer::sleep(Duration::from_millis(2)).await;
-            }
-            unanswered = outstanding.get();
+            unanswered = open_loop(l.clone(), rate, capacity).await;
         }
         (Load::Closed { .. }, None) => unreachable!("closed loop has an in-flight count"),
     }
