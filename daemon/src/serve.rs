@@ -122,6 +122,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             metrics: Some(metrics.clone()),
             durable: Some(durable),
             cluster: Some(run.clone()),
+            idle_poll_us: settings.idle_poll_us,
             ..Options::default()
         };
         // Announce once every shard listens; tests and scripts read this

@@ -58,6 +58,15 @@ pub enum Error {
     Listen { addr: std::net::SocketAddr, reason: String },
 }
 
+/// How long a shard polls without progress before it parks, by default.
+/// While an epoch runs a peer's message is due any microsecond, and
+/// polling (a few loads per check) answers it in ~1 µs where a parked
+/// shard takes ~80 µs to wake. But a peer that is not running (more busy
+/// threads than cores, or a slow fsync) never answers a poller: past this
+/// budget the shard parks and gives the core away until a doorbell, its
+/// log or a client wakes it.
+pub const IDLE_POLL_US: u64 = 200;
+
 /// How to run the shards.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -68,6 +77,9 @@ pub struct Options {
     /// How long an idle executor spins before it parks: parking saves CPU
     /// but a parked peer takes ~80 µs to wake instead of ~10 µs.
     pub spin_before_park: Duration,
+    /// How long a shard with an epoch open polls (spins) for its peers
+    /// without progress before it parks, in µs; see [`IDLE_POLL_US`].
+    pub idle_poll_us: u64,
     /// Memory glommio registers for I/O per executor.
     pub io_memory: usize,
     /// Where shards publish their counters (about every millisecond).
@@ -88,6 +100,7 @@ impl Default for Options {
             engine: Config::default(),
             pin: true,
             spin_before_park: Duration::from_micros(50),
+            idle_poll_us: IDLE_POLL_US,
             io_memory: 1 << 20,
             metrics: None,
             durable: None,
@@ -205,9 +218,18 @@ where
                     remote,
                     run: opts.cluster.clone(),
                 };
-                let output = ShardLoop::new(shard, frontend, mesh, durable, metrics, waiter, clock)
-                    .run(receivers)
-                    .await;
+                let output = ShardLoop::new(
+                    shard,
+                    frontend,
+                    mesh,
+                    durable,
+                    metrics,
+                    waiter,
+                    clock,
+                    opts.idle_poll_us,
+                )
+                .run(receivers)
+                .await;
                 (id, output)
             })
             .map_err(|source| Error::Executor { shard: i, source })?;

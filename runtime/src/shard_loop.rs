@@ -35,14 +35,6 @@ use styx_engine::{Message, Outputs, Shard, ShardId, Stage};
 /// How often a shard publishes its counters, in µs.
 const METRICS_PUBLISH_US: u64 = 1_000;
 
-/// How long a shard spins without progress before it parks. While an epoch
-/// runs a peer's message is due any microsecond, and spinning (a few loads
-/// per check) answers it in ~1 µs where a parked shard takes ~80 µs to
-/// wake. But a peer that is not running (more threads than cores, or a slow
-/// fsync) never answers a spinner: past this budget the shard parks and
-/// gives the core away until a doorbell, its log or a client wakes it.
-const SPIN_US: u64 = 200;
-
 /// How long a shard with open work parks at most: it re-checks the clock,
 /// the epoch's timers and the done count.
 const BUSY_PARK_US: u64 = 1_000;
@@ -133,6 +125,8 @@ pub(crate) struct ShardLoop<F: Frontend> {
     /// frontend wake it through this.
     waiter: Rc<RefCell<Option<Waker>>>,
     clock: Clock,
+    /// µs without progress spent polling before parking.
+    spin_us: u64,
     /// This shard counted itself in the mesh's `done`.
     counted: bool,
     me: usize,
@@ -173,6 +167,7 @@ impl<F: Frontend> ShardLoop<F> {
         metrics: Option<Arc<ShardMetrics>>,
         waiter: Rc<RefCell<Option<Waker>>>,
         clock: Clock,
+        spin_us: u64,
     ) -> ShardLoop<F> {
         let me = usize::from(shard.id());
         let profile = std::env::var_os("STYX_PROFILE").map(|_| Profile::new(&shard, clock.now_us()));
@@ -184,6 +179,7 @@ impl<F: Frontend> ShardLoop<F> {
             metrics,
             waiter,
             clock,
+            spin_us,
             counted: false,
             me,
             out: Outputs::default(),
@@ -237,10 +233,10 @@ impl<F: Frontend> ShardLoop<F> {
                 glommio::yield_if_needed().await;
                 continue;
             }
-            // No progress: spin a while (see `SPIN_US`) if an epoch is open
+            // No progress: spin a while (`spin_us`, see `IDLE_POLL_US`) if an epoch is open
             // and a peer's message is due, then park.
             let quiet = self.shard.is_quiet() && self.overflow.is_empty();
-            if !self.overflow.is_empty() || (!quiet && now < self.progress_us + SPIN_US) {
+            if !self.overflow.is_empty() || (!quiet && now < self.progress_us + self.spin_us) {
                 futures_lite::future::yield_now().await;
                 continue;
             }
