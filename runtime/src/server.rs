@@ -529,6 +529,15 @@ async fn read_loop(
         let Some(c) = h.conns.get_mut(&id) else {
             return;
         };
+        // The read above may have waited while the session changed: closed
+        // (a shutdown, or the cluster lost a node and the shard stopped) —
+        // then the bytes are dropped — or at its limit — then they wait.
+        if c.session.is_closing() {
+            return;
+        }
+        if !c.session.wants_input() {
+            continue;
+        }
         let mut input = &buf[start..end];
         // Every frame read gets exactly one answer (an ERROR at worst):
         // owed from now until the writer has written it. Counted before the
