@@ -16,6 +16,7 @@ pub struct Latency {
     pub p90: u64,
     pub p99: u64,
     pub p999: u64,
+    pub p9999: u64,
     pub max: u64,
     pub mean: f64,
 }
@@ -30,6 +31,7 @@ impl Latency {
             p90: h.value_at_quantile(0.90),
             p99: h.value_at_quantile(0.99),
             p999: h.value_at_quantile(0.999),
+            p9999: h.value_at_quantile(0.9999),
             max: h.max(),
             mean: h.mean(),
         }
@@ -133,8 +135,8 @@ impl Report {
             self.tps, self.tps_per_core, self.serial_tps, self.efficiency
         ));
         s.push_str(&format!(
-            "  latency µs  p50 {}  p90 {}  p99 {}  p99.9 {}  max {}\n",
-            l.p50, l.p90, l.p99, l.p999, l.max
+            "  latency µs  p50 {}  p90 {}  p99 {}  p99.9 {}  p99.99 {}  max {}\n",
+            l.p50, l.p90, l.p99, l.p999, l.p9999, l.max
         ));
         s.push_str(&format!(
             "  {} committed · {} aborted · {} failed · {} re-executed · {} serialized · {} epochs\n",
