@@ -157,9 +157,14 @@ pub fn parse<E: Extension>(program: &Program, args: Vec<String>) -> Result<(Sett
     }
 }
 
-/// Logs to stderr as the settings say, serves `app` until stopped, and
+/// Logs to stderr as the settings say, serves `app` until stopped (or, with
+/// `--schema`, prints its schema and serves nothing), and
 /// returns the exit status.
 pub fn serve<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, extension: &E) -> ExitCode {
+    if settings.schema {
+        print!("{}", app.schema());
+        return ExitCode::SUCCESS;
+    }
     let filter = tracing_subscriber::EnvFilter::new(&settings.log);
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)

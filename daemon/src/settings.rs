@@ -122,6 +122,10 @@ pub struct Flags {
     /// This node's id in the cluster file.
     #[arg(long, env = "STYX_NODE_ID")]
     pub node_id: Option<u16>,
+    /// Print the application's schema (operators, functions, argument and
+    /// result types) and exit.
+    #[arg(long)]
+    pub schema: bool,
 }
 
 /// The settings in force, after file < environment < flags < defaults.
@@ -141,6 +145,8 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// The cluster this daemon is a node of, and its id there.
     pub cluster: Option<(Spec, u16)>,
+    /// Print the schema instead of serving (`--schema`).
+    pub schema: bool,
 }
 
 impl Settings {
@@ -227,6 +233,7 @@ impl Settings {
             log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
             log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
             cluster,
+            schema: args.schema,
         })
     }
 }

@@ -30,6 +30,8 @@ use crate::abort::Abort;
 use crate::codec::{Decode, Encode, Payload};
 use crate::ctx::Ctx;
 use crate::ids::{FnId, OpId};
+use crate::schema::{Schema, Signature};
+use crate::typed::Functions;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -211,11 +213,17 @@ pub struct Function {
     /// The function's number among all of the application's (runner pools).
     ordinal: u32,
     make: MakeRunner,
+    signature: Signature,
 }
 
 impl Function {
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// Its arguments and result, for the [`Schema`].
+    pub fn signature(&self) -> &Signature {
+        &self.signature
     }
 
     pub fn kind(&self) -> FnKind {
@@ -229,6 +237,8 @@ pub struct Operator {
     partitions: u32,
     functions: Vec<Function>,
     by_name: HashMap<String, u16>,
+    /// The state's type, when declared as a typed entity.
+    state: Option<String>,
 }
 
 impl Operator {
@@ -242,6 +252,11 @@ impl Operator {
 
     pub fn functions(&self) -> impl Iterator<Item = &Function> {
         self.functions.iter()
+    }
+
+    /// The state's type, for an operator declared with [`App::entity`].
+    pub fn state(&self) -> Option<&str> {
+        self.state.as_deref()
     }
 }
 
@@ -312,6 +327,7 @@ impl App {
             partitions,
             functions: Vec::new(),
             by_name: HashMap::new(),
+            state: None,
         });
         self.by_name.insert(name.to_string(), id);
         self.register(id, GET_FUNCTION, FnKind::Entity, |ctx: Ctx, (): ()| async move {
@@ -324,6 +340,28 @@ impl App {
             |ctx: Ctx, args: (Option<Vec<u8>>, u32)| async move { scan_page(&ctx, args.0.as_deref(), args.1) },
         );
         id
+    }
+
+    /// Declares the operator of typed entity `E` (its name and partitions
+    /// from `#[entity]`) and registers its functions (from `#[functions]`);
+    /// see [`crate::typed`]. More closures may be registered on the operator
+    /// it returns.
+    pub fn entity<E: Functions>(&mut self) -> OpId {
+        let op = self.operator(E::NAME, E::PARTITIONS);
+        self.operators[op.0 as usize].state = Some(crate::schema::short_type_name(std::any::type_name::<E>()));
+        E::register(self, op);
+        op
+    }
+
+    /// Replaces the signature the schema shows for `f` (typed entities
+    /// record their argument names this way).
+    pub fn set_signature(&mut self, f: FnId, signature: Signature) {
+        self.operators[f.op.0 as usize].functions[f.index as usize].signature = signature;
+    }
+
+    /// The operators, functions and their types, printable.
+    pub fn schema(&self) -> Schema {
+        Schema::of(self)
     }
 
     /// Registers an entity function. Its arguments decode as `A` and its
@@ -395,6 +433,7 @@ impl App {
             kind,
             ordinal,
             make,
+            signature: Signature::of::<A, R>(),
         });
         operator.by_name.insert(name.to_string(), index);
         FnId { op, index }

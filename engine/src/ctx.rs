@@ -367,6 +367,13 @@ impl Ctx {
         }
     }
 
+    /// A typed proxy on entity `key` of typed entity `E`: its methods are
+    /// `E`'s functions (see [`crate::typed`]), each returning a [`Call`].
+    #[inline]
+    pub fn entity<E: crate::typed::Entity>(&self, key: impl Into<Key>) -> E::Proxy<'_> {
+        E::proxy(crate::typed::EntityRef::new(self, E::NAME, key.into()))
+    }
+
     /// Calls a function by id (resolved once with [`crate::App::resolve`]):
     /// skips the name lookup on hot paths.
     pub fn call_fn<R: Decode>(&self, function: FnId, key: impl Into<Key>, args: impl Encode) -> Call<R> {

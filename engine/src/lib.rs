@@ -7,6 +7,9 @@
 //! so any run can be replayed from its inputs.
 //!
 //! - [`App`], [`Ctx`]: the programming model (operators, functions, calls).
+//! - [`typed`]: the same as Rust types and methods — `#[entity]`,
+//!   `#[functions]`, typed proxies, `#[derive(Encode, Decode)]` — and
+//!   [`App::schema`], the printable list of what an application serves.
 //! - [`Shard`]: the epoch protocol on one shard.
 //! - [`Serial`]: the same functions run serially, as oracle and ceiling.
 //! - [`recovery`]: from what disks hold to what each shard restores and
@@ -16,6 +19,9 @@
 //! - [`oracle`]: a run checked against serial execution (tests).
 
 #![forbid(unsafe_code)]
+
+// The macros' expansions name the engine `::styx_engine`, here too.
+extern crate self as styx_engine;
 
 mod abort;
 mod app;
@@ -31,10 +37,12 @@ mod message;
 pub mod oracle;
 pub mod recovery;
 pub mod rng;
+mod schema;
 mod serial;
 mod shard;
 pub mod sim;
 mod store;
+pub mod typed;
 mod value;
 pub mod wire;
 
@@ -54,6 +62,9 @@ pub use history::{EpochRecord, serial_order};
 pub use ids::{Address, Epoch, FnId, OpId, SHARDS_MAX, ShardId, ShardSet, Tid, partition_owner};
 pub use key::{KEY_LEN_MAX, Key, KeyPart};
 pub use message::{Invoke, Message, Parent, Phase, Reply as CallReply, flags};
+pub use schema::{FunctionSchema, OperatorSchema, Schema, Signature};
 pub use serial::Serial;
 pub use shard::{CLIENTS_MAX, OUTCOMES_PER_CLIENT_MAX, Outputs, Shard, Stage, Stats, client_home};
+pub use styx_macros::{Decode, Encode, entity, functions};
+pub use typed::{Entity, EntityRef, Functions, TypedRequest};
 pub use value::{Load, Scratch, Store, VALUE_INLINE_MAX, Value};

@@ -17,7 +17,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
-use styx_engine::{Abort, AbortKind, Address, Payload};
+use styx_engine::{Abort, AbortKind, Address, Key, Payload, TypedRequest};
 use styx_net::client::{Client, ConnectOptions, Connection, Error, Options, Outcome};
 use styx_net::{Body, Decoder, ErrorCode, FRAME_LEN_MAX, Frame, Request, Status, Welcome, encode, error_frame};
 
@@ -677,5 +677,20 @@ fn aborts_reads_status_and_ping() {
             client.get("counter", &[0u8, 0, 0, 0, 0, 0, 0, 3][..]).await.unwrap(),
             Some(1i64.to_le_bytes().to_vec())
         );
+    });
+}
+
+#[test]
+fn a_typed_request_is_sent_and_its_result_decoded() {
+    run(|| async {
+        let (addr, _fake) = fake(Config::default());
+        let client = Client::connect(addr, options()).await.unwrap();
+        // What an entity's `{Entity}Request` builder returns.
+        let add = TypedRequest::<(i64, i64)>::new("counter", "add", Key::from(3u64), &5i64);
+        assert_eq!(client.invoke(&add).await.unwrap(), (5, 5));
+        assert_eq!(client.invoke(&add).await.unwrap(), (5, 10));
+        let fail = TypedRequest::<()>::new("counter", "fail", Key::from(3u64), &());
+        let err = client.invoke(&fail).await.unwrap_err();
+        assert!(matches!(err, Error::Aborted { .. }), "{err}");
     });
 }

@@ -86,7 +86,7 @@ use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::Duration;
-use styx_engine::{Abort, Address, Decode, Encode, Key, Payload, Tid};
+use styx_engine::{Abort, Address, Decode, Encode, Key, Payload, Tid, TypedRequest};
 use sync::Slots;
 
 /// A transaction's outcome: committed with the function's result, or
@@ -358,6 +358,21 @@ impl Client {
         self.call(operator, key, function, Payload::encode(args))
             .await?
             .decode()
+    }
+
+    /// Sends a typed request, exactly once, and decodes its result: the
+    /// request builders of typed entities make them
+    /// (`client.invoke(&AccountRequest::new(1u64).deposit(50))`, see
+    /// `styx_engine::typed`). An abort is [`Error::Aborted`].
+    pub async fn invoke<R: Decode>(&self, request: &TypedRequest<R>) -> Result<R, Error> {
+        self.call(
+            request.operator,
+            request.key.clone(),
+            request.function,
+            request.args.clone(),
+        )
+        .await?
+        .decode()
     }
 
     /// [`Client::call_partition`] with arguments and result in the engine's

@@ -1,0 +1,283 @@
+//! Typed entities (`#[entity]`, `#[functions]`, typed proxies) run through
+//! the engine like closures: a typed call across entities commits and
+//! aborts with its transaction, a randomized typed bank equals serial
+//! execution, and the schema lists what the application serves.
+
+mod common;
+
+use common::*;
+use rkyv::{Archive, Deserialize, Serialize};
+use std::collections::HashMap;
+use std::sync::Arc;
+use styx_engine::rng::Rng;
+use styx_engine::sim::{Sim, test_config};
+use styx_engine::{self as styx, Abort, AbortKind, App, Ctx, Decode, Key, OpId, Outcome, Payload, TypedRequest, Value};
+
+/// A transfer, as one struct argument.
+#[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq)]
+struct Entry {
+    from: u64,
+    to: u64,
+    amount: i64,
+}
+
+/// What a transfer did, as an enum result.
+#[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq)]
+enum Verdict {
+    Moved { balance: i64 },
+    Nothing,
+}
+
+#[styx::entity(name = "account", partitions = 8)]
+#[derive(Archive, Serialize, Deserialize, Default, Debug)]
+struct Account {
+    balance: i64,
+    transfers: u32,
+}
+
+/// Ledgers hold the transfers of the accounts they are keyed by (`from % 4`).
+const LEDGERS: u64 = 4;
+
+#[styx::functions]
+impl Account {
+    /// Adds `amount`; returns the new balance.
+    async fn deposit(&mut self, amount: i64) -> Result<i64, Abort> {
+        self.balance += amount;
+        Ok(self.balance)
+    }
+
+    async fn balance(&self) -> Result<i64, Abort> {
+        Ok(self.balance)
+    }
+
+    /// Credits `entry.to` and records the entry in a ledger, then debits
+    /// this account: when it is short, the abort undoes the credit and the
+    /// ledger entry too.
+    async fn transfer(&mut self, ctx: &Ctx, entry: Entry) -> Result<Verdict, Abort> {
+        if entry.amount == 0 {
+            return Ok(Verdict::Nothing);
+        }
+        ctx.entity::<Account>(entry.to).deposit(entry.amount).await?;
+        ctx.entity::<Ledger>(entry.from % LEDGERS).record(entry.clone()).await?;
+        if self.balance < entry.amount {
+            return Err(Abort::new("insufficient credit"));
+        }
+        self.balance -= entry.amount;
+        self.transfers += 1;
+        Ok(Verdict::Moved { balance: self.balance })
+    }
+}
+
+#[styx::entity(partitions = 4)]
+#[derive(Archive, Serialize, Deserialize, Default)]
+struct Ledger {
+    entries: Vec<(u64, u64, i64)>,
+}
+
+#[styx::functions]
+impl Ledger {
+    async fn record(&mut self, entry: Entry) -> Result<u32, Abort> {
+        self.entries.push((entry.from, entry.to, entry.amount));
+        Ok(self.entries.len() as u32)
+    }
+
+    async fn entries(&self) -> Result<Vec<Entry>, Abort> {
+        Ok(self
+            .entries
+            .iter()
+            .map(|&(from, to, amount)| Entry { from, to, amount })
+            .collect())
+    }
+}
+
+fn app() -> Arc<App> {
+    let mut app = App::new("typed-bank");
+    let account = app.entity::<Account>();
+    app.entity::<Ledger>();
+    // The closure API still works on a typed operator.
+    app.function(account, "audit", |ctx, (): ()| async move {
+        Ok(ctx.get::<Account>()?.map_or(0, |a| a.transfers))
+    });
+    Arc::new(app)
+}
+
+/// Runs `request` alone to completion and returns its outcome, decoded.
+fn run<R: Decode>(sim: &mut Sim, app: &App, token: u64, request: TypedRequest<R>) -> Result<R, Abort> {
+    let shard = (token % u64::from(sim.n_shards())) as u16;
+    sim.submit(shard, token, request.request(app).expect("registered"))
+        .unwrap();
+    sim.run();
+    let replies = sim.take_replies();
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    match &replies[0].outcome {
+        Outcome::Committed(p) => Ok(request.decode(p).expect("result type")),
+        Outcome::Aborted(a) => Err(a.clone()),
+    }
+}
+
+#[test]
+fn a_typed_call_across_entities_commits_and_aborts_with_its_transaction() {
+    for seed in seeds(0..4) {
+        let app = app();
+        let mut sim = Sim::new(app.clone(), test_config(100), 2, seed);
+        assert_eq!(run(&mut sim, &app, 1, AccountRequest::new(1u64).deposit(10)), Ok(10));
+        assert_eq!(run(&mut sim, &app, 2, AccountRequest::new(2u64).deposit(10)), Ok(10));
+        let entry = |amount| Entry { from: 1, to: 2, amount };
+        assert_eq!(
+            run(&mut sim, &app, 3, AccountRequest::new(1u64).transfer(entry(7))),
+            Ok(Verdict::Moved { balance: 3 })
+        );
+        // Short now: the credit of account 2 and the ledger entry, both
+        // already made when the debtor aborts, are rolled back.
+        let abort = run(&mut sim, &app, 4, AccountRequest::new(1u64).transfer(entry(7))).unwrap_err();
+        assert_eq!(abort.kind(), AbortKind::User);
+        assert_eq!(abort.message(), "insufficient credit");
+        assert_eq!(
+            run(&mut sim, &app, 5, AccountRequest::new(1u64).transfer(entry(0))),
+            Ok(Verdict::Nothing)
+        );
+        assert_eq!(run(&mut sim, &app, 6, AccountRequest::new(1u64).balance()), Ok(3));
+        assert_eq!(run(&mut sim, &app, 7, AccountRequest::new(2u64).balance()), Ok(17));
+        assert_eq!(
+            run(&mut sim, &app, 8, LedgerRequest::new(1u64).entries()),
+            Ok(vec![entry(7)])
+        );
+        // The closure registered beside the typed functions sees the same state.
+        let audit = TypedRequest::<u32>::new("account", "audit", Key::from(1u64), &());
+        assert_eq!(run(&mut sim, &app, 9, audit), Ok(1));
+        // Reads (`&self`) write nothing: an entity never written has no state.
+        assert_eq!(run(&mut sim, &app, 10, AccountRequest::new(99u64).balance()), Ok(0));
+        assert!(!sim.state().contains_key(&(OpId(0), Key::from(99u64))));
+    }
+}
+
+fn decode_account(v: &Value) -> Account {
+    v.decode::<Account>().expect("an Account")
+}
+
+#[test]
+fn a_typed_bank_under_contention_equals_serial_execution() {
+    swarm(seeds(0..6), |seed| {
+        let app = app();
+        let shards = 1 + (seed % 3) as u16;
+        let mut config = test_config(200);
+        config.epoch_gather_us = 200;
+        let limits = config.limits;
+        let mut sim = Sim::new(app.clone(), config, shards, seed);
+        let mut rng = Rng::new(seed);
+        let accounts = 20u64;
+        let start = 5i64;
+        let account_op = app.op_id("account").unwrap();
+        let initial: Vec<(OpId, Key, Value)> = (0..accounts)
+            .map(|k| {
+                let state = Account {
+                    balance: start,
+                    transfers: 0,
+                };
+                (
+                    account_op,
+                    Key::from(k),
+                    Value::encode(&state, &mut Default::default()).unwrap(),
+                )
+            })
+            .collect();
+        for (op, k, v) in &initial {
+            sim.load(*op, k, Some(v.clone()));
+        }
+        let mut sent = HashMap::new();
+        for token in 0..600u64 {
+            let from = rng.below(accounts);
+            let to = (from + 1 + rng.below(accounts - 1)) % accounts;
+            let amount = 1 + rng.below(4) as i64;
+            let request = AccountRequest::new(from).transfer(Entry { from, to, amount });
+            sim.submit(
+                rng.below(u64::from(shards)) as u16,
+                token,
+                request.request(&app).unwrap(),
+            )
+            .unwrap();
+            sent.insert(token, (from, to, amount));
+            for _ in 0..rng.below(20) {
+                sim.step();
+            }
+        }
+        sim.run();
+        let replies = sim.take_replies();
+        assert_eq!(replies.len(), sent.len(), "every request is answered once");
+        let mut expected: HashMap<u64, i64> = (0..accounts).map(|k| (k, start)).collect();
+        let mut committed = 0;
+        for r in &replies {
+            let (from, to, amount) = sent[&r.token];
+            match &r.outcome {
+                Outcome::Committed(p) => {
+                    assert!(matches!(p.decode::<Verdict>().unwrap(), Verdict::Moved { .. }));
+                    *expected.get_mut(&from).unwrap() -= amount;
+                    *expected.get_mut(&to).unwrap() += amount;
+                    committed += 1;
+                }
+                Outcome::Aborted(a) => assert_eq!(a.message(), "insufficient credit", "{a:?}"),
+            }
+        }
+        assert!(committed > 0);
+        let state = sim.state();
+        let mut ledger_entries = 0;
+        for ((op, key), value) in &state {
+            if *op == account_op {
+                let k = key.as_u64().unwrap();
+                assert_eq!(decode_account(value).balance, expected[&k], "account {k}");
+            } else {
+                ledger_entries += value.decode::<Ledger>().expect("a Ledger").entries.len();
+            }
+        }
+        assert_eq!(ledger_entries, committed, "one ledger entry per committed transfer");
+        let history = sim.take_history();
+        check_run(&app, limits, &initial, &sim.logs(), &history, &replies, &state);
+    });
+}
+
+#[test]
+fn the_schema_lists_operators_functions_and_types() {
+    let schema = app().schema();
+    let text = schema.to_string();
+    let expected = "\
+app typed-bank
+operator account: 8 partitions, state Account
+  __get() -> Option<Vec<u8>>
+  partition __scan(Option<Vec<u8>>, u32) -> (Vec<(Vec<u8>, Vec<u8>)>, bool)
+  deposit(amount: i64) -> i64
+  balance() -> i64
+  transfer(entry: Entry) -> Verdict
+  audit() -> u32
+operator ledger: 4 partitions, state Ledger
+  __get() -> Option<Vec<u8>>
+  partition __scan(Option<Vec<u8>>, u32) -> (Vec<(Vec<u8>, Vec<u8>)>, bool)
+  record(entry: Entry) -> u32
+  entries() -> Vec<Entry>
+";
+    assert_eq!(text, expected);
+    let transfer = schema.operator("account").unwrap().function("transfer").unwrap();
+    assert_eq!(transfer.signature.args, "entry: Entry");
+}
+
+#[test]
+fn derived_codecs_encode_like_tuples_and_tagged_variants() {
+    let entry = Entry {
+        from: 1,
+        to: 2,
+        amount: -3,
+    };
+    assert_eq!(Payload::encode(&entry), Payload::encode(&(1u64, 2u64, -3i64)));
+    assert_eq!(Payload::encode(&entry).decode::<Entry>().unwrap(), entry);
+    let moved = Verdict::Moved { balance: 9 };
+    assert_eq!(Payload::encode(&moved), Payload::encode(&(0u8, 9i64)));
+    assert_eq!(Payload::encode(&Verdict::Nothing).as_bytes(), &[1]);
+    assert_eq!(Payload::encode(&moved).decode::<Verdict>().unwrap(), moved);
+    assert_eq!(
+        Payload::from_bytes(&[2]).decode::<Verdict>(),
+        Err(styx_engine::DecodeError::Tag(2))
+    );
+    // A one-argument function's payload is its argument's encoding, so
+    // untyped clients call typed functions as before.
+    let typed = AccountRequest::new(1u64).deposit(5);
+    assert_eq!(typed.args, Payload::encode(&5i64));
+}
