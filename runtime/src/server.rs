@@ -534,6 +534,11 @@ async fn read_loop(
         let Some(c) = h.conns.get_mut(&id) else {
             return;
         };
+        // The read above may have waited while the run ended and closed
+        // every session (`finish`): a closing session takes no input.
+        if !c.session.wants_input() {
+            return;
+        }
         let mut input = &buf[start..end];
         // Every frame read gets exactly one answer (an ERROR at worst):
         // owed from now until the writer has written it. Counted before the
