@@ -93,7 +93,8 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             snapshot_epoch = ?recovered.snapshot_epoch,
             replay_batches = recovered.replay_batches,
             recovered_epoch = recovered.recovered_epoch,
-            "recovered"
+            since_start_ms = started.elapsed().as_secs_f64() * 1e3,
+            "logs read; the shards restore the snapshot and replay"
         );
         let shared = Arc::new(ServerShared {
             app: app.clone(),

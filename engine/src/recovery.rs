@@ -461,11 +461,10 @@ pub fn apply<E: fmt::Display>(
     assert_eq!(start.shard, id, "shard {}'s start applied to shard {id}", start.shard);
     assert_eq!(shard.epoch(), 0, "shard {id} restored after it ran");
     if let Some(epoch) = start.snapshot {
-        let meta =
-            load(&mut |op, key, value| shard.load_snapshot_entity(op, &key, value)).map_err(|e| Error::Load {
-                shard: id,
-                reason: e.to_string(),
-            })?;
+        let meta = shard.load_snapshot_entities(load).map_err(|e| Error::Load {
+            shard: id,
+            reason: e.to_string(),
+        })?;
         let restored = shard.restore(&meta).map_err(|e: DecodeError| Error::Meta {
             shard: id,
             reason: e.to_string(),

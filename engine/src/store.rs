@@ -117,6 +117,10 @@ pub(crate) struct Store {
     /// Old values of `PENDING` slots saved before being overwritten: the
     /// running snapshot's copy-on-write.
     saved: Vec<(OpId, Key, Option<Value>)>,
+    /// Entities loaded in bulk ([`Store::stage`]) but not yet in their
+    /// partition's table: the first of their slots (they run to the end
+    /// of the slab) and, per slot, its partition's number across operators.
+    staged: Option<(u32, Vec<u32>)>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -143,6 +147,7 @@ impl Store {
             live: 0,
             dirty: Vec::new(),
             saved: Vec::new(),
+            staged: None,
         };
         for (op_id, op) in app.operators() {
             let mut partitions = Vec::with_capacity(op.partitions() as usize);
@@ -349,7 +354,187 @@ impl Store {
             }
             entry.value = value;
         }
-        self.reclaim(op, partition, key);
+        if self.entries[slot as usize].value.is_none() {
+            self.reclaim(op, partition, key);
+        }
+    }
+
+    /// [`Store::load`] of a snapshot's entity (a value, not dirty) whose
+    /// stable hash `hash` the caller computed: one probe of the partition's
+    /// table finds the key or the place to insert it. Restoring millions of
+    /// entities is recovery's main cost, so this skips what `load` does for
+    /// the general case (a second lookup to reclaim an empty entry, hashing
+    /// the key three times).
+    #[inline]
+    pub fn load_snapshot(&mut self, op: OpId, partition: u32, key: &Key, hash: u64, value: Value) {
+        debug_assert_eq!(hash, key.hash64());
+        let entries = &self.entries;
+        let part = self.operators[op.0 as usize].partitions[partition as usize]
+            .as_mut()
+            .expect("partition is owned by this shard");
+        let found = part.map.entry(
+            table_hash(hash),
+            |s| entries[*s as usize].key.as_ref() == Some(key),
+            |s| table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64()),
+        );
+        let slot = match found {
+            hashbrown::hash_table::Entry::Occupied(o) => *o.get(),
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                // `allocate` without the free list: nothing was freed yet
+                // when loading, but keep it correct if something was.
+                let slot = match self.free.pop() {
+                    Some(slot) => slot,
+                    None => {
+                        assert!(self.entries.len() < ENTRIES_PER_SHARD_MAX, "shard entry slab is full");
+                        self.entries.len() as u32
+                    }
+                };
+                v.insert(slot);
+                let entry = Entry {
+                    key: Some(key.clone()),
+                    value: None,
+                    generation: 0,
+                    ordinal: 0,
+                };
+                let meta = SlotMeta { op: op.0, marks: 0 };
+                if (slot as usize) < self.entries.len() {
+                    self.entries[slot as usize] = entry;
+                    self.meta[slot as usize] = meta;
+                } else {
+                    self.entries.push(entry);
+                    self.meta.push(meta);
+                }
+                slot
+            }
+        };
+        assert_eq!(self.meta[slot as usize].marks & PENDING, 0, "load during a snapshot");
+        let entry = &mut self.entries[slot as usize];
+        if entry.value.is_none() {
+            self.live += 1;
+        }
+        entry.value = Some(value);
+    }
+
+    /// Appends a snapshot's entity (a value, not dirty) to the slab without
+    /// indexing it: [`Store::index_staged`] then fills each partition's
+    /// table in one go. Inserted one by one, in key order, millions of
+    /// entities hit every partition's table at random, a cache and TLB miss
+    /// each; a partition at a time, its table stays in cache.
+    pub fn stage(&mut self, op: OpId, partition: u32, key: Key, value: Value) {
+        let first = self.entries.len() as u32;
+        let group = self.groups_before(op) + partition;
+        let (_, groups) = self.staged.get_or_insert_with(|| (first, Vec::new()));
+        groups.push(group);
+        assert!(self.entries.len() < ENTRIES_PER_SHARD_MAX, "shard entry slab is full");
+        self.entries.push(Entry {
+            key: Some(key),
+            value: Some(value),
+            generation: 0,
+            ordinal: 0,
+        });
+        self.meta.push(SlotMeta { op: op.0, marks: 0 });
+        self.live += 1;
+    }
+
+    /// Partitions of the operators before `op` (a partition's number across
+    /// operators is this plus its own).
+    fn groups_before(&self, op: OpId) -> u32 {
+        self.operators[..op.0 as usize]
+            .iter()
+            .map(|o| o.partitions.len() as u32)
+            .sum()
+    }
+
+    /// Puts the staged entities into their partitions' tables, a partition
+    /// at a time (slots in the order they were staged, so that of a key
+    /// staged twice, or already present, the last value wins, as with
+    /// [`Store::load_snapshot`]).
+    pub fn index_staged(&mut self) {
+        let Some((first, groups)) = self.staged.take() else {
+            return;
+        };
+        assert_eq!(
+            first as usize + groups.len(),
+            self.entries.len(),
+            "entities appended while staging"
+        );
+        // A counting sort of the staged slots by partition (stable).
+        let total = self.groups_before(OpId(self.operators.len() as u16)) as usize;
+        let mut start = vec![0u32; total + 1];
+        for g in &groups {
+            start[*g as usize + 1] += 1;
+        }
+        for i in 0..total {
+            start[i + 1] += start[i];
+        }
+        let mut order = vec![0u32; groups.len()];
+        for (i, g) in groups.iter().enumerate() {
+            let at = &mut start[*g as usize];
+            order[*at as usize] = first + i as u32;
+            *at += 1;
+        }
+        drop(groups);
+        for slot in order {
+            let op = OpId(self.meta[slot as usize].op);
+            let key = self.entries[slot as usize].key.as_ref().expect("a staged entity");
+            let hash = key.hash64();
+            let partition = (hash % self.operators[op.0 as usize].partitions.len() as u64) as u32;
+            let entries = &self.entries;
+            let part = self.operators[op.0 as usize].partitions[partition as usize]
+                .as_mut()
+                .expect("partition is owned by this shard");
+            let found = part.map.entry(
+                table_hash(hash),
+                |s| entries[*s as usize].key == entries[slot as usize].key,
+                |s| table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64()),
+            );
+            match found {
+                hashbrown::hash_table::Entry::Vacant(v) => {
+                    v.insert(slot);
+                }
+                hashbrown::hash_table::Entry::Occupied(o) => {
+                    // The key was there already: its slot takes the value,
+                    // this one is freed.
+                    let old = *o.get();
+                    assert_eq!(self.meta[old as usize].marks & PENDING, 0, "load during a snapshot");
+                    let value = self.entries[slot as usize].value.take();
+                    self.entries[slot as usize].key = None;
+                    self.free.push(slot);
+                    if self.entries[old as usize].value.is_some() {
+                        self.live -= 1;
+                    }
+                    self.entries[old as usize].value = value;
+                }
+            }
+        }
+    }
+
+    /// Makes room for about `entities` more entities, spread evenly over
+    /// the owned partitions, so that loading a snapshot neither regrows the
+    /// slab (copying it) nor rehashes the partitions' tables (which hashes
+    /// every key again, in random slab order). A hint: more still fit.
+    pub fn reserve(&mut self, entities: usize) {
+        let owned: usize = self
+            .operators
+            .iter()
+            .map(|o| o.partitions.iter().filter(|p| p.is_some()).count())
+            .sum();
+        if entities == 0 || owned == 0 {
+            return;
+        }
+        self.entries.reserve(entities);
+        self.meta.reserve(entities);
+        let per_partition = entities.div_ceil(owned);
+        let entries = &self.entries;
+        for part in self
+            .operators
+            .iter_mut()
+            .flat_map(|o| o.partitions.iter_mut().flatten())
+        {
+            part.map.reserve(per_partition, |s| {
+                table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64())
+            });
+        }
     }
 
     /// Removes the entry at `slot` if it is empty and no snapshot needs it.

@@ -260,11 +260,15 @@ impl Durable {
         // Before any log is read (and its torn tail cut).
         recovery::check_shards(&shards, &snapshots, &log_shards).map_err(|e| in_dir(&dir, e))?;
         let oldest = manifests.first();
+        let after: Vec<(ShardId, Epoch)> = shards
+            .clone()
+            .map(|s| (s, oldest.and_then(|m| m.shard(s)).map_or(0, |ss| ss.log_after)))
+            .collect();
         let mut logs = Vec::with_capacity(shards.len());
         let mut tails = Vec::with_capacity(shards.len());
-        for s in shards.clone() {
-            let after = oldest.and_then(|m| m.shard(s)).map_or(0, |ss| ss.log_after);
-            let (log, tail) = wal::recover(&dir, s, after)?.into_log();
+        // Every shard's log at once, a thread each.
+        for recovered in wal::recover_all(&dir, &after)? {
+            let (log, tail) = recovered.into_log();
             logs.push(log);
             tails.push(tail);
         }
@@ -343,15 +347,35 @@ impl ShardDurable {
             .expect("one start per shard");
         let parent_epoch = durable.manifest.as_ref().map_or(0, |m| m.epoch);
         let relog = start.relog.clone();
+        let replay_batches = start.logged_batches();
+        let started = Instant::now();
+        // The largest file of the chain (its base, usually) says about how
+        // many entities to make room for: none is then moved or rehashed.
+        let hint = durable
+            .manifest
+            .as_ref()
+            .and_then(|m| m.shard(id))
+            .and_then(|s| s.files.iter().map(|f| f.entries).max())
+            .unwrap_or(0);
+        shard.reserve_entities(usize::try_from(hint).unwrap_or(usize::MAX));
         recovery::apply(start, shard, |entity| {
             let m = durable.manifest.as_ref().expect("a snapshot to restore");
             styx_storage::snapshot::load_entities(&durable.dir.snapshot_dir(), m, id, |op, k, v| entity(op, k, v))
                 .map(|loaded| loaded.meta)
         })
         .unwrap_or_else(|e| fatal(id, &e.to_string()));
+        tracing::info!(
+            shard = id,
+            entities = shard.entity_count(),
+            load_ms = started.elapsed().as_secs_f64() * 1e3,
+            replay_batches,
+            "snapshot loaded; replaying"
+        );
+        let opened = Instant::now();
         let mut writer = wal::Writer::open(&durable.dir, &tail, durable.options)
             .await
             .unwrap_or_else(|e| fatal(id, &format!("cannot open the log: {e}")));
+        tracing::info!(shard = id, open_ms = opened.elapsed().as_secs_f64() * 1e3, "log opened");
         // Epochs other shards logged but this one lost: empty here, written
         // as such so the logs agree before anything new is logged (and
         // replayed too, in `start.replay`: run live, the shard would

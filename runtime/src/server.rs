@@ -349,6 +349,11 @@ impl Frontend for TcpFrontend {
         if !self.serving {
             self.serving = true;
             self.shared.recovering.fetch_sub(1, Relaxed);
+            tracing::info!(
+                shard = shard.id(),
+                since_start_ms = self.shared.started.elapsed().as_secs_f64() * 1e3,
+                "recovered: serving"
+            );
         }
         let inbound: Vec<Inbound> = self.hub.borrow_mut().inbox.drain(..).collect();
         if inbound.is_empty() {

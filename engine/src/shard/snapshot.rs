@@ -21,7 +21,7 @@ use super::{Shard, Stage};
 use crate::codec::Payload;
 use crate::config::SnapshotChunk;
 use crate::ids::{Epoch, partition_owner};
-use crate::key::Key;
+use crate::key::{Key, partition_of};
 use crate::value::Value;
 
 /// Entities a step copies into the running snapshot: bounds the pause.
@@ -169,7 +169,8 @@ impl Shard {
     /// snapshot need not include it.
     pub fn load_snapshot_entity(&mut self, op: crate::OpId, key: &Key, value: Value) {
         assert_eq!(self.m.stage, Stage::Idle, "load while an epoch runs");
-        let partition = key.partition(self.exec.app.operator_info(op).partitions());
+        let hash = key.hash64();
+        let partition = partition_of(hash, self.exec.app.operator_info(op).partitions());
         assert_eq!(
             partition_owner(partition, self.exec.n_shards),
             self.exec.id,
@@ -179,6 +180,40 @@ impl Shard {
             .st
             .borrow_mut()
             .store
-            .load(op, partition, key, Some(value), false);
+            .load_snapshot(op, partition, key, hash, value);
+    }
+
+    /// Loads a snapshot's entities in bulk: `load` calls its argument with
+    /// each, as [`Shard::load_snapshot_entity`] takes them, and they are put
+    /// into their partitions' tables once it returns, a partition at a time
+    /// (the tables stay in cache: several times faster for millions of
+    /// entities). Returns what `load` returns.
+    pub fn load_snapshot_entities<R>(&mut self, load: impl FnOnce(&mut dyn FnMut(crate::OpId, Key, Value)) -> R) -> R {
+        assert_eq!(self.m.stage, Stage::Idle, "load while an epoch runs");
+        let (id, n_shards) = (self.exec.id, self.exec.n_shards);
+        let app = &self.exec.app;
+        let result = {
+            let mut st = self.exec.st.borrow_mut();
+            load(&mut |op, key, value| {
+                let partition = partition_of(key.hash64(), app.operator_info(op).partitions());
+                assert_eq!(
+                    partition_owner(partition, n_shards),
+                    id,
+                    "key {key} loaded on the wrong shard"
+                );
+                st.store.stage(op, partition, key, value);
+            })
+        };
+        self.exec.st.borrow_mut().store.index_staged();
+        result
+    }
+
+    /// Makes room for about `entities` entities before a snapshot's are
+    /// loaded (a hint, e.g. the entity count of the snapshot's largest
+    /// file): the store then grows neither its slab nor its tables while
+    /// loading. Loading more still works.
+    pub fn reserve_entities(&mut self, entities: usize) {
+        assert_eq!(self.m.stage, Stage::Idle, "reserve while an epoch runs");
+        self.exec.st.borrow_mut().store.reserve(entities);
     }
 }

@@ -121,16 +121,34 @@ fn open_chain(snapshot_dir: &Path, files: &[FileRef]) -> Result<Vec<FileReader>>
 
 /// The k-way merge: `emit(op, key, Some(value) | None)` once per distinct
 /// key, newest file winning. Ends with every reader at its footer.
+///
+/// A chain is mostly its base, so after each full step (every file's
+/// current entry compared) the file that held the smallest key, if it alone
+/// held it, goes on emitting while its keys stay below every other file's
+/// current key: one comparison per entry instead of two per file.
 fn merge(readers: &mut [FileReader], mut emit: impl FnMut(u16, &[u8], Option<&[u8]>) -> Result<()>) -> Result<()> {
     let mut key = Vec::new();
+    // The smallest current key of the files other than the one emitting.
+    let mut bound: Vec<u8> = Vec::new();
     loop {
-        // The smallest current key, and the newest file holding it.
+        // The smallest current key, the newest file holding it, and the
+        // smallest current key of the other files (the bound of a run).
         let mut min: Option<(u16, &[u8], usize)> = None;
+        let mut next: Option<(u16, &[u8])> = None;
         for (i, r) in readers.iter().enumerate() {
             if let Some(e) = r.peek() {
                 match min {
-                    Some((op, k, _)) if (e.op, e.key) > (op, k) => {}
-                    _ => min = Some((e.op, e.key, i)),
+                    Some((op, k, _)) if (e.op, e.key) > (op, k) => {
+                        if next.is_none_or(|n| (e.op, e.key) < n) {
+                            next = Some((e.op, e.key));
+                        }
+                    }
+                    Some((op, k, _)) if (e.op, e.key) == (op, k) => min = Some((e.op, e.key, i)),
+                    Some((op, k, _)) => {
+                        next = Some((op, k));
+                        min = Some((e.op, e.key, i));
+                    }
+                    None => min = Some((e.op, e.key, i)),
                 }
             }
         }
@@ -141,10 +159,30 @@ fn merge(readers: &mut [FileReader], mut emit: impl FnMut(u16, &[u8], Option<&[u
         emit(op, k, value)?;
         key.clear();
         key.extend_from_slice(k);
+        let bound_op = next.map(|(op, b)| {
+            bound.clear();
+            bound.extend_from_slice(b);
+            op
+        });
+        let mut holders = 0;
         for r in readers.iter_mut() {
             if r.peek().is_some_and(|e| (e.op, e.key) == (op, key.as_slice())) {
                 r.advance()?;
+                holders += 1;
             }
+        }
+        if holders != 1 {
+            continue;
+        }
+        // A run: the other files did not move, so every key of `newest`
+        // below `bound` is in no other file.
+        let r = &mut readers[newest];
+        while let Some(e) = r.peek() {
+            if bound_op.is_some_and(|b| (e.op, e.key) >= (b, bound.as_slice())) {
+                break;
+            }
+            emit(e.op, e.key, e.value)?;
+            r.advance()?;
         }
     }
     for r in readers.iter() {

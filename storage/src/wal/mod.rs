@@ -13,8 +13,9 @@
 //! zeros once, see [`Options::zero_fill`]) so that appends neither grow the
 //! file nor convert extents; its unwritten rest reads as zeros. The writer
 //! prepares the next segment in the background as `wal-<shard:4>-spare.tmp`
-//! (never read; removed when a writer opens). A record that does not fit
-//! starts a new segment named after its epoch. Every record of a segment has
+//! (never read; a writer that opens starts its first segment with the one
+//! its predecessor left, if whole, instead of writing a new one). A record
+//! that does not fit starts a new segment named after its epoch. Every record of a segment has
 //! an epoch at least its first epoch and below the next segment's, so the
 //! names alone tell which segments a snapshot covers
 //! ([`remove_through`]).
@@ -99,7 +100,7 @@ pub use format::{
     SEGMENT_HEADER_BYTES, SEGMENT_MAGIC, SegmentHeader, body_len, decode_record, encode_record,
 };
 pub(crate) use format::{HeaderCheck, align_up};
-pub use reader::{Reader, RecordInfo, Recovered, Tail, Truncation, recover};
+pub use reader::{Reader, RecordInfo, Recovered, Tail, Truncation, recover, recover_all};
 pub use writer::{Stats, Writer};
 
 use crate::dir::DataDir;
