@@ -66,5 +66,5 @@ pub use schema::{FunctionSchema, OperatorSchema, Schema, Signature};
 pub use serial::Serial;
 pub use shard::{CLIENTS_MAX, OUTCOMES_PER_CLIENT_MAX, Outputs, Shard, Stage, Stats, client_home};
 pub use styx_macros::{Decode, Encode, entity, functions};
-pub use typed::{Entity, EntityRef, Functions, TypedRequest};
+pub use typed::{Entity, EntityRef, Functions, Invoker, TypedRequest, missing_entity};
 pub use value::{Load, Scratch, Store, VALUE_INLINE_MAX, Value};

@@ -118,10 +118,11 @@ use crate::ids::{Address, OpId};
 use crate::key::Key;
 use crate::value::{Load, Store};
 use std::fmt;
+use std::future::Future;
 use std::marker::PhantomData;
 
 /// An entity type: implemented by `#[entity]` on its state struct.
-pub trait Entity: Store + Load + Default {
+pub trait Entity: Store + Load {
     /// The operator's name.
     const NAME: &'static str;
     /// The operator's partition count (see [`App::operator`]).
@@ -130,6 +131,31 @@ pub trait Entity: Store + Load + Default {
     type Proxy<'a>;
 
     fn proxy(target: EntityRef<'_>) -> Self::Proxy<'_>;
+
+    /// The state a method sees on an entity never written: `Default`, or
+    /// for `#[entity(required)]` an abort naming the missing entity.
+    fn initial(ctx: &Ctx) -> Result<Self, Abort>;
+
+    /// The entity's stored state, if any. A struct of one fixed-width
+    /// number overrides this to read the number: the same bytes (rkyv
+    /// archives such a struct as its field), without rkyv's validator.
+    #[inline]
+    fn load(ctx: &Ctx) -> Result<Option<Self>, Abort> {
+        ctx.get::<Self>()
+    }
+
+    /// Stores `self` as the entity's state (overridden like [`Entity::load`]).
+    #[inline]
+    fn save(&self, ctx: &Ctx) -> Result<(), Abort> {
+        ctx.put(self)
+    }
+}
+
+/// The abort of a method on a `#[entity(required)]` entity that was never
+/// written (what [`Entity::initial`] returns for it).
+#[cold]
+pub fn missing_entity(ctx: &Ctx, operator: &str) -> Abort {
+    Abort::new(format!("no {operator} with key {}", ctx.key()))
 }
 
 /// An entity's functions: implemented by `#[functions]` on its impl block.
@@ -227,4 +253,16 @@ impl<R: Decode> TypedRequest<R> {
     pub fn decode(&self, result: &Payload) -> Result<R, DecodeError> {
         result.decode()
     }
+}
+
+/// Sends typed requests and returns their committed results: what the
+/// generated `{Entity}Client` stubs call. The Rust client
+/// (`styx_net::client::Client`) implements it; so can a test harness.
+pub trait Invoker {
+    /// What a request that did not commit returns (an abort, a transport
+    /// failure).
+    type Error;
+
+    /// Runs `request` as one transaction and decodes its result.
+    fn invoke<R: Decode>(&self, request: &TypedRequest<R>) -> impl Future<Output = Result<R, Self::Error>>;
 }

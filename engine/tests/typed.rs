@@ -281,3 +281,143 @@ fn derived_codecs_encode_like_tuples_and_tagged_variants() {
     let typed = AccountRequest::new(1u64).deposit(5);
     assert_eq!(typed.args, Payload::encode(&5i64));
 }
+
+/// A counter stored as its one number: the entity's fast path.
+#[styx::entity(partitions = 4)]
+#[derive(Archive, Serialize, Deserialize, Default)]
+struct Hits(u64);
+
+/// A row that must exist: methods on a missing one abort.
+#[styx::entity(partitions = 4, required)]
+#[derive(Archive, Serialize, Deserialize)]
+struct Item {
+    price: i64,
+    name: String,
+}
+
+#[styx::functions]
+impl Hits {
+    async fn hit(&mut self) -> Result<u64, Abort> {
+        self.0 += 1;
+        Ok(self.0)
+    }
+}
+
+#[styx::functions]
+impl Item {
+    async fn price(&self) -> Result<i64, Abort> {
+        Ok(self.price)
+    }
+
+    /// Without self: reads the row in place, and a missing row is an answer.
+    async fn name_len(ctx: &Ctx) -> Result<Option<u32>, Abort> {
+        ctx.read::<Item, _>(|item| item.name.len() as u32)
+    }
+
+    /// Without self: creates the row, which a method with self could not.
+    async fn create(ctx: &Ctx, price: i64, name: String) -> Result<(), Abort> {
+        if ctx.get::<Item>()?.is_some() {
+            return Err(Abort::new("item exists"));
+        }
+        ctx.put(&Item { price, name })
+    }
+
+    /// Calls another entity's function through its proxy, from a method without self.
+    async fn hit_and_price(ctx: &Ctx, counter: u64) -> Result<(u64, i64), Abort> {
+        let hits = ctx.entity::<Hits>(counter).hit().await?;
+        let price = ctx.read::<Item, _>(|item| item.price.to_native())?;
+        Ok((hits, price.unwrap_or(-1)))
+    }
+}
+
+fn shop() -> Arc<App> {
+    let mut app = App::new("shop");
+    app.entity::<Hits>();
+    app.entity::<Item>();
+    Arc::new(app)
+}
+
+#[test]
+fn required_entities_abort_when_missing_and_methods_without_self_manage_state() {
+    for seed in seeds(0..3) {
+        let app = shop();
+        let mut sim = Sim::new(app.clone(), test_config(100), 2, seed);
+        let abort = run(&mut sim, &app, 1, ItemRequest::new(5u64).price()).unwrap_err();
+        assert_eq!(abort.kind(), AbortKind::User);
+        assert_eq!(abort.message(), "no item with key 5");
+        assert_eq!(run(&mut sim, &app, 2, ItemRequest::new(5u64).name_len()), Ok(None));
+        assert_eq!(
+            run(&mut sim, &app, 3, ItemRequest::new(5u64).create(250, "lamp".into())),
+            Ok(())
+        );
+        let again = run(&mut sim, &app, 4, ItemRequest::new(5u64).create(1, "x".into()));
+        assert_eq!(again.unwrap_err().message(), "item exists");
+        assert_eq!(run(&mut sim, &app, 5, ItemRequest::new(5u64).price()), Ok(250));
+        assert_eq!(run(&mut sim, &app, 6, ItemRequest::new(5u64).name_len()), Ok(Some(4)));
+        assert_eq!(
+            run(&mut sim, &app, 7, ItemRequest::new(5u64).hit_and_price(9)),
+            Ok((1, 250))
+        );
+    }
+}
+
+#[test]
+fn a_struct_of_one_number_is_stored_as_the_number() {
+    let app = shop();
+    let mut sim = Sim::new(app.clone(), test_config(100), 2, 1);
+    assert_eq!(run(&mut sim, &app, 1, HitsRequest::new(3u64).hit()), Ok(1));
+    assert_eq!(run(&mut sim, &app, 2, HitsRequest::new(3u64).hit()), Ok(2));
+    let stored = &sim.state()[&(OpId(0), Key::from(3u64))];
+    // The fast path writes the number's bytes, which are rkyv's archive of
+    // the struct: both readers agree.
+    assert_eq!(stored.decode::<u64>(), Ok(2));
+    assert_eq!(stored.decode::<Hits>().map(|h| h.0), Ok(2));
+    let rkyv = Value::encode(&Hits(2), &mut Default::default()).unwrap();
+    assert_eq!(stored.to_vec(), rkyv.to_vec());
+}
+
+/// Runs typed requests one at a time on a simulated engine: the stubs'
+/// [`styx::Invoker`] over the simulator instead of a connection.
+struct SimInvoker {
+    app: Arc<App>,
+    sim: std::cell::RefCell<Sim>,
+    token: std::cell::Cell<u64>,
+}
+
+impl styx::Invoker for SimInvoker {
+    type Error = Abort;
+
+    async fn invoke<R: Decode>(&self, request: &TypedRequest<R>) -> Result<R, Abort> {
+        let token = self.token.get() + 1;
+        self.token.set(token);
+        run(&mut self.sim.borrow_mut(), &self.app, token, request.clone())
+    }
+}
+
+#[test]
+fn client_stubs_run_each_call_as_a_transaction() {
+    let app = app();
+    let invoker = SimInvoker {
+        sim: std::cell::RefCell::new(Sim::new(app.clone(), test_config(100), 2, 3)),
+        app,
+        token: std::cell::Cell::new(0),
+    };
+    futures_lite::future::block_on(async {
+        let one = AccountClient::new(&invoker, 1u64);
+        assert_eq!(one.deposit(10).await, Ok(10));
+        let entry = Entry {
+            from: 1,
+            to: 2,
+            amount: 4,
+        };
+        assert_eq!(one.transfer(entry.clone()).await, Ok(Verdict::Moved { balance: 6 }));
+        assert_eq!(AccountClient::new(&invoker, 2u64).balance().await, Ok(4));
+        assert_eq!(LedgerClient::new(&invoker, 1u64).entries().await, Ok(vec![entry]));
+        let short = Entry {
+            from: 1,
+            to: 2,
+            amount: 100,
+        };
+        assert_eq!(one.transfer(short).await.unwrap_err().message(), "insufficient credit");
+    });
+}

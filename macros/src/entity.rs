@@ -3,7 +3,7 @@
 use crate::names;
 use proc_macro2::TokenStream;
 use quote::quote;
-use syn::{ItemStruct, LitInt, LitStr};
+use syn::{Fields, ItemStruct, LitInt, LitStr, Type};
 
 /// Partitions of an entity's operator unless `partitions = N` says otherwise.
 const PARTITIONS_DEFAULT: u32 = 16;
@@ -12,6 +12,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     let item: ItemStruct = syn::parse2(item)?;
     let mut name: Option<LitStr> = None;
     let mut partitions: Option<LitInt> = None;
+    let mut required = false;
     let parser = syn::meta::parser(|meta| {
         if meta.path.is_ident("name") {
             name = Some(meta.value()?.parse()?);
@@ -19,8 +20,11 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         } else if meta.path.is_ident("partitions") {
             partitions = Some(meta.value()?.parse()?);
             Ok(())
+        } else if meta.path.is_ident("required") {
+            required = true;
+            Ok(())
         } else {
-            Err(meta.error("expected `name = \"...\"` or `partitions = N`"))
+            Err(meta.error("expected `name = \"...\"`, `partitions = N` or `required`"))
         }
     });
     syn::parse::Parser::parse2(parser, args)?;
@@ -55,8 +59,30 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         }
         None => PARTITIONS_DEFAULT,
     };
+    let initial = if required {
+        quote!(::core::result::Result::Err(::styx_engine::missing_entity(ctx, #name)))
+    } else {
+        quote!(::core::result::Result::Ok(<Self as ::core::default::Default>::default()))
+    };
+    let number = number_field(&item).map(|(field, ty)| {
+        quote! {
+            #[inline]
+            fn load(ctx: &::styx_engine::Ctx) -> ::core::result::Result<::core::option::Option<Self>, ::styx_engine::Abort> {
+                ::core::result::Result::Ok(ctx.get::<#ty>()?.map(|v| Self { #field: v }))
+            }
+
+            #[inline]
+            fn save(&self, ctx: &::styx_engine::Ctx) -> ::core::result::Result<(), ::styx_engine::Abort> {
+                ctx.put(&self.#field)
+            }
+        }
+    });
     let proxy = names::proxy(ident);
     let request = names::request(ident);
+    let client = names::client(ident);
+    let client_doc = format!(
+        "Calls the functions of one `{name}` entity from a client, each as its own transaction: `{client}::new(&client, key).f(..).await`."
+    );
     let proxy_doc =
         format!("Calls the functions of `{name}` entities from inside a transaction: `ctx.entity::<{ident}>(key)`.");
     let request_doc = format!(
@@ -73,6 +99,12 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
             fn proxy(target: ::styx_engine::EntityRef<'_>) -> #proxy<'_> {
                 #proxy(target)
             }
+
+            fn initial(ctx: &::styx_engine::Ctx) -> ::core::result::Result<Self, ::styx_engine::Abort> {
+                #initial
+            }
+
+            #number
         }
 
         #[doc = #proxy_doc]
@@ -88,5 +120,58 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
                 #request(key.into())
             }
         }
+
+        #[doc = #client_doc]
+        #vis struct #client<'c, C: ?Sized> {
+            #[doc(hidden)]
+            pub client: &'c C,
+            #[doc(hidden)]
+            pub key: ::styx_engine::Key,
+        }
+
+        impl<'c, C: ::styx_engine::Invoker + ?Sized> #client<'c, C> {
+            #[allow(dead_code)]
+            #vis fn new(client: &'c C, key: impl ::core::convert::Into<::styx_engine::Key>) -> #client<'c, C> {
+                #client { client, key: key.into() }
+            }
+        }
     })
+}
+
+/// Fixed-width numbers the engine stores without rkyv's serializer (the
+/// engine's `value::primitive`): a struct of one of them archives to the
+/// same bytes as the number alone.
+const NUMBERS: [&str; 8] = ["i64", "u64", "i32", "u32", "i16", "u16", "f64", "f32"];
+
+/// The only field of `item` (its name, or index for a tuple struct) when it
+/// is one fixed-width number written by its plain name, so that the
+/// entity loads and saves it on the engine's fast path. A struct with
+/// representation attributes keeps rkyv's path.
+fn number_field(item: &ItemStruct) -> Option<(syn::Member, &Type)> {
+    let mut fields = match &item.fields {
+        Fields::Named(f) => f.named.iter(),
+        Fields::Unnamed(f) => f.unnamed.iter(),
+        Fields::Unit => return None,
+    };
+    let field = fields.next()?;
+    if fields.next().is_some() || !field.attrs.is_empty() {
+        return None;
+    }
+    if item
+        .attrs
+        .iter()
+        .any(|a| a.path().is_ident("rkyv") || a.path().is_ident("repr"))
+    {
+        return None;
+    }
+    let Type::Path(p) = &field.ty else { return None };
+    let ident = p.path.get_ident()?;
+    if p.qself.is_some() || !NUMBERS.iter().any(|n| ident == n) {
+        return None;
+    }
+    let member = match &field.ident {
+        Some(name) => syn::Member::Named(name.clone()),
+        None => syn::Member::Unnamed(0.into()),
+    };
+    Some((member, &field.ty))
 }

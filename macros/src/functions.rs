@@ -2,8 +2,10 @@
 //! typed proxy methods.
 //!
 //! For each method the expansion registers a closure on the `App` that
-//! loads the entity's state (`Default` when it has none), runs the method
-//! on it, and writes it back if the method takes `&mut self`; and adds a
+//! loads the entity's state (`Entity::initial` when it has none), runs the
+//! method on it, and writes it back if the method takes `&mut self` (a
+//! method without self gets only the `&Ctx` and manages the state itself);
+//! and adds a
 //! method of the same name and argument types to the entity's `{Name}Proxy`
 //! (returning `Call<R>`) and `{Name}Request` (returning `TypedRequest<R>`).
 //! Arguments travel as the tuple of the method's arguments, so a one-argument
@@ -18,10 +20,23 @@ use syn::{FnArg, GenericArgument, ImplItem, ImplItemFn, ItemImpl, Pat, PathArgum
 /// Arguments of one function at most: the codec's tuples go up to eight.
 const ARGS_MAX: usize = 8;
 
+/// How a method sees its entity's state.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Receiver {
+    /// `&self`: loaded, not written back.
+    Shared,
+    /// `&mut self`: loaded, written back after `Ok`.
+    Mutable,
+    /// No self: the method reads and writes the state through its `&Ctx`
+    /// (`ctx.read` for a zero-copy look at a large row, a missing row as
+    /// `None`), and is still called through the typed proxy.
+    Ctx,
+}
+
 /// One method, checked.
 struct Method<'a> {
     item: &'a ImplItemFn,
-    mutable: bool,
+    receiver: Receiver,
     ctx: bool,
     /// Argument names (the pattern's identifier, else `argN`) and types.
     args: Vec<(Ident, &'a Type)>,
@@ -69,6 +84,8 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     }
     let proxy = names::proxy(&ident);
     let request = names::request(&ident);
+    let client = names::client(&ident);
+    let client_methods = methods.iter().map(|m| client_method(&request, m));
     let registrations = methods.iter().map(registration);
     let checks = methods.iter().map(type_checks);
     let proxy_methods = methods.iter().map(|m| proxy_method(&ident, m, false));
@@ -92,6 +109,11 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         #[allow(dead_code)]
         impl #request {
             #(#request_methods)*
+        }
+
+        #[allow(dead_code)]
+        impl<'c, C: ::styx_engine::Invoker + ?Sized> #client<'c, C> {
+            #(#client_methods)*
         }
     })
 }
@@ -144,19 +166,28 @@ fn method(f: &ImplItemFn) -> syn::Result<Method<'_>> {
             "function names starting with __ are reserved for built-ins",
         ));
     }
-    let mut inputs = sig.inputs.iter();
-    let mutable = match inputs.next() {
-        Some(FnArg::Receiver(r)) if r.colon_token.is_none() && r.reference.is_some() => r.mutability.is_some(),
+    let mut inputs = sig.inputs.iter().peekable();
+    let receiver = match inputs.peek() {
+        Some(FnArg::Receiver(r)) if r.colon_token.is_none() && r.reference.is_some() => {
+            let receiver = if r.mutability.is_some() {
+                Receiver::Mutable
+            } else {
+                Receiver::Shared
+            };
+            inputs.next();
+            receiver
+        }
         Some(FnArg::Receiver(r)) => {
             return Err(syn::Error::new_spanned(
                 r,
                 "an entity function takes `&self` (reads the state) or `&mut self` (may change it)",
             ));
         }
+        Some(FnArg::Typed(pt)) if is_ctx(&pt.ty) => Receiver::Ctx,
         _ => {
             return Err(syn::Error::new(
                 sig.paren_token.span.join(),
-                "an entity function takes `&self` or `&mut self` first: it runs on one entity's state",
+                "an entity function takes `&self` or `&mut self` first (it runs on one entity's state), or `ctx: &Ctx` first (it reads and writes the state itself)",
             ));
         }
     };
@@ -220,7 +251,7 @@ fn method(f: &ImplItemFn) -> syn::Result<Method<'_>> {
     })?;
     Ok(Method {
         item: f,
-        mutable,
+        receiver,
         ctx,
         args,
         result,
@@ -261,18 +292,24 @@ fn registration(m: &Method<'_>) -> TokenStream {
     let binds: Vec<Ident> = (0..m.args.len()).map(|i| format_ident!("__arg{}", i)).collect();
     let tys: Vec<&Type> = m.args.iter().map(|(_, t)| *t).collect();
     let ctx_arg = m.ctx.then(|| quote!(&__ctx,));
-    let (state, call, write) = if m.mutable {
-        (
-            quote!(let mut __state),
+    let load = quote! {
+        match <Self as ::styx_engine::Entity>::load(&__ctx)? {
+            ::core::option::Option::Some(state) => state,
+            ::core::option::Option::None => <Self as ::styx_engine::Entity>::initial(&__ctx)?,
+        }
+    };
+    let (state, call, write) = match m.receiver {
+        Receiver::Mutable => (
+            quote!(let mut __state: Self = #load;),
             quote!(Self::#method(&mut __state, #ctx_arg #(#binds),*)),
-            quote!(__ctx.put(&__state)?;),
-        )
-    } else {
-        (
-            quote!(let __state),
+            quote!(<Self as ::styx_engine::Entity>::save(&__state, &__ctx)?;),
+        ),
+        Receiver::Shared => (
+            quote!(let __state: Self = #load;),
             quote!(Self::#method(&__state, #ctx_arg #(#binds),*)),
             quote!(),
-        )
+        ),
+        Receiver::Ctx => (quote!(), quote!(Self::#method(#ctx_arg #(#binds),*)), quote!()),
     };
     let args_text = m
         .args
@@ -287,7 +324,7 @@ fn registration(m: &Method<'_>) -> TokenStream {
                 op,
                 #name,
                 |__ctx: ::styx_engine::Ctx, (#(#binds,)*): (#(#tys,)*)| async move {
-                    #state: Self = __ctx.get::<Self>()?.unwrap_or_default();
+                    #state
                     let __result = #call.await?;
                     #write
                     ::core::result::Result::Ok::<_, ::styx_engine::Abort>(__result)
@@ -342,6 +379,24 @@ fn proxy_method(entity: &Ident, m: &Method<'_>, request: bool) -> TokenStream {
             #vis fn #method(&self, #(#names: #tys),*) -> ::styx_engine::Call<#result> {
                 self.0.call(#name, &(#(#names,)*))
             }
+        }
+    }
+}
+
+/// The method of `{Name}Client` that runs `m` as its own transaction
+/// through the client's `styx_engine::Invoker`.
+fn client_method(request: &Ident, m: &Method<'_>) -> TokenStream {
+    let method = &m.item.sig.ident;
+    let vis = &m.item.vis;
+    let docs = m.item.attrs.iter().filter(|a| a.path().is_ident("doc"));
+    let names: Vec<&Ident> = m.args.iter().map(|(n, _)| n).collect();
+    let tys: Vec<&Type> = m.args.iter().map(|(_, t)| *t).collect();
+    let result = m.result;
+    quote! {
+        #(#docs)*
+        #vis async fn #method(&self, #(#names: #tys),*) -> ::core::result::Result<#result, C::Error> {
+            let request = #request(self.key.clone()).#method(#(#names),*);
+            ::styx_engine::Invoker::invoke(self.client, &request).await
         }
     }
 }

@@ -30,12 +30,17 @@ mod names;
 
 use proc_macro::TokenStream;
 
-/// Declares a struct as an entity's state. Arguments (both optional):
+/// Declares a struct as an entity's state. Arguments (all optional):
 /// `name = "account"` (the operator's name; default: the struct's name in
-/// snake case) and `partitions = 16` (default 16).
+/// snake case), `partitions = 16` (default 16) and `required` (a method
+/// on an entity never written aborts the transaction, "no account with
+/// key 7", instead of seeing `Default`).
 ///
 /// The struct must implement rkyv's `Archive`, `Serialize` and
-/// `Deserialize` and `Default` (the state of an entity never written).
+/// `Deserialize`, and `Default` unless it is `required`. A struct of one
+/// field that is a fixed-width number (`struct Account { balance: i64 }`)
+/// is stored as that number, on the engine's fast path: the bytes are the
+/// ones rkyv would write.
 #[proc_macro_attribute]
 pub fn entity(args: TokenStream, item: TokenStream) -> TokenStream {
     entity::expand(args.into(), item.into())

@@ -14,6 +14,11 @@ pub fn request(ty: &Ident) -> Ident {
     format_ident!("{}Request", ty)
 }
 
+/// The client stub of entity `ty`: `AccountClient`.
+pub fn client(ty: &Ident) -> Ident {
+    format_ident!("{}Client", ty)
+}
+
 /// `GuestBook` -> `guest_book`.
 pub fn snake_case(name: &str) -> String {
     let mut out = String::with_capacity(name.len() + 4);

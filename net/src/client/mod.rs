@@ -470,6 +470,16 @@ impl Client {
     }
 }
 
+/// Typed entities' client stubs run on a `Client`:
+/// `AccountClient::new(&client, 7u64).deposit(50).await`.
+impl styx_engine::Invoker for Client {
+    type Error = Error;
+
+    fn invoke<R: Decode>(&self, request: &TypedRequest<R>) -> impl Future<Output = Result<R, Error>> {
+        Client::invoke(self, request)
+    }
+}
+
 /// A seq waiting for its outcome; dropping it (outcome, error, deadline or
 /// cancellation) stops the wait, which lets the ack pass it.
 struct Waiting<'a> {
