@@ -347,7 +347,13 @@ impl App {
     /// see [`crate::typed`]. More closures may be registered on the operator
     /// it returns.
     pub fn entity<E: Functions>(&mut self) -> OpId {
-        let op = self.operator(E::NAME, E::PARTITIONS);
+        self.entity_with::<E>(E::PARTITIONS)
+    }
+
+    /// [`App::entity`] over `partitions` partitions instead of the count
+    /// `#[entity]` names: an application whose partition count is a setting.
+    pub fn entity_with<E: Functions>(&mut self, partitions: u32) -> OpId {
+        let op = self.operator(E::NAME, partitions);
         self.operators[op.0 as usize].state = Some(crate::schema::short_type_name(std::any::type_name::<E>()));
         E::register(self, op);
         op
