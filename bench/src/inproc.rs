@@ -32,6 +32,7 @@
 //!
 //! [`run`] and [`Params`] keep the YCSB-T interface the CLI and tests had.
 
+use crate::Api;
 use crate::deathstar::{movie, travel};
 use crate::report::Report;
 pub use crate::runner::Load;
@@ -115,6 +116,8 @@ pub struct Ycsbt {
     /// Creditor skew; uniform when `None`.
     pub zipf: Option<f64>,
     pub partitions: u32,
+    /// How the application is written.
+    pub api: Api,
 }
 
 pub struct YcsbtSource {
@@ -161,11 +164,12 @@ impl Workload for Ycsbt {
         p.insert("keys".into(), self.keys.into());
         p.insert("zipf".into(), self.zipf.map_or(serde_json::Value::Null, Into::into));
         p.insert("partitions".into(), self.partitions.into());
+        p.insert("api".into(), self.api.name().into());
         p
     }
 
     fn app(&self) -> Arc<App> {
-        ycsbt::app(self.partitions)
+        ycsbt::app_with(self.partitions, self.api)
     }
 
     fn load(&self, app: &App, emit: &mut dyn FnMut(OpId, Key, Value)) {
@@ -643,6 +647,7 @@ pub struct Params {
     /// Local messages a shard handles per step (see `Config::step_messages_max`).
     pub step_messages_max: usize,
     pub partitions: u32,
+    pub api: Api,
     pub seed: u64,
     /// Measure the serial ceiling in the same run.
     pub serial: bool,
@@ -661,6 +666,7 @@ impl Default for Params {
             epoch_gather_us: 0,
             step_messages_max: Config::default().step_messages_max,
             partitions: 64,
+            api: Api::default(),
             seed: 1,
             serial: true,
         }
@@ -673,6 +679,7 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
         keys: params.keys,
         zipf: params.zipf,
         partitions: params.partitions,
+        api: params.api,
     };
     let p = runner::Params {
         shards: params.shards,
@@ -695,7 +702,17 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
 
 /// The YCSB-T serial ceiling (see [`runner::serial_tps`]).
 pub fn serial_tps(keys: u64, zipf: Option<f64>, partitions: u32, time: Duration, seed: u64) -> f64 {
-    runner::serial_tps(&Ycsbt { keys, zipf, partitions }, time, seed)
+    let api = Api::default();
+    runner::serial_tps(
+        &Ycsbt {
+            keys,
+            zipf,
+            partitions,
+            api,
+        },
+        time,
+        seed,
+    )
 }
 
 #[cfg(test)]
@@ -750,6 +767,7 @@ mod tests {
             keys: 4,
             zipf: None,
             partitions: 2,
+            api: Api::Typed,
         };
         let app = w.app();
         let mut state = State::new();

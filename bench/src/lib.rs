@@ -20,3 +20,45 @@ pub mod runner;
 pub mod sys;
 pub mod tpcc;
 pub mod ycsbt;
+
+use std::fmt;
+use std::str::FromStr;
+
+/// How a benchmark application is written: typed entities (the default,
+/// what users write) or closures registered by name (the API typed
+/// entities expand to), kept so that one run can measure both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Api {
+    #[default]
+    Typed,
+    Closures,
+}
+
+impl Api {
+    pub const NAMES: [&str; 2] = ["typed", "closures"];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Api::Typed => "typed",
+            Api::Closures => "closures",
+        }
+    }
+}
+
+impl fmt::Display for Api {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Api {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Api, String> {
+        match s {
+            "typed" => Ok(Api::Typed),
+            "closures" => Ok(Api::Closures),
+            _ => Err(format!("unknown API {s:?}: expected typed or closures")),
+        }
+    }
+}

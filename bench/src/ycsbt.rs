@@ -5,24 +5,72 @@
 //! with "insufficient credit" if the result is negative; otherwise it writes
 //! it. Two functions, two reads, two writes, usually on two shards.
 
+use crate::Api;
+use rkyv::{Archive, Deserialize, Serialize};
 use std::sync::Arc;
 use styx_engine::rng::{Rng, Zipf};
-use styx_engine::{Abort, Address, App, FnId, Key, Payload, Request, Value};
+use styx_engine::{self as styx, Abort, Address, App, Ctx, FnId, Key, Payload, Request, Value};
 
 /// Every account's balance at the start.
 pub const START_BALANCE: i64 = 1_000_000;
 /// The operator's name and its functions.
 pub const OPERATOR: &str = "account";
 
+/// An account: its balance, stored as the bare `i64` (a struct of one
+/// number is), so the closure version, the loader and the checks read the
+/// same state.
+#[styx::entity(name = "account")]
+#[derive(Archive, Serialize, Deserialize, Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Account {
+    pub balance: i64,
+}
+
+#[styx::functions]
+impl Account {
+    pub async fn deposit(&mut self, amount: i64) -> Result<(), Abort> {
+        self.balance += amount;
+        Ok(())
+    }
+
+    /// Credits `creditor`, then debits this account; aborts, undoing the
+    /// credit, when the balance would go negative.
+    pub async fn transfer(&mut self, ctx: &Ctx, creditor: u64, amount: i64) -> Result<(), Abort> {
+        ctx.entity::<Account>(creditor).deposit(amount).await?;
+        if self.balance < amount {
+            return Err(Abort::new("insufficient credit"));
+        }
+        self.balance -= amount;
+        Ok(())
+    }
+
+    pub async fn balance(&self) -> Result<i64, Abort> {
+        Ok(self.balance)
+    }
+}
+
 /// The YCSB-T application with `partitions` partitions of accounts.
 pub fn app(partitions: u32) -> Arc<App> {
+    app_with(partitions, Api::Typed)
+}
+
+/// The YCSB-T application written with `api`.
+pub fn app_with(partitions: u32, api: Api) -> Arc<App> {
     let mut app = App::new("ycsbt");
-    install(&mut app, partitions);
+    match api {
+        Api::Typed => install(&mut app, partitions),
+        Api::Closures => install_closures(&mut app, partitions),
+    }
     Arc::new(app)
 }
 
 /// Registers the bank's operator and functions on `app`.
 pub fn install(app: &mut App, partitions: u32) {
+    app.entity_with::<Account>(partitions);
+}
+
+/// The same functions as closures registered by name: the API typed
+/// entities expand to, kept to measure one against the other.
+pub fn install_closures(app: &mut App, partitions: u32) {
     let account = app.operator(OPERATOR, partitions);
     let deposit = app.function(account, "deposit", |ctx, amount: i64| async move {
         let balance = ctx.get::<i64>()?.unwrap_or(0);

@@ -49,6 +49,7 @@ fn ycsbt_keeps_every_balance_exact() {
         keys: 1_000,
         zipf: Some(0.9),
         partitions: 16,
+        api: styx_bench::Api::Typed,
     };
     let r = run(w, Load::Closed { in_flight: 200 });
     assert_eq!(r.parameters["keys"], 1_000);

@@ -111,6 +111,10 @@ struct RunArgs {
     /// Seed of the load generators.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// How the benchmark application is written: typed entities, or the
+    /// closures they expand to (to compare the two).
+    #[arg(long, default_value_t = styx_bench::Api::Typed)]
+    api: styx_bench::Api,
     /// Skip measuring the serial ceiling.
     #[arg(long)]
     no_serial: bool,
@@ -248,6 +252,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 keys: w.keys,
                 zipf: w.zipf,
                 partitions: w.partitions,
+                api: run.api,
             };
             execute(workload, run, 1_000, deposit_keys)
         }

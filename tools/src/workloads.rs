@@ -106,6 +106,7 @@ impl Knobs {
             keys,
             zipf: None,
             partitions: PARTITIONS,
+            api: styx_bench::Api::default(),
         })
     }
 
