@@ -43,7 +43,7 @@ pub mod cluster_file;
 pub mod serve;
 pub mod settings;
 
-pub use settings::{Flags, Fsync, LogFormat, Settings};
+pub use settings::{Flags, Fsync, LogFormat, SchemaFormat, Settings};
 
 use clap::{CommandFactory, FromArgMatches};
 use std::ops::Range;
@@ -161,9 +161,16 @@ pub fn parse<E: Extension>(program: &Program, args: Vec<String>) -> Result<(Sett
 /// `--schema`, prints its schema and serves nothing), and
 /// returns the exit status.
 pub fn serve<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, extension: &E) -> ExitCode {
-    if settings.schema {
-        print!("{}", app.schema());
-        return ExitCode::SUCCESS;
+    match settings.schema {
+        Some(SchemaFormat::Text) => {
+            print!("{}", app.schema());
+            return ExitCode::SUCCESS;
+        }
+        Some(SchemaFormat::Json) => {
+            println!("{}", app.schema().to_json());
+            return ExitCode::SUCCESS;
+        }
+        None => {}
     }
     let filter = tracing_subscriber::EnvFilter::new(&settings.log);
     let logs = tracing_subscriber::fmt()

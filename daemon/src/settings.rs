@@ -34,6 +34,17 @@ pub enum LogFormat {
     Json,
 }
 
+/// How `--schema` prints the application's schema.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SchemaFormat {
+    /// One line per operator and per function, as in the source.
+    Text,
+    /// The wire types of every argument and result, and the structs and
+    /// enums they name (what `styx call` and clients in other languages
+    /// read; the same as `GET /schema` on the metrics address).
+    Json,
+}
+
 /// The settings file (every field optional).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -123,9 +134,9 @@ pub struct Flags {
     #[arg(long, env = "STYX_NODE_ID")]
     pub node_id: Option<u16>,
     /// Print the application's schema (operators, functions, argument and
-    /// result types) and exit.
-    #[arg(long)]
-    pub schema: bool,
+    /// result types) and exit: `--schema` as text, `--schema json` as JSON.
+    #[arg(long, num_args = 0..=1, default_missing_value = "text", value_name = "FORMAT")]
+    pub schema: Option<SchemaFormat>,
 }
 
 /// The settings in force, after file < environment < flags < defaults.
@@ -146,7 +157,7 @@ pub struct Settings {
     /// The cluster this daemon is a node of, and its id there.
     pub cluster: Option<(Spec, u16)>,
     /// Print the schema instead of serving (`--schema`).
-    pub schema: bool,
+    pub schema: Option<SchemaFormat>,
 }
 
 impl Settings {

@@ -30,7 +30,7 @@ use crate::abort::Abort;
 use crate::codec::{Decode, Encode, Payload};
 use crate::ctx::Ctx;
 use crate::ids::{FnId, OpId};
-use crate::schema::{Schema, Signature};
+use crate::schema::{Schema, Signature, Types};
 use crate::typed::Functions;
 use std::collections::HashMap;
 use std::fmt;
@@ -267,6 +267,8 @@ pub struct App {
     by_name: HashMap<String, OpId>,
     /// Functions registered on all operators.
     functions: u32,
+    /// The structs and enums their arguments and results use (the schema's).
+    types: Types,
 }
 
 impl fmt::Debug for App {
@@ -295,7 +297,13 @@ impl App {
             operators: Vec::new(),
             by_name: HashMap::new(),
             functions: 0,
+            types: Types::new(),
         }
+    }
+
+    /// The named types of every function's arguments and results.
+    pub fn types(&self) -> &Types {
+        &self.types
     }
 
     pub fn name(&self) -> &str {
@@ -359,10 +367,14 @@ impl App {
         op
     }
 
-    /// Replaces the signature the schema shows for `f` (typed entities
-    /// record their argument names this way).
+    /// Replaces the text and argument names the schema shows for `f`
+    /// (typed entities record their source this way); the wire types stay
+    /// those it was registered with.
     pub fn set_signature(&mut self, f: FnId, signature: Signature) {
-        self.operators[f.op.0 as usize].functions[f.index as usize].signature = signature;
+        let old = &mut self.operators[f.op.0 as usize].functions[f.index as usize].signature;
+        old.args = signature.args;
+        old.result = signature.result;
+        old.arg_names = signature.arg_names;
     }
 
     /// The operators, functions and their types, printable.
@@ -410,6 +422,7 @@ impl App {
         Fut: Future<Output = Result<R, Abort>> + 'static,
     {
         check_name("function", name);
+        let signature = Signature::of::<A, R>(&mut self.types);
         let ordinal = self.functions;
         self.functions += 1;
         let operator = &mut self.operators[op.0 as usize];
@@ -439,7 +452,7 @@ impl App {
             kind,
             ordinal,
             make,
-            signature: Signature::of::<A, R>(),
+            signature,
         });
         operator.by_name.insert(name.to_string(), index);
         FnId { op, index }

@@ -9,6 +9,7 @@
 //! are an error, so a client that sends the wrong shape hears about it.
 
 use crate::bytes::SmallBytes;
+pub use crate::schema::{Types, WireType};
 use std::fmt;
 
 /// Payloads longer than this are refused (see the server's frame limit).
@@ -150,12 +151,29 @@ impl Default for Writer {
 /// A type that can be sent as arguments or returned as a result.
 pub trait Encode {
     fn encode(&self, w: &mut Writer);
+
+    /// This type's encoding, for the schema (`App::schema`); structs and
+    /// enums add their definition to `types`. A hand-written encoding is
+    /// opaque unless it says otherwise.
+    fn wire_type(types: &mut Types) -> WireType
+    where
+        Self: Sized,
+    {
+        let _ = types;
+        WireType::opaque::<Self>()
+    }
 }
 
 /// A type that can be received as arguments or a result.
 pub trait Decode: Sized {
     /// Reads one value from the front of `input`, advancing it.
     fn decode(input: &mut &[u8]) -> Result<Self, DecodeError>;
+
+    /// As [`Encode::wire_type`].
+    fn wire_type(types: &mut Types) -> WireType {
+        let _ = types;
+        WireType::opaque::<Self>()
+    }
 }
 
 #[inline]
@@ -171,11 +189,15 @@ fn take<'a>(input: &mut &'a [u8], n: usize) -> Result<&'a [u8], DecodeError> {
 }
 
 macro_rules! int_codec {
-    ($($t:ty),*) => {$(
+    ($($t:ident),*) => {$(
         impl Encode for $t {
             #[inline]
             fn encode(&self, w: &mut Writer) {
                 w.put(&self.to_le_bytes());
+            }
+
+            fn wire_type(_: &mut Types) -> WireType {
+                WireType::Number(stringify!($t))
             }
         }
         impl Decode for $t {
@@ -183,6 +205,10 @@ macro_rules! int_codec {
             fn decode(input: &mut &[u8]) -> Result<Self, DecodeError> {
                 let bytes = take(input, std::mem::size_of::<$t>())?;
                 Ok(<$t>::from_le_bytes(bytes.try_into().expect("sized")))
+            }
+
+            fn wire_type(_: &mut Types) -> WireType {
+                WireType::Number(stringify!($t))
             }
         }
     )*};
@@ -192,6 +218,10 @@ int_codec!(u8, u16, u32, u64, i8, i16, i32, i64, f32, f64);
 impl Encode for () {
     #[inline]
     fn encode(&self, _: &mut Writer) {}
+
+    fn wire_type(_: &mut Types) -> WireType {
+        WireType::Tuple(Vec::new())
+    }
 }
 
 impl Decode for () {
@@ -199,11 +229,19 @@ impl Decode for () {
     fn decode(_: &mut &[u8]) -> Result<(), DecodeError> {
         Ok(())
     }
+
+    fn wire_type(_: &mut Types) -> WireType {
+        WireType::Tuple(Vec::new())
+    }
 }
 
 impl Encode for bool {
     fn encode(&self, w: &mut Writer) {
         w.put(&[u8::from(*self)]);
+    }
+
+    fn wire_type(_: &mut Types) -> WireType {
+        WireType::Bool
     }
 }
 
@@ -214,6 +252,10 @@ impl Decode for bool {
             1 => Ok(true),
             t => Err(DecodeError::Tag(t)),
         }
+    }
+
+    fn wire_type(_: &mut Types) -> WireType {
+        WireType::Bool
     }
 }
 
@@ -241,6 +283,10 @@ impl Encode for String {
     fn encode(&self, w: &mut Writer) {
         self.as_str().encode(w);
     }
+
+    fn wire_type(_: &mut Types) -> WireType {
+        WireType::String
+    }
 }
 
 impl Decode for String {
@@ -249,11 +295,22 @@ impl Decode for String {
         let bytes = take(input, n)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::Utf8)
     }
+
+    fn wire_type(_: &mut Types) -> WireType {
+        WireType::String
+    }
 }
 
 impl<T: Encode + ?Sized> Encode for &T {
     fn encode(&self, w: &mut Writer) {
         (**self).encode(w);
+    }
+
+    fn wire_type(_: &mut Types) -> WireType {
+        match std::any::type_name::<T>() {
+            "str" => WireType::String,
+            _ => WireType::opaque::<Self>(),
+        }
     }
 }
 
@@ -270,9 +327,17 @@ impl<T: Encode> Encode for Vec<T> {
     fn encode(&self, w: &mut Writer) {
         self.as_slice().encode(w);
     }
+
+    fn wire_type(types: &mut Types) -> WireType {
+        WireType::Vec(Box::new(T::wire_type(types)))
+    }
 }
 
 impl<T: Decode> Decode for Vec<T> {
+    fn wire_type(types: &mut Types) -> WireType {
+        WireType::Vec(Box::new(T::wire_type(types)))
+    }
+
     fn decode(input: &mut &[u8]) -> Result<Vec<T>, DecodeError> {
         let n = decode_len(input)?;
         // Each element takes at least zero bytes, so cap the reservation by
@@ -286,6 +351,10 @@ impl<T: Decode> Decode for Vec<T> {
 }
 
 impl<T: Encode> Encode for Option<T> {
+    fn wire_type(types: &mut Types) -> WireType {
+        WireType::Option(Box::new(T::wire_type(types)))
+    }
+
     fn encode(&self, w: &mut Writer) {
         match self {
             None => w.put(&[0]),
@@ -298,6 +367,10 @@ impl<T: Encode> Encode for Option<T> {
 }
 
 impl<T: Decode> Decode for Option<T> {
+    fn wire_type(types: &mut Types) -> WireType {
+        WireType::Option(Box::new(T::wire_type(types)))
+    }
+
     fn decode(input: &mut &[u8]) -> Result<Option<T>, DecodeError> {
         match take(input, 1)?[0] {
             0 => Ok(None),
@@ -313,9 +386,17 @@ impl Encode for Payload {
         encode_len(self.len(), w);
         w.put(self.as_bytes());
     }
+
+    fn wire_type(_: &mut Types) -> WireType {
+        WireType::Bytes
+    }
 }
 
 impl Decode for Payload {
+    fn wire_type(_: &mut Types) -> WireType {
+        WireType::Bytes
+    }
+
     fn decode(input: &mut &[u8]) -> Result<Payload, DecodeError> {
         let n = decode_len(input)?;
         Ok(Payload::from_bytes(take(input, n)?))
@@ -331,8 +412,16 @@ macro_rules! tuple_codec {
                 let ($($name,)+) = self;
                 $($name.encode(w);)+
             }
+
+            fn wire_type(types: &mut Types) -> WireType {
+                WireType::Tuple(vec![$(<$name as Encode>::wire_type(types)),+])
+            }
         }
         impl<$($name: Decode),+> Decode for ($($name,)+) {
+            fn wire_type(types: &mut Types) -> WireType {
+                WireType::Tuple(vec![$(<$name as Decode>::wire_type(types)),+])
+            }
+
             #[inline]
             fn decode(input: &mut &[u8]) -> Result<Self, DecodeError> {
                 Ok(($($name::decode(input)?,)+))

@@ -11,7 +11,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::{Sim, test_config};
-use styx_engine::{self as styx, Abort, AbortKind, App, Ctx, Decode, Key, OpId, Outcome, Payload, TypedRequest, Value};
+use styx_engine::{
+    self as styx, Abort, AbortKind, App, Ctx, Decode, Field, Key, OpId, Outcome, Payload, TypeDef, TypedRequest, Value,
+    Variant, WireType,
+};
 
 /// A transfer, as one struct argument.
 #[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq)]
@@ -257,6 +260,67 @@ operator ledger: 4 partitions, state Ledger
     assert_eq!(text, expected);
     let transfer = schema.operator("account").unwrap().function("transfer").unwrap();
     assert_eq!(transfer.signature.args, "entry: Entry");
+    assert_eq!(transfer.signature.arg_names, vec!["entry".to_string()]);
+    assert_eq!(transfer.signature.arg_types, vec![WireType::Named("Entry".into())]);
+    assert_eq!(transfer.signature.result_type, WireType::Named("Verdict".into()));
+    let number = |n| Field {
+        name: Some(String::from(n)),
+        ty: WireType::Number(if n == "amount" { "i64" } else { "u64" }),
+    };
+    assert_eq!(
+        schema.types["Entry"],
+        TypeDef::Struct(vec![number("from"), number("to"), number("amount")])
+    );
+    assert_eq!(
+        schema.types["Verdict"],
+        TypeDef::Enum(vec![
+            Variant {
+                name: "Moved".into(),
+                fields: vec![Field {
+                    name: Some("balance".into()),
+                    ty: WireType::Number("i64"),
+                }],
+            },
+            Variant {
+                name: "Nothing".into(),
+                fields: vec![],
+            },
+        ])
+    );
+
+    // The JSON form carries the same, for clients in other languages.
+    let json: serde_json::Value = serde_json::from_str(&schema.to_json()).expect("valid JSON");
+    assert_eq!(json["app"], "typed-bank");
+    let account = &json["operators"][0];
+    assert_eq!(account["name"], "account");
+    assert_eq!(account["partitions"], 8);
+    let transfer = account["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "transfer")
+        .unwrap();
+    assert_eq!(transfer["kind"], "entity");
+    assert_eq!(
+        transfer["args"],
+        serde_json::json!([{"name": "entry", "type": {"named": "Entry"}}])
+    );
+    assert_eq!(transfer["result"], serde_json::json!({"named": "Verdict"}));
+    assert_eq!(
+        json["types"]["Entry"],
+        serde_json::json!({"struct": [
+            {"name": "from", "type": "u64"},
+            {"name": "to", "type": "u64"},
+            {"name": "amount", "type": "i64"}
+        ]})
+    );
+    assert_eq!(
+        json["types"]["Verdict"]["enum"][1],
+        serde_json::json!({"name": "Nothing", "fields": []})
+    );
+    let scan = &account["functions"][1];
+    assert_eq!(scan["kind"], "partition");
+    assert_eq!(scan["args"][0]["type"], serde_json::json!({"option": {"vec": "u8"}}));
 }
 
 #[test]

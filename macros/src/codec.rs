@@ -47,6 +47,49 @@ fn check_enum(input: &DeriveInput) -> syn::Result<()> {
     }
 }
 
+/// `wire_type` of the derived trait (`Encode` or `Decode`): the type's
+/// definition, entered once in the schema's types.
+fn wire_type(input: &DeriveInput, which: TokenStream) -> TokenStream {
+    let fields = |fields: &Fields| {
+        let items = fields.iter().map(|f| {
+            let ty = &f.ty;
+            let name = match &f.ident {
+                Some(n) => {
+                    let n = n.to_string();
+                    quote!(::core::option::Option::Some(::std::string::String::from(#n)))
+                }
+                None => quote!(::core::option::Option::None),
+            };
+            quote! {
+                ::styx_engine::Field { name: #name, ty: <#ty as #which>::wire_type(types) }
+            }
+        });
+        quote!(::std::vec![#(#items),*])
+    };
+    let def = match &input.data {
+        Data::Struct(s) => {
+            let fields = fields(&s.fields);
+            quote!(::styx_engine::TypeDef::Struct(#fields))
+        }
+        Data::Enum(e) => {
+            let variants = e.variants.iter().map(|v| {
+                let name = v.ident.to_string();
+                let fields = fields(&v.fields);
+                quote! {
+                    ::styx_engine::Variant { name: ::std::string::String::from(#name), fields: #fields }
+                }
+            });
+            quote!(::styx_engine::TypeDef::Enum(::std::vec![#(#variants),*]))
+        }
+        Data::Union(_) => unreachable!("checked"),
+    };
+    quote! {
+        fn wire_type(types: &mut ::styx_engine::Types) -> ::styx_engine::WireType {
+            ::styx_engine::WireType::named::<Self>(types, |types| #def)
+        }
+    }
+}
+
 pub fn encode(item: TokenStream) -> syn::Result<TokenStream> {
     let mut input: DeriveInput = syn::parse2(item)?;
     check_enum(&input)?;
@@ -80,12 +123,15 @@ pub fn encode(item: TokenStream) -> syn::Result<TokenStream> {
         }
         Data::Union(_) => unreachable!("checked"),
     };
+    let wire_type = wire_type(&input, quote!(::styx_engine::Encode));
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     Ok(quote! {
         impl #impl_generics ::styx_engine::Encode for #ident #ty_generics #where_clause {
             fn encode(&self, w: &mut ::styx_engine::Writer) {
                 #body
             }
+
+            #wire_type
         }
     })
 }
@@ -123,12 +169,15 @@ pub fn decode(item: TokenStream) -> syn::Result<TokenStream> {
         }
         Data::Union(_) => unreachable!("checked"),
     };
+    let wire_type = wire_type(&input, quote!(::styx_engine::Decode));
     let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
     Ok(quote! {
         impl #impl_generics ::styx_engine::Decode for #ident #ty_generics #where_clause {
             fn decode(input: &mut &[u8]) -> ::core::result::Result<Self, ::styx_engine::DecodeError> {
                 #body
             }
+
+            #wire_type
         }
     })
 }

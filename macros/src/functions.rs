@@ -318,6 +318,7 @@ fn registration(m: &Method<'_>) -> TokenStream {
         .collect::<Vec<_>>()
         .join(", ");
     let result_text = names::type_text(m.result);
+    let arg_names: Vec<String> = m.args.iter().map(|(n, _)| n.to_string()).collect();
     quote! {
         {
             let id = app.function(
@@ -330,7 +331,7 @@ fn registration(m: &Method<'_>) -> TokenStream {
                     ::core::result::Result::Ok::<_, ::styx_engine::Abort>(__result)
                 },
             );
-            app.set_signature(id, ::styx_engine::Signature::new(#args_text, #result_text));
+            app.set_signature(id, ::styx_engine::Signature::named(#args_text, #result_text, &[#(#arg_names),*]));
         }
     }
 }

@@ -645,8 +645,8 @@ async fn write_loop(
     }
 }
 
-/// A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text) and
-/// `GET /health`. At most `HTTP_CONNECTIONS_MAX` connections at once, each
+/// A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text),
+/// `GET /health` and `GET /schema` (the application's schema as JSON). At most `HTTP_CONNECTIONS_MAX` connections at once, each
 /// given `HTTP_REQUEST_TIMEOUT` to send its request head.
 async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
     let open = Rc::new(std::cell::Cell::new(0usize));
@@ -687,7 +687,12 @@ async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
                         ("503 Service Unavailable", "recovering\n".into(), "text/plain")
                     }
                     "/health" => ("200 OK", "ok\n".into(), "text/plain"),
-                    _ => ("404 Not Found", "try /metrics or /health\n".into(), "text/plain"),
+                    "/schema" => ("200 OK", shared.app.schema().to_json(), "application/json"),
+                    _ => (
+                        "404 Not Found",
+                        "try /metrics, /health or /schema\n".into(),
+                        "text/plain",
+                    ),
                 };
                 let _ = stream.write_all(&http_response(status, kind, &body)).await;
             }

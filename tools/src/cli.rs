@@ -1,12 +1,16 @@
 //! `styx call | get | status | repl | verify | inspect`: talking to a
 //! running daemon, and reading a data directory without one.
 //!
-//! Arguments and results use the engine's encoding (little-endian
-//! integers, length-prefixed strings and byte strings, tuples concatenated),
-//! written on the command line as `TYPE:VALUE`:
+//! `styx call` encodes arguments by the application's schema, which it
+//! reads from the daemon (`GET /schema` on its metrics address) or a file
+//! (`styxd --schema json > schema.json`): each argument is a JSON value
+//! (a bare word is a string), and the result is printed as JSON. Without
+//! a schema, arguments are written in the engine's encoding as
+//! `TYPE:VALUE` and the result is shown as hex or decoded with `--as`:
 //!
 //! ```text
-//! styx call account 7 transfer u64:9 i64:25     # (creditor, amount)
+//! styx call account 7 transfer 9 25             # by the schema: (creditor: u64, amount: i64)
+//! styx call account 7 transfer u64:9 i64:25     # the same, typed by hand
 //! styx call hotel partition:3 search str:paris  # a partition function
 //! styx get account 7 --as i64
 //! ```
@@ -25,6 +29,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 use styx_engine::{Address, Key, Payload};
 use styx_net::client::{Client, ConnectOptions, Error as ClientError, Options, Outcome};
+use styx_tools::schema_json::{self, ClientSchema, FunctionInfo, parse_hex};
 use styx_tools::workloads::{Knobs, Name};
 
 /// Exit status of a call that aborted by its own logic.
@@ -58,9 +63,18 @@ pub struct CallArgs {
     #[arg(allow_hyphen_values = true)]
     args: Vec<String>,
     /// Decode the result as these types (comma-separated, e.g. `i64` or
-    /// `u64,str`); without it the result is printed as hex.
+    /// `u64,str`) instead of by the schema.
     #[arg(long = "as")]
     returns: Option<String>,
+    /// The schema as JSON (`styxd --schema json`), instead of asking the
+    /// daemon for it.
+    #[arg(long)]
+    schema: Option<PathBuf>,
+    /// The daemon's metrics address, where it serves `/schema`
+    /// [default: the --connect address with the port after it, as styxd's
+    /// defaults are].
+    #[arg(long)]
+    metrics: Option<String>,
 }
 
 #[derive(Args)]
@@ -159,29 +173,126 @@ fn finish(result: Result<ExitCode, String>) -> ExitCode {
     })
 }
 
+/// How `styx call` shows a result.
+enum Shown {
+    Hex,
+    /// `--as TYPES`.
+    Types(Vec<Type>),
+    /// By the schema, as JSON.
+    Schema(Box<(FunctionInfo, styx_engine::Types)>),
+}
+
 /// `styx call`.
 pub fn call(a: CallArgs) -> ExitCode {
     let parsed = (|| {
         let target = parse_target(&a.key)?;
-        let args = parse_args(&a.args)?;
+        let typed_by_hand = a.args.iter().all(|x| has_type_prefix(x));
         let returns = a.returns.as_deref().map(parse_types).transpose()?;
-        Ok::<_, String>((target, args, returns))
+        // Arguments and result both given by hand: the schema is not needed.
+        let schema = match (typed_by_hand, &returns) {
+            (true, Some(_)) => None,
+            _ => Some(load_schema(&a)),
+        };
+        let (args, shown) = match schema {
+            Some(Ok(schema)) => {
+                let f = schema.function(&a.operator, &a.function)?;
+                match (&target, f.partition) {
+                    (Address::Entity(_), true) => {
+                        return Err(format!("{} is a partition function: call it on partition:N", f.name));
+                    }
+                    (Address::Partition(_), false) => {
+                        return Err(format!("{} runs on an entity: give its key", f.name));
+                    }
+                    _ => {}
+                }
+                let args = if typed_by_hand && !a.args.is_empty() {
+                    parse_args(&a.args)?
+                } else {
+                    let bytes = schema_json::encode_args(f, &a.args, &schema.types)?;
+                    check_payload_len(bytes.len())?;
+                    Payload::from_bytes(&bytes)
+                };
+                let shown = match returns {
+                    Some(types) => Shown::Types(types),
+                    None => Shown::Schema(Box::new((f.clone(), schema.types.clone()))),
+                };
+                (args, shown)
+            }
+            // No schema: arguments as written by hand (bare integers are i64).
+            Some(Err(e)) => match parse_args(&a.args) {
+                Ok(args) => {
+                    eprintln!("note: {e}; arguments as written, the result as hex (or --as)");
+                    (args, returns.map_or(Shown::Hex, Shown::Types))
+                }
+                Err(bad) => return Err(format!("{bad} (no schema to read it by: {e})")),
+            },
+            None => (parse_args(&a.args)?, returns.map_or(Shown::Hex, Shown::Types)),
+        };
+        Ok::<_, String>((target, args, shown))
     })();
-    let (target, args, returns) = match parsed {
+    let (target, args, shown) = match parsed {
         Ok(p) => p,
         Err(e) => return usage(&e),
     };
     finish(on_client(move || async move {
         let client = client(&a.connect)?;
         let outcome = client.call_address(&a.operator, target, &a.function, args).await;
-        Ok(print_outcome(outcome, returns.as_deref()))
+        Ok(print_outcome(outcome, &shown))
     }))
 }
 
-fn print_outcome(outcome: Result<Outcome, ClientError>, returns: Option<&[Type]>) -> ExitCode {
+/// Whether a command-line argument is written as `TYPE:VALUE`.
+fn has_type_prefix(arg: &str) -> bool {
+    arg.split_once(':').is_some_and(|(t, _)| Type::parse(t).is_ok())
+}
+
+/// The schema from `--schema FILE`, else from the daemon's `/schema`.
+fn load_schema(a: &CallArgs) -> Result<ClientSchema, String> {
+    if let Some(path) = &a.schema {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("schema {}: {e}", path.display()))?;
+        return ClientSchema::parse(&text).map_err(|e| format!("{}: {e}", path.display()));
+    }
+    let metrics = match &a.metrics {
+        Some(m) => m.clone(),
+        None => metrics_beside(&a.connect.connect)
+            .ok_or_else(|| format!("no schema: give --metrics or --schema for {}", a.connect.connect))?,
+    };
+    let text = http_get(&metrics, "/schema").map_err(|e| {
+        format!("cannot read the schema from {metrics}/schema ({e}): give --metrics ADDR or --schema FILE")
+    })?;
+    ClientSchema::parse(&text)
+}
+
+/// `host:port+1`: where styxd serves metrics by default, beside its clients.
+fn metrics_beside(connect: &str) -> Option<String> {
+    let first = connect.split(',').next()?;
+    let (host, port) = first.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    Some(format!("{host}:{}", port.checked_add(1)?))
+}
+
+fn check_payload_len(n: usize) -> Result<(), String> {
+    if n > styx_engine::PAYLOAD_LEN_MAX {
+        return Err(format!(
+            "arguments take {n} bytes, over the limit of {}",
+            styx_engine::PAYLOAD_LEN_MAX
+        ));
+    }
+    Ok(())
+}
+
+fn print_outcome(outcome: Result<Outcome, ClientError>, shown: &Shown) -> ExitCode {
     match outcome {
         Ok(Outcome::Committed { tid, result: value }) => {
-            println!("committed (tid {tid}): {}", show(value.as_bytes(), returns));
+            let text = match shown {
+                Shown::Hex => show(value.as_bytes(), None),
+                Shown::Types(types) => show(value.as_bytes(), Some(types)),
+                Shown::Schema(s) => match schema_json::decode_result(&s.0, value.as_bytes(), &s.1) {
+                    Ok(json) => json.to_string(),
+                    Err(e) => format!("{} (not a {}: {e})", show_hex(value.as_bytes()), s.0.result),
+                },
+            };
+            println!("committed (tid {tid}): {text}");
             ExitCode::SUCCESS
         }
         Ok(Outcome::Aborted { tid, abort }) => {
@@ -317,16 +428,25 @@ async fn print_nodes(map: &styx_net::Map, connect: &Connect) -> ExitCode {
 
 /// GET /metrics over plain HTTP/1.0.
 fn scrape(addr: &str) -> Result<String, String> {
+    http_get(addr, "/metrics")
+}
+
+/// GET `path` over plain HTTP/1.0: the body of a 200 answer.
+fn http_get(addr: &str, path: &str) -> Result<String, String> {
     let sock = addr
         .parse::<std::net::SocketAddr>()
         .map_err(|e| format!("metrics address {addr}: {e}"))?;
     let mut s = TcpStream::connect_timeout(&sock, Duration::from_secs(2)).map_err(|e| format!("{addr}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: styx\r\n\r\n")
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: styx\r\n\r\n").as_bytes())
         .map_err(|e| format!("{addr}: {e}"))?;
     let mut text = String::new();
     s.read_to_string(&mut text).map_err(|e| format!("{addr}: {e}"))?;
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((text.as_str(), ""));
+    let status = head.lines().next().unwrap_or_default();
+    if !status.contains(" 200 ") {
+        return Err(format!("{addr}{path}: {status}"));
+    }
     Ok(body.to_string())
 }
 
@@ -620,17 +740,6 @@ impl Type {
 
 fn parse_types(list: &str) -> Result<Vec<Type>, String> {
     list.split(',').map(|t| Type::parse(t.trim())).collect()
-}
-
-fn parse_hex(text: &str) -> Result<Vec<u8>, String> {
-    let text = text.strip_prefix("0x").unwrap_or(text);
-    if !text.len().is_multiple_of(2) {
-        return Err(format!("hex `{text}` has an odd number of digits"));
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).map_err(|_| format!("`{text}` is not hex")))
-        .collect()
 }
 
 /// Encodes one `TYPE:VALUE` argument onto `out`.

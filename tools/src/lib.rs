@@ -5,5 +5,6 @@
 
 pub mod apps;
 pub mod preload;
+pub mod schema_json;
 pub mod verify;
 pub mod workloads;

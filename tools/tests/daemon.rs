@@ -211,6 +211,47 @@ fn the_cli_calls_reads_reports_and_runs_a_repl() {
     let (code, out) = styx(&["status", "--connect", "127.0.0.1:1", "--timeout", "0.5"]);
     assert_eq!(code, 1, "{out}");
 
+    // By the schema the daemon serves: plain arguments, results as JSON.
+    let by_schema = |schema: &[&str], args: &[&str]| {
+        let mut all = vec!["call", "--connect", a];
+        all.extend(schema);
+        all.extend(args);
+        styx(&all)
+    };
+    let served = ["--metrics", metrics.as_str()];
+    let (code, out) = by_schema(&served, &["account", "3", "deposit", "40"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = by_schema(&served, &["account", "3", "transfer", "4", "15"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = by_schema(&served, &["account", "3", "balance"]);
+    assert_eq!((code, out.trim_end().ends_with(": 25")), (0, true), "{out}");
+    let (code, out) = by_schema(&served, &["account", "3", "transfer", "4"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("transfer takes 2 arguments, got 1"), "{out}");
+    let (code, out) = by_schema(&served, &["account", "3", "transfer", "4", "x"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("amount: expected i64"), "{out}");
+    let (code, out) = by_schema(&served, &["account", "3", "tranfser", "4", "1"]);
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("it has deposit, transfer, balance"), "{out}");
+    // The schema saved from `styxd --schema json` does the same without
+    // asking the daemon, and is the one it serves.
+    let saved = std::process::Command::new(styxd())
+        .args(["--app", "ycsbt", "--schema", "json"])
+        .output()
+        .unwrap();
+    assert!(saved.status.success(), "{saved:?}");
+    let file = dir.join("schema.json");
+    std::fs::write(&file, &saved.stdout).unwrap();
+    let parse = |text: &str| serde_json::from_str::<serde_json::Value>(text).unwrap();
+    assert_eq!(
+        parse(&String::from_utf8(saved.stdout).unwrap()),
+        parse(d.http_get("/schema").split_once("\r\n\r\n").unwrap().1)
+    );
+    let from_file = ["--metrics", "127.0.0.1:1", "--schema", file.to_str().unwrap()];
+    let (code, out) = by_schema(&from_file, &["account", "4", "balance"]);
+    assert_eq!((code, out.trim_end().ends_with(": 15")), (0, true), "{out}");
+
     let (code, out) = styx_repl(
         a,
         "call account 7 deposit i64:5\nget account 7 --as i64\ncall account 7 transfer u64:8 \"i64:9\"\nstatus\nquit\n",

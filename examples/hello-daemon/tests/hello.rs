@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use hello_daemon::{BookRequest, GuestRequest};
+use hello_daemon::{BookClient, BookRequest, GuestClient, GuestRequest};
 use std::path::Path;
 use styx_engine::{Decode, Outcome, TypedRequest};
 
@@ -65,4 +65,30 @@ fn the_daemon_prints_its_schema() {
     assert!(schema.starts_with("app guestbook\n"), "{schema}");
     assert!(schema.contains("  sign(name: String) -> u64\n"), "{schema}");
     assert!(schema.contains("  visit() -> u64\n"), "{schema}");
+}
+
+#[test]
+fn client_stubs_call_the_daemon_each_call_a_transaction() {
+    let dir = data_dir("hello-stubs");
+    let d = Daemon::start(Path::new(env!("CARGO_BIN_EXE_hello-daemon")), &dir, &["--shards", "2"]);
+    let addr = d.addr.clone();
+    glommio::LocalExecutorBuilder::default()
+        .spawn(move || async move {
+            let options = styx_net::client::Options::default();
+            let client = styx_net::client::Client::connect(addr.as_str(), options).await.unwrap();
+            let hall = BookClient::new(&client, "hall");
+            assert_eq!(hall.sign("ada".into()).await.unwrap(), 1);
+            assert_eq!(hall.sign("lin".into()).await.unwrap(), 2);
+            // An abort is the client's Aborted error, and changes nothing.
+            let err = hall.sign(String::new()).await.unwrap_err();
+            assert!(err.to_string().contains("a name is 1 to 64 bytes"), "{err}");
+            assert_eq!(
+                hall.entries().await.unwrap(),
+                vec!["ada (visit 1)".to_string(), "lin (visit 1)".to_string()]
+            );
+            assert_eq!(GuestClient::new(&client, "ada").visit().await.unwrap(), 2);
+        })
+        .unwrap()
+        .join()
+        .unwrap();
 }
