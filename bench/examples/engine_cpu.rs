@@ -2,6 +2,7 @@
 //! shard in this thread, messages moved directly, closed loop.
 //!
 //! `cargo run --release -p styx-bench --example engine_cpu -- SHARDS EPOCH_TXNS KEYS TXNS`
+//! (`STYX_API=closures` for the closure version of the application)
 //!
 //! `SHARDS` 0 runs the same transfers through `styx_engine::Serial` (the
 //! serial ceiling). Under `valgrind --tool=callgrind` the instruction count
@@ -41,7 +42,7 @@ fn main() {
     if shards == 0 {
         return serial(keys, *args.get(3).unwrap_or(&2_000_000));
     }
-    let app = ycsbt::app(64);
+    let app = ycsbt::app_with(64, api());
     let f = Functions::of(&app);
     let account = app.op_id("account").unwrap();
     let config = Config {
@@ -114,7 +115,7 @@ fn main() {
 
 /// The same transfers, one after another, on `Serial`.
 fn serial(keys: u64, total: u64) {
-    let app = ycsbt::app(64);
+    let app = ycsbt::app_with(64, api());
     let f = Functions::of(&app);
     let account = app.op_id("account").unwrap();
     let mut serial = Serial::new(app.clone(), CallLimits::default());
@@ -143,4 +144,10 @@ fn serial(keys: u64, total: u64) {
         secs * 1e6 / committed as f64,
         allocs as f64 / committed as f64
     );
+}
+
+/// The application's API from `STYX_API` (`typed`, the default, or
+/// `closures`): the same transfers written both ways.
+fn api() -> styx_bench::Api {
+    std::env::var("STYX_API").map_or(styx_bench::Api::Typed, |a| a.parse().expect("STYX_API"))
 }

@@ -9,7 +9,8 @@
 #   1 shard   the epoch protocol on one shard, every call local
 #   2 shards  two shards driven in one thread, half the calls remote
 #
-# Usage: bench/scripts/instructions.sh   (N=200000 KEYS=10000 EPOCH=1000 BIN=…)
+# Usage: bench/scripts/instructions.sh   (N=200000 KEYS=10000 EPOCH=1000 BIN=…
+#        STYX_API=typed|closures: the application written either way)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${BIN:-$REPO/target/release/examples/engine_cpu}
@@ -28,5 +29,5 @@ for setup in "serial 0 0" "1-shard 1 $EPOCH" "2-shards 2 $EPOCH"; do
     half=$(count "$shards" "$epoch" "$KEYS" $((N / 2)))
     per=$(((full - half) / (N / 2)))
     printf '%-9s %12d\n' "$name" "$per"
-    echo "{\"executor\":\"$name\",\"keys\":$KEYS,\"epoch_txns\":$epoch,\"instructions_per_txn\":$per}" >&2
+    echo "{\"executor\":\"$name\",\"api\":\"${STYX_API:-typed}\",\"keys\":$KEYS,\"epoch_txns\":$epoch,\"instructions_per_txn\":$per}" >&2
 done

@@ -32,6 +32,7 @@ use crate::ctx::Ctx;
 use crate::ids::{FnId, OpId};
 use crate::schema::{Schema, Signature, Types};
 use crate::typed::Functions;
+use std::any::TypeId;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -269,6 +270,9 @@ pub struct App {
     functions: u32,
     /// The structs and enums their arguments and results use (the schema's).
     types: Types,
+    /// Typed entities: their operator and the index of their first
+    /// function, so that a proxy call is a function id, not a name lookup.
+    typed: Vec<(TypeId, OpId, u16)>,
 }
 
 impl fmt::Debug for App {
@@ -298,7 +302,16 @@ impl App {
             by_name: HashMap::new(),
             functions: 0,
             types: Types::new(),
+            typed: Vec::new(),
         }
+    }
+
+    /// The operator of typed entity `E` and the index of its first
+    /// function (its methods follow in declaration order), if declared.
+    #[inline]
+    pub fn typed_entity<E: 'static>(&self) -> Option<(OpId, u16)> {
+        let id = TypeId::of::<E>();
+        self.typed.iter().find(|t| t.0 == id).map(|t| (t.1, t.2))
     }
 
     /// The named types of every function's arguments and results.
@@ -363,7 +376,9 @@ impl App {
     pub fn entity_with<E: Functions>(&mut self, partitions: u32) -> OpId {
         let op = self.operator(E::NAME, partitions);
         self.operators[op.0 as usize].state = Some(crate::schema::short_type_name(std::any::type_name::<E>()));
+        let first = self.operators[op.0 as usize].functions.len() as u16;
         E::register(self, op);
+        self.typed.push((TypeId::of::<E>(), op, first));
         op
     }
 

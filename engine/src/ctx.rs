@@ -191,6 +191,12 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// The application this function belongs to.
+    #[inline]
+    pub fn app(&self) -> &crate::App {
+        self.frame.host.app()
+    }
+
     /// The entity's key (empty for partition functions).
     pub fn key(&self) -> &Key {
         static EMPTY: std::sync::OnceLock<Key> = std::sync::OnceLock::new();
@@ -371,7 +377,7 @@ impl Ctx {
     /// `E`'s functions (see [`crate::typed`]), each returning a [`Call`].
     #[inline]
     pub fn entity<E: crate::typed::Entity>(&self, key: impl Into<Key>) -> E::Proxy<'_> {
-        E::proxy(crate::typed::EntityRef::new(self, E::NAME, key.into()))
+        E::proxy(crate::typed::EntityRef::of::<E>(self, key.into()))
     }
 
     /// Calls a function by id (resolved once with [`crate::App::resolve`]):

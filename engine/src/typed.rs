@@ -114,7 +114,7 @@ use crate::app::App;
 use crate::codec::{Decode, DecodeError, Encode, Payload};
 use crate::config::Request;
 use crate::ctx::{Call, Ctx};
-use crate::ids::{Address, OpId};
+use crate::ids::{Address, FnId, OpId};
 use crate::key::Key;
 use crate::value::{Load, Store};
 use std::fmt;
@@ -169,21 +169,55 @@ pub struct EntityRef<'a> {
     ctx: &'a Ctx,
     operator: &'static str,
     key: Key,
+    /// The entity's operator and first function in this application, when
+    /// it was declared with [`App::entity`]: calls then skip the name lookup.
+    functions: Option<(OpId, u16)>,
 }
 
 impl<'a> EntityRef<'a> {
     pub fn new(ctx: &'a Ctx, operator: &'static str, key: Key) -> EntityRef<'a> {
-        EntityRef { ctx, operator, key }
+        EntityRef {
+            ctx,
+            operator,
+            key,
+            functions: None,
+        }
+    }
+
+    /// A handle on entity `key` of typed entity `E` (what [`Ctx::entity`] makes).
+    #[inline]
+    pub fn of<E: Entity>(ctx: &'a Ctx, key: Key) -> EntityRef<'a> {
+        EntityRef {
+            ctx,
+            operator: E::NAME,
+            key,
+            functions: ctx.app().typed_entity::<E>(),
+        }
     }
 
     pub fn key(&self) -> &Key {
         &self.key
     }
 
-    /// Calls `function` on this entity (what the proxy's methods do).
+    /// Calls `function` on this entity by name.
     #[inline]
     pub fn call<R: Decode>(&self, function: &str, args: &impl Encode) -> Call<R> {
         self.ctx.call(self.operator, self.key.clone(), function, args)
+    }
+
+    /// Calls the entity's `nth` method, `function` (what the proxy's
+    /// methods do): by function id when the entity was declared with
+    /// [`App::entity`], else by name.
+    #[inline]
+    pub fn call_method<R: Decode>(&self, nth: u16, function: &str, args: &impl Encode) -> Call<R> {
+        match self.functions {
+            Some((op, first)) => {
+                let id = FnId { op, index: first + nth };
+                debug_assert_eq!(self.ctx.app().function_info(id).name(), function);
+                self.ctx.call_fn(id, self.key.clone(), args)
+            }
+            None => self.call(function, args),
+        }
     }
 
     /// Sends `function` to this entity without waiting for its result

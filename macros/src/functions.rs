@@ -88,8 +88,14 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     let client_methods = methods.iter().map(|m| client_method(&request, m));
     let registrations = methods.iter().map(registration);
     let checks = methods.iter().map(type_checks);
-    let proxy_methods = methods.iter().map(|m| proxy_method(&ident, m, false));
-    let request_methods = methods.iter().map(|m| proxy_method(&ident, m, true));
+    let proxy_methods = methods
+        .iter()
+        .enumerate()
+        .map(|(i, m)| proxy_method(&ident, i, m, false));
+    let request_methods = methods
+        .iter()
+        .enumerate()
+        .map(|(i, m)| proxy_method(&ident, i, m, true));
     Ok(quote! {
         #block
 
@@ -359,7 +365,8 @@ fn type_checks(m: &Method<'_>) -> TokenStream {
 
 /// The method of `{Name}Proxy` (a `Call<R>`) or `{Name}Request` (a
 /// `TypedRequest<R>`) that calls `m`.
-fn proxy_method(entity: &Ident, m: &Method<'_>, request: bool) -> TokenStream {
+fn proxy_method(entity: &Ident, nth: usize, m: &Method<'_>, request: bool) -> TokenStream {
+    let nth = nth as u16;
     let method = &m.item.sig.ident;
     let name = method.to_string();
     let vis = &m.item.vis;
@@ -378,7 +385,7 @@ fn proxy_method(entity: &Ident, m: &Method<'_>, request: bool) -> TokenStream {
         quote! {
             #(#docs)*
             #vis fn #method(&self, #(#names: #tys),*) -> ::styx_engine::Call<#result> {
-                self.0.call(#name, &(#(#names,)*))
+                self.0.call_method(#nth, #name, &(#(#names,)*))
             }
         }
     }
