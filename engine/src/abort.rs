@@ -39,6 +39,10 @@ pub enum AbortKind {
     /// client acknowledged it, or it fell out of the bounded window): it is
     /// not run again.
     Forgotten = 10,
+    /// Two concurrent branches of the transaction (a call not yet awaited,
+    /// or a send, and a new call) targeted the same entity: the engine
+    /// would not order them, so it refuses the second.
+    Concurrent = 11,
 }
 
 impl AbortKind {
@@ -54,6 +58,7 @@ impl AbortKind {
             8 => AbortKind::Stalled,
             9 => AbortKind::Drift,
             10 => AbortKind::Forgotten,
+            11 => AbortKind::Concurrent,
             _ => return None,
         })
     }

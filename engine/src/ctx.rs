@@ -13,12 +13,19 @@
 //! Concurrent branches of one transaction (an async `send`, or calls awaited
 //! together) must touch disjoint entities: the engine does not order them
 //! against each other. Sync call chains may revisit entities (A → B → A).
+//! An invocation that calls or sends to an entity while one of its own
+//! earlier calls to that entity is still open (issued, result not yet
+//! taken; a send is open for good) is aborted with
+//! [`AbortKind::Concurrent`]: the check follows program order, not timing,
+//! so it is the same in the engine and the serial executor. Overlaps
+//! deeper in the call graph (two branches whose callees reach one entity)
+//! are not detected.
 
-use crate::abort::Abort;
+use crate::abort::{Abort, AbortKind};
 use crate::app::FnKind;
 use crate::bytes::mix64;
 use crate::codec::{Decode, Encode, Payload};
-use crate::ids::{Address, FnId, Tid};
+use crate::ids::{Address, FnId, OpId, Tid};
 use crate::key::Key;
 use crate::value::{Load, Scratch, Store, Value};
 use std::cell::{Cell, RefCell};
@@ -66,6 +73,11 @@ pub(crate) trait Host {
 pub(crate) struct CallSlot {
     pub result: Option<Result<Payload, Abort>>,
     pub waker: Option<Waker>,
+    /// The entity called, while the call is open: from when it is issued
+    /// until the caller takes its result (a send, never awaited, and a
+    /// call dropped unawaited stay open). A new call to an entity an open
+    /// call targets would run concurrently with it: refused.
+    pub open: Option<(OpId, Key)>,
 }
 
 /// One invocation's frame, shared by its `Ctx` handles and its host.
@@ -465,7 +477,31 @@ impl Ctx {
                 self.frame.force(abort.clone());
                 return Call::failed(abort);
             }
-            calls.push(CallSlot::default());
+            let open = match &address {
+                Address::Entity(key) => {
+                    if let Some(n) = calls
+                        .iter()
+                        .position(|c| c.open.as_ref().is_some_and(|(op, k)| *op == function.op && k == key))
+                    {
+                        drop(calls);
+                        let abort = Abort::with_kind(
+                            AbortKind::Concurrent,
+                            format!(
+                                "{} on {key} while call {n} to the same entity is still open: await it first (concurrent branches must touch different entities)",
+                                self.frame.host.app().describe(function)
+                            ),
+                        );
+                        self.frame.force(abort.clone());
+                        return Call::failed(abort);
+                    }
+                    Some((function.op, key.clone()))
+                }
+                Address::Partition(_) => None,
+            };
+            calls.push(CallSlot {
+                open,
+                ..CallSlot::default()
+            });
             (calls.len() - 1) as u32
         };
         self.frame.host.call(&self.frame, child, function, address, args, sync);
@@ -510,7 +546,12 @@ impl<R: Decode> Future for Call<R> {
             CallState::Issued { frame, child } => {
                 let mut calls = frame.calls.borrow_mut();
                 let slot = &mut calls[*child as usize];
-                match slot.result.take() {
+                let result = slot.result.take();
+                if result.is_some() {
+                    // Taken: later calls to the entity follow this one.
+                    slot.open = None;
+                }
+                match result {
                     Some(Ok(payload)) => Poll::Ready(
                         payload
                             .decode::<R>()

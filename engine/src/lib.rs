@@ -6,6 +6,7 @@
 //! a state machine driven by the production runtime or by the [`sim`]ulator,
 //! so any run can be replayed from its inputs.
 //!
+//! - [`guide`]: how to write an application, start to finish.
 //! - [`App`], [`Ctx`]: the programming model (operators, functions, calls).
 //! - [`typed`]: the same as Rust types and methods — `#[entity]`,
 //!   `#[functions]`, typed proxies, `#[derive(Encode, Decode)]` — and
@@ -30,6 +31,7 @@ mod codec;
 mod config;
 mod ctx;
 mod epoch;
+pub mod guide;
 mod history;
 mod ids;
 mod key;

@@ -10,8 +10,11 @@
 //! application.
 //!
 //! The state of an entity is loaded before its method runs (its type's
-//! `Default` when the entity has none) and, for `&mut self` methods that
-//! return `Ok`, written back when it returns. So a sync call chain that
+//! `Default` when the entity has none, or an abort for
+//! `#[entity(required)]`) and, for `&mut self` methods that return `Ok`,
+//! written back when it returns; a method without `self` takes `ctx: &Ctx`
+//! first and reads and writes the state itself. The [`guide`](crate::guide)
+//! walks through an application. So a sync call chain that
 //! comes back to the same entity (A → B → A) sees A as it was before A's
 //! method, and A's write, made when A's method returns, wins over the inner
 //! call's: keep such chains out of `&mut self` methods.

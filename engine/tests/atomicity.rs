@@ -244,3 +244,84 @@ fn panics_do_not_take_the_shard_down() {
         assert_eq!(counts.last().unwrap(), &&Outcome::Committed(Payload::encode(&10i64)));
     });
 }
+
+/// Functions that call one entity twice: concurrently (refused), and in
+/// sequence (fine).
+fn twice_app() -> Arc<App> {
+    let mut app = App::new("twice");
+    let op = app.operator("counter", 4);
+    let bump = app.function(op, "bump", |ctx, (): ()| async move {
+        let n = ctx.get::<i64>()?.unwrap_or(0) + 1;
+        ctx.put(&n)?;
+        Ok(n)
+    });
+    // Both calls issued before either is awaited: concurrent branches.
+    app.function(op, "joined", move |ctx, target: u64| async move {
+        let a = ctx.call_fn::<i64>(bump, target, ());
+        let b = ctx.call_fn::<i64>(bump, target, ());
+        let (a, b) = futures_lite::future::zip(a, b).await;
+        Ok(a? + b?)
+    });
+    // A send stays open: a later call to the same entity is concurrent.
+    app.function(op, "sent", move |ctx, target: u64| async move {
+        ctx.send_fn(bump, target, ())?;
+        ctx.call_fn::<i64>(bump, target, ()).await
+    });
+    // The first result taken before the second call: a sequence.
+    app.function(op, "sequence", move |ctx, target: u64| async move {
+        let a = ctx.call_fn::<i64>(bump, target, ()).await?;
+        let b = ctx.call_fn::<i64>(bump, target, ()).await?;
+        Ok(a + b)
+    });
+    // Concurrent calls to different entities are what joins are for.
+    app.function(op, "spread", move |ctx, target: u64| async move {
+        let a = ctx.call_fn::<i64>(bump, target, ());
+        let b = ctx.call_fn::<i64>(bump, target + 1, ());
+        let (a, b) = futures_lite::future::zip(a, b).await;
+        Ok(a? + b?)
+    });
+    Arc::new(app)
+}
+
+#[test]
+fn concurrent_calls_to_one_entity_abort_in_the_engine_and_the_serial_executor_alike() {
+    swarm(seeds(0..4), |seed| {
+        let app = twice_app();
+        let call = |function: &str| Request {
+            function: app.resolve("counter", function).unwrap(),
+            address: Address::Entity(Key::from(1u64)),
+            args: Payload::encode(&7u64),
+            client: None,
+        };
+        for (tid, (function, committed)) in [
+            ("joined", None),
+            ("sent", None),
+            ("sequence", Some(3)),
+            ("spread", Some(2)),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut sim = Sim::new(app.clone(), test_config(10), 3, seed);
+            sim.submit(0, 0, call(function)).unwrap();
+            sim.run();
+            let engine = sim.take_replies().pop().unwrap().outcome;
+            let serial = styx_engine::Serial::new(app.clone(), CallLimits::default());
+            let oracle = serial.execute(tid as u64 + 1, 0, &call(function));
+            for outcome in [&engine, &oracle] {
+                match (outcome, committed) {
+                    (Outcome::Committed(p), Some(n)) => assert_eq!(p.decode::<i64>(), Ok(n), "{function}"),
+                    (Outcome::Aborted(a), None) => {
+                        assert_eq!(a.kind(), AbortKind::Concurrent, "{function}: {a}");
+                        assert!(a.message().contains("still open: await it first"), "{a}");
+                    }
+                    other => panic!("{function}: {other:?}"),
+                }
+            }
+            if committed.is_none() {
+                // Nothing of the refused transaction is left.
+                assert!(sim.state().is_empty(), "{function}: {:?}", sim.state());
+            }
+        }
+    });
+}

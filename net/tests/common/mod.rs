@@ -248,6 +248,7 @@ pub fn random_frame(rng: &mut Rng) -> Frame {
         AbortKind::Limit,
         AbortKind::State,
         AbortKind::Stalled,
+        AbortKind::Concurrent,
     ];
     let body = match rng.below(14) {
         0 => Body::Hello {
