@@ -394,6 +394,7 @@ impl Ctx {
 
     /// Calls a function by id (resolved once with [`crate::App::resolve`]):
     /// skips the name lookup on hot paths.
+    #[inline]
     pub fn call_fn<R: Decode>(&self, function: FnId, key: impl Into<Key>, args: impl Encode) -> Call<R> {
         match self.check_kind(function, FnKind::Entity) {
             Ok(()) => self.issue(function, Address::Entity(key.into()), Payload::encode(&args), true),

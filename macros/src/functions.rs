@@ -384,6 +384,7 @@ fn proxy_method(entity: &Ident, nth: usize, m: &Method<'_>, request: bool) -> To
     } else {
         quote! {
             #(#docs)*
+            #[inline]
             #vis fn #method(&self, #(#names: #tys),*) -> ::styx_engine::Call<#result> {
                 self.0.call_method(#nth, #name, &(#(#names,)*))
             }

@@ -194,6 +194,19 @@ pub fn call(a: CallArgs) -> ExitCode {
             _ => Some(load_schema(&a)),
         };
         let (args, shown) = match schema {
+            // Arguments typed by hand: the schema only shows the result,
+            // when it has the function (the guessed metrics address may
+            // belong to another daemon).
+            Some(Ok(schema)) if typed_by_hand => {
+                let shown = match (returns, schema.function(&a.operator, &a.function)) {
+                    (Some(types), _) => Shown::Types(types),
+                    (None, Ok(f)) if f.partition == matches!(target, Address::Partition(_)) => {
+                        Shown::Schema(Box::new((f.clone(), schema.types.clone())))
+                    }
+                    (None, _) => Shown::Hex,
+                };
+                (parse_args(&a.args)?, shown)
+            }
             Some(Ok(schema)) => {
                 let f = schema.function(&a.operator, &a.function)?;
                 match (&target, f.partition) {
@@ -205,13 +218,9 @@ pub fn call(a: CallArgs) -> ExitCode {
                     }
                     _ => {}
                 }
-                let args = if typed_by_hand && !a.args.is_empty() {
-                    parse_args(&a.args)?
-                } else {
-                    let bytes = schema_json::encode_args(f, &a.args, &schema.types)?;
-                    check_payload_len(bytes.len())?;
-                    Payload::from_bytes(&bytes)
-                };
+                let bytes = schema_json::encode_args(f, &a.args, &schema.types)?;
+                check_payload_len(bytes.len())?;
+                let args = Payload::from_bytes(&bytes);
                 let shown = match returns {
                     Some(types) => Shown::Types(types),
                     None => Shown::Schema(Box::new((f.clone(), schema.types.clone()))),
