@@ -31,6 +31,11 @@
 //! The test computes what survives from the journal on its own (the
 //! oracle's view) and checks recovery against it.
 //!
+//! With `moves`, every few requests is a partition move to a random shard
+//! instead (`Move::request`): a crash at any event of a move (its batch
+//! written, synced, a snapshot of the old or new owner after it) recovers
+//! to the map and state of the surviving log, through the same checks.
+//!
 //! A failure prints the seed, the shard count, the crash event index and the
 //! command that replays the seed (see `common::swarm`).
 
@@ -42,8 +47,8 @@ use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::{DiskEvent, Disks, Sim, test_config};
 use styx_engine::{
-    App, Batch, Config, Epoch, EpochRecord, Key, OpId, Outcome, Reply, Request, ShardId, SnapshotChunk, Tid, Token,
-    Value,
+    App, Batch, Config, Epoch, EpochRecord, Key, Move, OpId, Outcome, Reply, Request, ShardId, SnapshotChunk, Tid,
+    Token, Value,
 };
 
 const ACCOUNTS: u64 = 24;
@@ -52,6 +57,8 @@ const CLIENTS: u64 = 6;
 /// Requests submitted per run (new ones, retries and client-less ones).
 const REQUESTS: u64 = 160;
 const SEEDS: u64 = 8;
+/// With moves, one request in this many is a move.
+const MOVE_EVERY: u64 = 6;
 /// Per seed, how slow the disk is (see [`Sim::set_fsync_busy`]).
 const FSYNC_BUSY: [f64; SEEDS as usize] = [0.0, 0.5, 0.8, 0.95, 0.0, 0.3, 0.7, 0.9];
 
@@ -82,7 +89,8 @@ struct Live {
 /// the serial oracle.
 /// `fsync_busy`: see [`Sim::set_fsync_busy`].
 /// `snapshot_interval_us`: see [`Config::snapshot_interval_us`].
-fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64) -> Live {
+/// `moves`: every [`MOVE_EVERY`]th request moves a partition.
+fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64, moves: bool) -> Live {
     let app = bank(8);
     let mut config = test_config(8);
     config.snapshot_interval_us = snapshot_interval_us;
@@ -100,6 +108,21 @@ fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64) 
     let mut tokens = HashMap::new();
     let mut released = Vec::new();
     for token in 0..REQUESTS {
+        if moves && token % MOVE_EVERY == MOVE_EVERY - 1 {
+            let m = Move {
+                op: OpId(0),
+                partition: rng.below(8) as u32,
+                to: rng.below(u64::from(shards)) as ShardId,
+            };
+            tokens.insert(token, None);
+            sim.submit(rng.below(u64::from(shards)) as ShardId, token, m.request())
+                .unwrap();
+            for _ in 0..rng.below(40) {
+                sim.step();
+            }
+            released.append(&mut sim.take_replies_at());
+            continue;
+        }
         let client = rng.below(CLIENTS);
         let (request, key) = if rng.chance(0.1) {
             let d = rng.below(ACCOUNTS);
@@ -128,6 +151,12 @@ fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64) 
     }
     sim.run();
     released.append(&mut sim.take_replies_at());
+    if moves && shards > 1 {
+        assert!(
+            sim.shard(0).partition_map().version() > 0,
+            "seed {seed}, {shards} shards: no partition moved"
+        );
+    }
     assert_eq!(
         released.len() as u64,
         REQUESTS,
@@ -491,7 +520,7 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
 
 /// Seed index `i` runs seed `10 i + shards`; its disk speed and snapshot
 /// interval follow from `i`.
-fn crash_everywhere(shards: u16) {
+fn crash_everywhere(shards: u16, moves: bool) {
     let seed_of = |i: u64| i * 10 + u64::from(shards);
     swarm(seeds_of(0..SEEDS, seed_of), |seed| {
         let i = seed / 10;
@@ -500,6 +529,7 @@ fn crash_everywhere(shards: u16) {
             seed,
             FSYNC_BUSY[(i % SEEDS) as usize],
             [250, 1_500][(i / 4 % 2) as usize],
+            moves,
         );
         let mut counts = Counts::default();
         let mut disks = Disks::new(&[shards], &live.initial);
@@ -547,15 +577,25 @@ fn crash_everywhere(shards: u16) {
 
 #[test]
 fn crash_at_every_disk_event_one_shard() {
-    crash_everywhere(1);
+    crash_everywhere(1, false);
 }
 
 #[test]
 fn crash_at_every_disk_event_two_shards() {
-    crash_everywhere(2);
+    crash_everywhere(2, false);
 }
 
 #[test]
 fn crash_at_every_disk_event_three_shards() {
-    crash_everywhere(3);
+    crash_everywhere(3, false);
+}
+
+#[test]
+fn crash_at_every_disk_event_during_moves_two_shards() {
+    crash_everywhere(2, true);
+}
+
+#[test]
+fn crash_at_every_disk_event_during_moves_three_shards() {
+    crash_everywhere(3, true);
 }
