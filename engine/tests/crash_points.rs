@@ -293,6 +293,10 @@ struct Counts {
     retries_checked: usize,
     /// The most epochs one recovery replayed after its snapshot.
     replayed_epochs_max: u64,
+    /// Restored a snapshot whose map had moved partitions.
+    from_moved_snapshot: usize,
+    /// Replayed a logged move.
+    replayed_moves: usize,
 }
 
 /// Crashes after the first `k` disk events (`disks` holds what they left),
@@ -342,6 +346,9 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
         .restart(&mut rec)
         .unwrap_or_else(|e| panic!("{at}: recovery refused the disk: {e}"));
     assert_eq!(restart.snapshot(), snapshot, "{at}: recovery restored another snapshot");
+    if rec.shard(0).partition_map().version() > 0 {
+        counts.from_moved_snapshot += 1;
+    }
     assert_eq!(restart.plan.replay_to, last, "{at}: recovery replays to another epoch");
     if snapshot > 0 {
         counts.from_snapshot += 1;
@@ -394,6 +401,13 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
         "{at}: recovery ran exactly the logged epochs after the snapshot"
     );
     let survived_tids: BTreeSet<Tid> = survived.iter().flat_map(|b| b.txns.iter().map(|(t, _)| *t)).collect();
+    if survived
+        .iter()
+        .flat_map(|b| &b.txns)
+        .any(|(_, r)| Move::of(r).is_some())
+    {
+        counts.replayed_moves += 1;
+    }
     let mut serial = Oracle::from_state(live.app.clone(), live.config.limits, &live.state_after[&snapshot]);
     serial.log(&survived);
     let mut outcome: HashMap<Tid, Outcome> = HashMap::new();
@@ -545,7 +559,8 @@ fn crash_everywhere(shards: u16, moves: bool) {
         println!(
             "seed {seed}, {shards} shards: {} crash points ({} from a snapshot, {} with a partial epoch), \
              up to {} epochs replayed, {} released replies and {} retries checked, \
-             {} logged-unanswered recoveries, {} live retries",
+             {} logged-unanswered recoveries, {} live retries, {} from a snapshot after moves, \
+             {} replaying moves",
             counts.crash_points,
             counts.from_snapshot,
             counts.partial_epochs,
@@ -554,6 +569,8 @@ fn crash_everywhere(shards: u16, moves: bool) {
             counts.retries_checked,
             counts.unanswered_recovered,
             retried_live,
+            counts.from_moved_snapshot,
+            counts.replayed_moves,
         );
         if seed == seed_of(i) && i < SEEDS {
             // A default seed reaches the cases it exists for.
@@ -571,6 +588,12 @@ fn crash_everywhere(shards: u16, moves: bool) {
                 counts.unanswered_recovered > 0,
                 "seed {seed}: no logged-unanswered transaction recovered"
             );
+            if moves {
+                assert!(
+                    counts.from_moved_snapshot > 0 && counts.replayed_moves > 0,
+                    "seed {seed}: no crash recovered a moved map from a snapshot, or replayed a move"
+                );
+            }
         }
     });
 }
