@@ -346,6 +346,10 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
         .restart(&mut rec)
         .unwrap_or_else(|e| panic!("{at}: recovery refused the disk: {e}"));
     assert_eq!(restart.snapshot(), snapshot, "{at}: recovery restored another snapshot");
+    // The map is a function of the log: the snapshot's is the one its
+    // epochs' moves made, and every entity is where it says.
+    let snapshot_batches = live.batches.values().filter(|b| b.epoch <= snapshot);
+    assert_placed(&rec, &map_of_log(&live.app, shards, snapshot_batches), &at);
     if rec.shard(0).partition_map().version() > 0 {
         counts.from_moved_snapshot += 1;
     }
@@ -380,6 +384,8 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
             rec.log(s).iter().map(|b| b.epoch).collect::<Vec<_>>()
         );
     }
+    let replayed_batches = live.batches.values().filter(|b| b.epoch <= snapshot).chain(&survived);
+    assert_placed(&rec, &map_of_log(&live.app, shards, replayed_batches), &at);
     let recovered_replies: HashMap<Tid, Outcome> = rec
         .take_replies()
         .into_iter()
