@@ -65,7 +65,7 @@ pub use history::{EpochRecord, serial_order};
 pub use ids::{Address, Epoch, FnId, OpId, SHARDS_MAX, ShardId, ShardSet, Tid, partition_owner};
 pub use key::{KEY_LEN_MAX, Key, KeyPart};
 pub use message::{Invoke, Message, Parent, Phase, Reply as CallReply, flags};
-pub use partition_map::{MOVE_FUNCTION_INDEX, Move, PartitionMap};
+pub use partition_map::{MOVE_FUNCTION, MOVE_FUNCTION_INDEX, Move, PartitionMap};
 pub use schema::{FunctionSchema, OperatorSchema, Schema, Signature};
 pub use serial::Serial;
 pub use shard::{CLIENTS_MAX, OUTCOMES_PER_CLIENT_MAX, Outputs, Shard, Stage, Stats, client_home};

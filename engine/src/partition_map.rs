@@ -24,6 +24,11 @@ pub const MOVE_FUNCTION_INDEX: u16 = u16::MAX;
 
 const _: () = assert!(crate::app::FUNCTIONS_PER_OPERATOR_MAX < MOVE_FUNCTION_INDEX as usize);
 
+/// The name a client calls a move by, on any operator, with a partition
+/// target and the target shard (`u16`) as its argument (`styx rebalance`).
+/// Names starting with `__` are reserved, so no function has it.
+pub const MOVE_FUNCTION: &str = "__move";
+
 /// A move: partition `partition` of operator `op` goes to shard `to`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Move {

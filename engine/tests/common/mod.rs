@@ -497,7 +497,10 @@ pub fn map_of_log<'a>(app: &App, shards: u16, batches: impl IntoIterator<Item = 
     for b in batches {
         for (tid, r) in &b.txns {
             if let Some(m) = Move::of(r) {
-                by_epoch.entry(b.epoch).or_default().push((*tid, m.expect("a logged move is valid")));
+                by_epoch
+                    .entry(b.epoch)
+                    .or_default()
+                    .push((*tid, m.expect("a logged move is valid")));
             }
         }
     }
