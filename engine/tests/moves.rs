@@ -295,3 +295,27 @@ fn bad_moves_are_refused() {
     );
     assert_eq!(sim.shard(0).partition_map().version(), 0);
 }
+
+/// A partition larger than one `Install` message (4096 entities) moves
+/// whole, in several, and transactions on it run at the new owner.
+#[test]
+fn a_large_partition_moves_in_chunks() {
+    let app = bank(2);
+    let config = test_config(8);
+    let mut sim = Sim::new(app.clone(), config.clone(), 2, 11);
+    let accounts_n = 10_000;
+    let initial = accounts(accounts_n, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let before = sim.state();
+    sim.submit(0, 0, move_to(0, 1)).unwrap();
+    sim.submit(1, 1, move_to(1, 0)).unwrap();
+    sim.run();
+    assert_placed_by_log(&sim, "after the swap");
+    assert_eq!(sim.state(), before, "the swap changed the state");
+    assert_eq!(sim.shard(0).entity_count() + sim.shard(1).entity_count(), accounts_n as usize);
+    sim.submit(0, 2, transfer(&app, 1, 2, 5)).unwrap();
+    let checked = run_and_check(&mut sim, &app, config.limits, &initial);
+    assert_eq!(checked.committed, 3);
+}

@@ -328,7 +328,7 @@ impl Shard {
     /// A one-line account of the shard's machine, for diagnosing a stuck run.
     pub fn describe(&self) -> String {
         format!(
-            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, serial {}/{}, {} parked, done1 {} flags {} done2 {}, held {:?}, replay {:?}, durable {} {:?}",
+            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, serial {}/{}, {} parked, done1 {} flags {} done2 {}, held {:?}, replay {:?}, durable {} {:?}, {}",
             self.exec.id,
             self.m.epoch,
             self.m.stage,
@@ -346,6 +346,7 @@ impl Shard {
             self.seq.replay.as_ref().map(VecDeque::len),
             self.gate.durable_local,
             self.gate.durable_peers,
+            self.moves.describe(),
         )
     }
 

@@ -36,9 +36,11 @@ use crate::message::Message;
 use crate::partition_map::Move;
 use crate::value::Value;
 
-/// Entities in one `Install` message at most: bounds a message (and a
-/// remote link's frame) whatever a partition holds.
+/// Entities in one `Install` message at most, and the key and value bytes
+/// after which one stops (it holds at least one entity): bound a message,
+/// and a remote link's frame, whatever a partition holds.
 pub(super) const INSTALL_ENTITIES_MAX: usize = 4_096;
+pub(super) const INSTALL_BYTES_MAX: usize = 1 << 20;
 
 /// One `Install` message's content.
 struct Chunk {
@@ -86,6 +88,17 @@ impl Moves {
     pub(super) fn is_waiting(&self) -> bool {
         self.held.is_some()
     }
+
+    /// For `Shard::describe`: transfers coming in.
+    pub(super) fn describe(&self) -> String {
+        format!(
+            "moves: {} partitions in of {} ({} chunks), {}",
+            self.complete,
+            self.expected,
+            self.arrived.len(),
+            if self.is_waiting() { "waiting" } else { "not waiting" }
+        )
+    }
 }
 
 impl Shard {
@@ -122,37 +135,43 @@ impl Shard {
         self.try_install()
     }
 
-    /// Sends the entities of a partition that moved to `to` and deletes
-    /// them here (tombstones until a snapshot copied them).
+    /// Sends the entities of a partition that moved to `to`, in chunks of
+    /// at most [`INSTALL_ENTITIES_MAX`] entities and about
+    /// [`INSTALL_BYTES_MAX`] bytes, the last marked (one, empty, for an
+    /// empty partition), and deletes them here (tombstones until a snapshot
+    /// copied them).
     fn send_partition(&mut self, epoch: Epoch, op: OpId, partition: u32, to: crate::ShardId) {
         let mut guard = self.exec.st.borrow_mut();
         let st = &mut *guard;
         let rows = st.store.scan(op, partition);
-        let mut chunks = rows.chunks(INSTALL_ENTITIES_MAX).peekable();
-        if chunks.peek().is_none() {
+        let mut entities = Vec::new();
+        let mut bytes = 0;
+        for (i, (key, slot)) in rows.iter().enumerate() {
+            let value = st.store.entries[*slot as usize].value.clone();
+            let value = value.expect("a scan returns live entities");
+            bytes += key.as_bytes().len() + value.len();
+            entities.push((key.clone(), value));
+            let last = i + 1 == rows.len();
+            if last || entities.len() == INSTALL_ENTITIES_MAX || bytes >= INSTALL_BYTES_MAX {
+                let chunk = std::mem::take(&mut entities);
+                bytes = 0;
+                let msg = Message::Install {
+                    epoch,
+                    op,
+                    partition,
+                    entities: chunk,
+                    last,
+                };
+                self.exec.route(st, to, msg);
+            }
+        }
+        if rows.is_empty() {
             let msg = Message::Install {
                 epoch,
                 op,
                 partition,
                 entities: Vec::new(),
                 last: true,
-            };
-            self.exec.route(st, to, msg);
-        }
-        while let Some(chunk) = chunks.next() {
-            let entities = chunk
-                .iter()
-                .map(|(key, slot)| {
-                    let value = st.store.entries[*slot as usize].value.clone();
-                    (key.clone(), value.expect("a scan returns live entities"))
-                })
-                .collect();
-            let msg = Message::Install {
-                epoch,
-                op,
-                partition,
-                entities,
-                last: chunks.peek().is_none(),
             };
             self.exec.route(st, to, msg);
         }
