@@ -314,7 +314,10 @@ fn a_large_partition_moves_in_chunks() {
     sim.run();
     assert_placed_by_log(&sim, "after the swap");
     assert_eq!(sim.state(), before, "the swap changed the state");
-    assert_eq!(sim.shard(0).entity_count() + sim.shard(1).entity_count(), accounts_n as usize);
+    assert_eq!(
+        sim.shard(0).entity_count() + sim.shard(1).entity_count(),
+        accounts_n as usize
+    );
     sim.submit(0, 2, transfer(&app, 1, 2, 5)).unwrap();
     let checked = run_and_check(&mut sim, &app, config.limits, &initial);
     assert_eq!(checked.committed, 3);
