@@ -325,8 +325,9 @@ impl App {
 
     /// Declares an operator whose entities are spread over `partitions`.
     ///
-    /// The partition count fixes where keys live: partition `p` lives on
-    /// shard `p % shards`, so choose it at least the number of shards.
+    /// The partition count fixes which keys live together: partition `p`
+    /// starts on shard `p % shards` (a [`crate::Move`] sends it elsewhere),
+    /// so choose it at least the number of shards.
     ///
     /// # Panics
     /// On a duplicate or malformed name, or a partition count outside

@@ -80,6 +80,9 @@ pub enum DecodeError {
     Tag(u8),
     /// A length prefix exceeded [`PAYLOAD_LEN_MAX`].
     Length(u64),
+    /// The value decoded but is not valid where it was read (a snapshot's
+    /// partition map naming a partition or shard that does not exist).
+    Invalid(String),
 }
 
 impl fmt::Display for DecodeError {
@@ -90,6 +93,7 @@ impl fmt::Display for DecodeError {
             DecodeError::Utf8 => f.write_str("string is not UTF-8"),
             DecodeError::Tag(t) => write!(f, "tag byte {t} has no meaning here"),
             DecodeError::Length(n) => write!(f, "length {n} exceeds the payload limit"),
+            DecodeError::Invalid(why) => f.write_str(why),
         }
     }
 }

@@ -12,6 +12,8 @@
 //!   `#[functions]`, typed proxies, `#[derive(Encode, Decode)]` — and
 //!   [`App::schema`], the printable list of what an application serves.
 //! - [`Shard`]: the epoch protocol on one shard.
+//! - [`PartitionMap`], [`Move`]: which shard owns each partition, and
+//!   moving one at an epoch boundary.
 //! - [`Serial`]: the same functions run serially, as oracle and ceiling.
 //! - [`recovery`]: from what disks hold to what each shard restores and
 //!   replays (pure; the runtime and the simulator share it).
@@ -37,6 +39,7 @@ mod ids;
 mod key;
 mod message;
 pub mod oracle;
+mod partition_map;
 pub mod recovery;
 pub mod rng;
 mod schema;
@@ -64,6 +67,7 @@ pub use history::{EpochRecord, serial_order};
 pub use ids::{Address, Epoch, FnId, OpId, SHARDS_MAX, ShardId, ShardSet, Tid, partition_owner};
 pub use key::{KEY_LEN_MAX, Key, KeyPart};
 pub use message::{Invoke, Message, Parent, Phase, Reply as CallReply, flags};
+pub use partition_map::{MOVE_FUNCTION, MOVE_FUNCTION_INDEX, Move, PartitionMap};
 pub use schema::{Field, FunctionSchema, OperatorSchema, Schema, Signature, TypeDef, Types, Variant, WireType};
 pub use serial::Serial;
 pub use shard::{CLIENTS_MAX, OUTCOMES_PER_CLIENT_MAX, Outputs, Shard, Stage, Stats, client_home};

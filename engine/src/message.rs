@@ -113,6 +113,9 @@ pub enum Message {
         /// Transactions coordinated by the sender that aborted by their own
         /// logic: their accesses do not count as reservations.
         aborted: Vec<Tid>,
+        /// Partition moves the sender sequenced this epoch: every shard
+        /// applies every shard's at the epoch's end, in tid order.
+        moves: Vec<(Tid, crate::partition_map::Move)>,
     },
     /// Conflict flags the sender found for the keys it owns.
     Flags {
@@ -161,6 +164,17 @@ pub enum Message {
     Durable {
         epoch: Epoch,
     },
+    /// Entities of `partition` of `op`, which moved from the sender to the
+    /// receiver at the end of `epoch`, in key order; `last` ends the
+    /// partition. The receiver installs them before it starts the next
+    /// epoch.
+    Install {
+        epoch: Epoch,
+        op: crate::OpId,
+        partition: u32,
+        entities: Vec<(crate::Key, crate::Value)>,
+        last: bool,
+    },
 }
 
 impl Message {
@@ -177,7 +191,13 @@ impl Message {
                 Some((*epoch, Phase::Optimistic))
             }
             Message::Finish { epoch, .. } => Some((*epoch, Phase::Fallback)),
-            Message::Reply(_) | Message::Durable { .. } | Message::Submit { .. } | Message::Replied { .. } => None,
+            // An `Install` is buffered by its receiver until the epoch ended
+            // there (see `shard::moves`).
+            Message::Reply(_)
+            | Message::Durable { .. }
+            | Message::Submit { .. }
+            | Message::Replied { .. }
+            | Message::Install { .. } => None,
         }
     }
 }

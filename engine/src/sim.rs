@@ -273,9 +273,10 @@ impl Sim {
         }
     }
 
-    /// Loads an entity on the shard that owns it.
+    /// Loads an entity on the shard that owns it (by the map now: every
+    /// shard holds the same map between epochs).
     pub fn load(&mut self, op: OpId, key: &Key, value: Option<Value>) {
-        let owner = Shard::owner(self.shards[0].app(), self.n_shards(), op, key);
+        let owner = self.shards[0].owner_now(op, key);
         self.shards[owner as usize].load(op, key, value);
     }
 

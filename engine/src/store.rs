@@ -10,8 +10,9 @@
 //! are removed at the end of the epoch that left them empty.
 
 use crate::app::App;
-use crate::ids::{OpId, ShardId, partition_owner};
+use crate::ids::{OpId, ShardId};
 use crate::key::Key;
+use crate::partition_map::PartitionMap;
 use crate::value::Value;
 use hashbrown::HashTable;
 use std::collections::HashMap;
@@ -138,7 +139,7 @@ const PENDING: u8 = 2;
 pub const ENTRIES_PER_SHARD_MAX: usize = u32::MAX as usize - 1;
 
 impl Store {
-    pub fn new(app: &App, shard: ShardId, n_shards: u16) -> Store {
+    pub fn new(app: &App, shard: ShardId, map: &PartitionMap) -> Store {
         let mut store = Store {
             entries: Vec::new(),
             meta: Vec::new(),
@@ -150,21 +151,33 @@ impl Store {
             staged: None,
         };
         for (op_id, op) in app.operators() {
-            let mut partitions = Vec::with_capacity(op.partitions() as usize);
-            for p in 0..op.partitions() {
-                if partition_owner(p, n_shards) == shard {
-                    let pseudo = store.allocate(op_id, None);
-                    partitions.push(Some(Partition {
-                        map: HashTable::new(),
-                        pseudo,
-                    }));
-                } else {
-                    partitions.push(None);
-                }
-            }
+            let partitions = (0..op.partitions()).map(|_| None).collect();
             store.operators.push(OperatorStore { partitions });
+            for p in map.owned(op_id, shard) {
+                store.ensure_partition(op_id, p);
+            }
         }
         store
+    }
+
+    /// Gives this shard a table for `partition` of `op` if it has none (a
+    /// partition it owns from the start, or one moved or restored here). A
+    /// partition moved away keeps its table: its entities' tombstones stay
+    /// in it until a snapshot copied them.
+    pub fn ensure_partition(&mut self, op: OpId, partition: u32) {
+        if self.operators[op.0 as usize].partitions[partition as usize].is_some() {
+            return;
+        }
+        let pseudo = self.allocate(op, None);
+        self.operators[op.0 as usize].partitions[partition as usize] = Some(Partition {
+            map: HashTable::new(),
+            pseudo,
+        });
+    }
+
+    /// Whether this shard has a table for `partition` of `op`.
+    pub fn has_partition(&self, op: OpId, partition: u32) -> bool {
+        self.operators[op.0 as usize].partitions[partition as usize].is_some()
     }
 
     fn allocate(&mut self, op: OpId, key: Option<Key>) -> u32 {
@@ -368,6 +381,7 @@ impl Store {
     #[inline]
     pub fn load_snapshot(&mut self, op: OpId, partition: u32, key: &Key, hash: u64, value: Value) {
         debug_assert_eq!(hash, key.hash64());
+        self.ensure_partition(op, partition);
         let entries = &self.entries;
         let part = self.operators[op.0 as usize].partitions[partition as usize]
             .as_mut()
@@ -460,6 +474,22 @@ impl Store {
         );
         // A counting sort of the staged slots by partition (stable).
         let total = self.groups_before(OpId(self.operators.len() as u16)) as usize;
+        // A snapshot taken after a move may hold partitions this shard did
+        // not own by the default rule: give them tables (after the check
+        // above: a table's pseudo-entry may go at the end of the slab).
+        let mut present = vec![false; total];
+        for g in &groups {
+            present[*g as usize] = true;
+        }
+        let mut group = 0;
+        for op in 0..self.operators.len() {
+            for p in 0..self.operators[op].partitions.len() as u32 {
+                if present[group] {
+                    self.ensure_partition(OpId(op as u16), p);
+                }
+                group += 1;
+            }
+        }
         let mut start = vec![0u32; total + 1];
         for g in &groups {
             start[*g as usize + 1] += 1;

@@ -16,6 +16,31 @@ use crate::config::{Outcome, Request};
 use crate::ids::{Address, Epoch, FnId, OpId, ShardId, ShardSet, Tid};
 use crate::key::{KEY_LEN_MAX, Key};
 use crate::message::{Invoke, Message, Parent, Phase, Reply};
+use crate::partition_map::Move;
+use crate::value::Value;
+
+/// A count of items of at least `item_bytes` bytes each, checked against
+/// the bytes left.
+fn counted(input: &mut &[u8], item_bytes: usize) -> Result<usize, WireError> {
+    let count = u32::decode(input)? as usize;
+    if count > input.len() / item_bytes {
+        return Err(WireError::Invalid(format!("{count} items in {} bytes", input.len())));
+    }
+    Ok(count)
+}
+
+/// An `Install`'s entities: a count, then each key and value.
+fn entities(input: &mut &[u8]) -> Result<Vec<(Key, Value)>, WireError> {
+    // Each takes at least a key length and a value length: 6 bytes.
+    let count = counted(input, 6)?;
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        let key = key(input)?;
+        let value = Vec::<u8>::decode(input)?;
+        out.push((key, Value::from_bytes(&value)));
+    }
+    Ok(out)
+}
 
 /// Messages in one encoded batch at most: a batch is what one shard step
 /// produced for one peer, bounded by the epoch size times the fan-out.
@@ -57,6 +82,7 @@ const NEXT: u8 = 7;
 const SUBMIT: u8 = 8;
 const REPLIED: u8 = 9;
 const DURABLE: u8 = 10;
+const INSTALL: u8 = 11;
 
 /// Appends the encoding of `batch` to `out`.
 pub fn encode_batch(batch: &[Message], out: &mut Vec<u8>) {
@@ -129,11 +155,23 @@ fn encode_message(m: &Message, w: &mut Writer) {
             }
             r.participants.bits().encode(w);
         }
-        Message::Done1 { epoch, lc, aborted } => {
+        Message::Done1 {
+            epoch,
+            lc,
+            aborted,
+            moves,
+        } => {
             DONE1.encode(w);
             epoch.encode(w);
             lc.encode(w);
             aborted.encode(w);
+            (moves.len() as u32).encode(w);
+            for (tid, m) in moves {
+                tid.encode(w);
+                m.op.0.encode(w);
+                m.partition.encode(w);
+                m.to.encode(w);
+            }
         }
         Message::Flags { epoch, flags } => {
             FLAGS.encode(w);
@@ -184,6 +222,25 @@ fn encode_message(m: &Message, w: &mut Writer) {
         Message::Durable { epoch } => {
             DURABLE.encode(w);
             epoch.encode(w);
+        }
+        Message::Install {
+            epoch,
+            op,
+            partition,
+            entities,
+            last,
+        } => {
+            INSTALL.encode(w);
+            epoch.encode(w);
+            op.0.encode(w);
+            partition.encode(w);
+            (entities.len() as u32).encode(w);
+            for (key, value) in entities {
+                (key.as_bytes().len() as u16).encode(w);
+                w.put(key.as_bytes());
+                value.to_vec().encode(w);
+            }
+            last.encode(w);
         }
     }
 }
@@ -300,6 +357,7 @@ impl Decoder {
                 epoch: Epoch::decode(input)?,
                 lc: u64::decode(input)?,
                 aborted: Vec::<Tid>::decode(input)?,
+                moves: self.moves(input)?,
             },
             FLAGS => Message::Flags {
                 epoch: Epoch::decode(input)?,
@@ -343,8 +401,30 @@ impl Decoder {
             DURABLE => Message::Durable {
                 epoch: Epoch::decode(input)?,
             },
+            INSTALL => Message::Install {
+                epoch: Epoch::decode(input)?,
+                op: OpId(u16::decode(input)?),
+                partition: u32::decode(input)?,
+                entities: entities(input)?,
+                last: bool::decode(input)?,
+            },
             t => return Err(DecodeError::Tag(t).into()),
         })
+    }
+
+    /// A `Done1`'s moves: a count, then `(tid, op, partition, to)` each.
+    fn moves(&self, input: &mut &[u8]) -> Result<Vec<(Tid, Move)>, WireError> {
+        // Each move takes 16 bytes: a count past that is a lie.
+        let count = counted(input, 16)?;
+        let mut moves = Vec::with_capacity(count);
+        for _ in 0..count {
+            let tid = Tid::decode(input)?;
+            let op = OpId(u16::decode(input)?);
+            let partition = u32::decode(input)?;
+            let to = self.shard(input)?;
+            moves.push((tid, Move { op, partition, to }));
+        }
+        Ok(moves)
     }
 
     fn parent(&self, input: &mut &[u8]) -> Result<Parent, WireError> {
@@ -370,23 +450,26 @@ fn function(input: &mut &[u8]) -> Result<FnId, WireError> {
     })
 }
 
+/// A key: its length (`u16`) and bytes.
+fn key(input: &mut &[u8]) -> Result<Key, WireError> {
+    let len = u16::decode(input)? as usize;
+    if len > KEY_LEN_MAX {
+        return Err(WireError::Invalid(format!("a key of {len} bytes")));
+    }
+    if input.len() < len {
+        return Err(DecodeError::Short {
+            expected: len - input.len(),
+        }
+        .into());
+    }
+    let (key, rest) = input.split_at(len);
+    *input = rest;
+    Ok(Key::from_bytes(key))
+}
+
 fn address(input: &mut &[u8]) -> Result<Address, WireError> {
     Ok(match u8::decode(input)? {
-        0 => {
-            let len = u16::decode(input)? as usize;
-            if len > KEY_LEN_MAX {
-                return Err(WireError::Invalid(format!("a key of {len} bytes")));
-            }
-            if input.len() < len {
-                return Err(DecodeError::Short {
-                    expected: len - input.len(),
-                }
-                .into());
-            }
-            let (key, rest) = input.split_at(len);
-            *input = rest;
-            Address::Entity(Key::from_bytes(key))
-        }
+        0 => Address::Entity(key(input)?),
         1 => Address::Partition(u32::decode(input)?),
         t => return Err(DecodeError::Tag(t).into()),
     })
@@ -456,6 +539,14 @@ mod tests {
                 epoch: 5,
                 lc: 99,
                 aborted: vec![3, 8],
+                moves: vec![(
+                    19,
+                    Move {
+                        op: OpId(1),
+                        partition: 7,
+                        to: 2,
+                    },
+                )],
             },
             Message::Flags {
                 epoch: 5,
@@ -485,6 +576,13 @@ mod tests {
                 outcome: Outcome::Committed(Payload::encode(&1u8)),
             },
             Message::Durable { epoch: 4 },
+            Message::Install {
+                epoch: 5,
+                op: OpId(0),
+                partition: 3,
+                entities: vec![(Key::from(7u64), Value::from_bytes(&[1, 2, 3]))],
+                last: true,
+            },
         ]
     }
 

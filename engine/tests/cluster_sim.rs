@@ -46,6 +46,11 @@
 //!   acknowledged it; a last round of retries of everything sequences
 //!   nothing and changes nothing.
 //!
+//! With moves (`nodes_crash_at_random_points_during_moves`), some requests
+//! move a partition to a random shard, often one on another node (exactly
+//! once, retried like the others), and at the end every shard holds the map
+//! the lineage's logged moves make, every entity where it says.
+//!
 //! `STYX_SIM_SEEDS=n` runs `n` seeds (default [`SEEDS_DEFAULT`]) from
 //! `STYX_SIM_SEED_FIRST` (default 0); `STYX_SIM_SEED=s` runs only seed `s`
 //! (`common::swarm`). A failure prints the seed, its settings and its
@@ -61,7 +66,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use styx_engine::rng::Rng;
 use styx_engine::sim::{DiskEvent, Disks, Restart, STUCK_STEPS_MAX, Sim, test_config};
 use styx_engine::{
-    AbortKind, Address, App, Config, Epoch, EpochRecord, Key, OpId, Outcome, Payload, Reply, Request, ShardId,
+    AbortKind, Address, App, Config, Epoch, EpochRecord, Key, Move, OpId, Outcome, Payload, Reply, Request, ShardId,
     SnapshotChunk, Tid, Token, Value, mix64,
 };
 
@@ -86,6 +91,10 @@ const DETECT_STEPS_MAX: u64 = 400;
 /// Seeds a plain `cargo test` runs: 10 s in release on two quiet cores, 30 s
 /// on two cores loaded six deep.
 const SEEDS_DEFAULT: u64 = 8_000;
+/// Seeds the variant with moves runs by default.
+const SEEDS_WITH_MOVES: u64 = 2_000;
+/// With moves, the share of requests that move a partition.
+const MOVE_CHANCE: f64 = 0.08;
 /// Tokens of client submissions start here; below it are the tids a replay
 /// answers to.
 const TOKEN_BASE: Token = 1 << 40;
@@ -184,6 +193,8 @@ struct Counts {
     /// Failures where a link broke and no node crashed.
     link_failures: u64,
     epochs: u64,
+    /// Move requests sent (new ones).
+    moves: u64,
 }
 
 impl Counts {
@@ -202,6 +213,7 @@ impl Counts {
         self.forgotten += o.forgotten;
         self.link_failures += o.link_failures;
         self.epochs += o.epochs;
+        self.moves += o.moves;
     }
 }
 
@@ -248,10 +260,12 @@ struct Cluster {
     /// Every answer to a client, in order, with the run that released it.
     replies: Vec<(u64, Reply)>,
     counts: Counts,
+    /// Whether some requests move partitions.
+    moves: bool,
 }
 
 impl Cluster {
-    fn new(seed: u64) -> Cluster {
+    fn new(seed: u64, moves: bool) -> Cluster {
         let mut rng = Rng::new(seed);
         let layout = LAYOUTS[rng.below(LAYOUTS.len() as u64) as usize];
         let shards: u16 = layout.iter().sum();
@@ -302,6 +316,7 @@ impl Cluster {
                 seeds: 1,
                 ..Counts::default()
             },
+            moves,
         };
         cluster.run = cluster.start_run().0;
         cluster
@@ -404,7 +419,18 @@ impl Cluster {
     fn send(&mut self) {
         let rng = &mut self.rng;
         let client = rng.below(CLIENTS);
-        let request = new_request(&self.app, rng);
+        // (No draw without moves: those seeds replay as before.)
+        let request = if self.moves && rng.chance(MOVE_CHANCE) {
+            self.counts.moves += 1;
+            Move {
+                op: OpId(0),
+                partition: rng.below(8) as u32,
+                to: rng.below(u64::from(self.shards)) as ShardId,
+            }
+            .request()
+        } else {
+            new_request(&self.app, rng)
+        };
         let sent = if rng.chance(0.1) {
             Sent { key: None, request }
         } else if rng.chance(0.7) || self.next_seq[client as usize] == 1 {
@@ -750,6 +776,11 @@ impl Cluster {
         // (c) Money is conserved.
         assert_conserved(&state, ACCOUNTS, ACCOUNTS as i64 * START, "the final state");
 
+        // The map is the one the lineage's logged moves make, on every
+        // shard, with every entity where it says.
+        let lineage: Vec<_> = (0..n).flat_map(|s| self.disks.log(s).to_vec()).collect();
+        assert_placed(&self.run.sim, &map_of_log(&self.app, n, &lineage), "the final state");
+
         // (a) Every answer is in the lineage, as the client saw it.
         for (_, r) in &self.replies {
             let sent = &self.sent[&r.token];
@@ -849,7 +880,17 @@ fn new_request(app: &App, rng: &mut Rng) -> Request {
 
 #[test]
 fn nodes_crash_at_random_points() {
-    let seeds = seeds(0..SEEDS_DEFAULT);
+    crash_swarm(SEEDS_DEFAULT, false);
+}
+
+#[test]
+fn nodes_crash_at_random_points_during_moves() {
+    crash_swarm(SEEDS_WITH_MOVES, true);
+}
+
+/// Runs `default_seeds` clusters (see `common::seeds`), on every core.
+fn crash_swarm(default_seeds: u64, moves: bool) {
+    let seeds = seeds(0..default_seeds);
     let test = test_name();
     let next = AtomicU64::new(0);
     let failed = AtomicBool::new(false);
@@ -866,7 +907,7 @@ fn nodes_crash_at_random_points() {
                     if i >= seeds.len() || failed.load(Ordering::Relaxed) {
                         return;
                     }
-                    let mut cluster = Cluster::new(seeds[i]);
+                    let mut cluster = Cluster::new(seeds[i], moves);
                     match catch_unwind(AssertUnwindSafe(|| cluster.drive())) {
                         Ok(()) => total.lock().unwrap().add(&cluster.counts),
                         Err(_) => {
@@ -888,7 +929,7 @@ fn nodes_crash_at_random_points() {
         "{} seeds in {:.1?}: {} failures ({} broken links; {} during a replay, {} from a snapshot, {} rolled back \
          past a node's newer snapshot, {} with a partial epoch), {} epochs, {} replies checked ({} repeat answers, \
          {} forgotten), {} released by survivors after a crash, {} batches in flight lost, {} client-less requests \
-         abandoned",
+         abandoned, {} moves sent",
         c.seeds,
         started.elapsed(),
         c.crashes,
@@ -904,8 +945,12 @@ fn nodes_crash_at_random_points() {
         c.released_after_crash,
         c.frames_lost,
         c.abandoned,
+        c.moves,
     );
-    if seeds.len() as u64 >= SEEDS_DEFAULT {
+    if moves {
+        assert!(c.moves > 0, "no move sent");
+    }
+    if seeds.len() as u64 >= default_seeds && !moves {
         // The seeds reach the cases they exist for.
         assert!(c.during_replay > 0, "no crash during a replay");
         assert!(c.from_snapshot > 0, "no recovery from a snapshot");

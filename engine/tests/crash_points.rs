@@ -31,6 +31,11 @@
 //! The test computes what survives from the journal on its own (the
 //! oracle's view) and checks recovery against it.
 //!
+//! With `moves`, every few requests is a partition move to a random shard
+//! instead (`Move::request`): a crash at any event of a move (its batch
+//! written, synced, a snapshot of the old or new owner after it) recovers
+//! to the map and state of the surviving log, through the same checks.
+//!
 //! A failure prints the seed, the shard count, the crash event index and the
 //! command that replays the seed (see `common::swarm`).
 
@@ -42,8 +47,8 @@ use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::{DiskEvent, Disks, Sim, test_config};
 use styx_engine::{
-    App, Batch, Config, Epoch, EpochRecord, Key, OpId, Outcome, Reply, Request, ShardId, SnapshotChunk, Tid, Token,
-    Value,
+    App, Batch, Config, Epoch, EpochRecord, Key, Move, OpId, Outcome, Reply, Request, ShardId, SnapshotChunk, Tid,
+    Token, Value,
 };
 
 const ACCOUNTS: u64 = 24;
@@ -52,6 +57,8 @@ const CLIENTS: u64 = 6;
 /// Requests submitted per run (new ones, retries and client-less ones).
 const REQUESTS: u64 = 160;
 const SEEDS: u64 = 8;
+/// With moves, one request in this many is a move.
+const MOVE_EVERY: u64 = 6;
 /// Per seed, how slow the disk is (see [`Sim::set_fsync_busy`]).
 const FSYNC_BUSY: [f64; SEEDS as usize] = [0.0, 0.5, 0.8, 0.95, 0.0, 0.3, 0.7, 0.9];
 
@@ -82,7 +89,8 @@ struct Live {
 /// the serial oracle.
 /// `fsync_busy`: see [`Sim::set_fsync_busy`].
 /// `snapshot_interval_us`: see [`Config::snapshot_interval_us`].
-fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64) -> Live {
+/// `moves`: every [`MOVE_EVERY`]th request moves a partition.
+fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64, moves: bool) -> Live {
     let app = bank(8);
     let mut config = test_config(8);
     config.snapshot_interval_us = snapshot_interval_us;
@@ -100,6 +108,21 @@ fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64) 
     let mut tokens = HashMap::new();
     let mut released = Vec::new();
     for token in 0..REQUESTS {
+        if moves && token % MOVE_EVERY == MOVE_EVERY - 1 {
+            let m = Move {
+                op: OpId(0),
+                partition: rng.below(8) as u32,
+                to: rng.below(u64::from(shards)) as ShardId,
+            };
+            tokens.insert(token, None);
+            sim.submit(rng.below(u64::from(shards)) as ShardId, token, m.request())
+                .unwrap();
+            for _ in 0..rng.below(40) {
+                sim.step();
+            }
+            released.append(&mut sim.take_replies_at());
+            continue;
+        }
         let client = rng.below(CLIENTS);
         let (request, key) = if rng.chance(0.1) {
             let d = rng.below(ACCOUNTS);
@@ -128,6 +151,12 @@ fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64) 
     }
     sim.run();
     released.append(&mut sim.take_replies_at());
+    if moves && shards > 1 {
+        assert!(
+            sim.shard(0).partition_map().version() > 0,
+            "seed {seed}, {shards} shards: no partition moved"
+        );
+    }
     assert_eq!(
         released.len() as u64,
         REQUESTS,
@@ -264,6 +293,10 @@ struct Counts {
     retries_checked: usize,
     /// The most epochs one recovery replayed after its snapshot.
     replayed_epochs_max: u64,
+    /// Restored a snapshot whose map had moved partitions.
+    from_moved_snapshot: usize,
+    /// Replayed a logged move.
+    replayed_moves: usize,
 }
 
 /// Crashes after the first `k` disk events (`disks` holds what they left),
@@ -313,6 +346,13 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
         .restart(&mut rec)
         .unwrap_or_else(|e| panic!("{at}: recovery refused the disk: {e}"));
     assert_eq!(restart.snapshot(), snapshot, "{at}: recovery restored another snapshot");
+    // The map is a function of the log: the snapshot's is the one its
+    // epochs' moves made, and every entity is where it says.
+    let snapshot_batches = live.batches.values().filter(|b| b.epoch <= snapshot);
+    assert_placed(&rec, &map_of_log(&live.app, shards, snapshot_batches), &at);
+    if rec.shard(0).partition_map().version() > 0 {
+        counts.from_moved_snapshot += 1;
+    }
     assert_eq!(restart.plan.replay_to, last, "{at}: recovery replays to another epoch");
     if snapshot > 0 {
         counts.from_snapshot += 1;
@@ -344,6 +384,8 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
             rec.log(s).iter().map(|b| b.epoch).collect::<Vec<_>>()
         );
     }
+    let replayed_batches = live.batches.values().filter(|b| b.epoch <= snapshot).chain(&survived);
+    assert_placed(&rec, &map_of_log(&live.app, shards, replayed_batches), &at);
     let recovered_replies: HashMap<Tid, Outcome> = rec
         .take_replies()
         .into_iter()
@@ -365,6 +407,13 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
         "{at}: recovery ran exactly the logged epochs after the snapshot"
     );
     let survived_tids: BTreeSet<Tid> = survived.iter().flat_map(|b| b.txns.iter().map(|(t, _)| *t)).collect();
+    if survived
+        .iter()
+        .flat_map(|b| &b.txns)
+        .any(|(_, r)| Move::of(r).is_some())
+    {
+        counts.replayed_moves += 1;
+    }
     let mut serial = Oracle::from_state(live.app.clone(), live.config.limits, &live.state_after[&snapshot]);
     serial.log(&survived);
     let mut outcome: HashMap<Tid, Outcome> = HashMap::new();
@@ -491,7 +540,7 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
 
 /// Seed index `i` runs seed `10 i + shards`; its disk speed and snapshot
 /// interval follow from `i`.
-fn crash_everywhere(shards: u16) {
+fn crash_everywhere(shards: u16, moves: bool) {
     let seed_of = |i: u64| i * 10 + u64::from(shards);
     swarm(seeds_of(0..SEEDS, seed_of), |seed| {
         let i = seed / 10;
@@ -500,6 +549,7 @@ fn crash_everywhere(shards: u16) {
             seed,
             FSYNC_BUSY[(i % SEEDS) as usize],
             [250, 1_500][(i / 4 % 2) as usize],
+            moves,
         );
         let mut counts = Counts::default();
         let mut disks = Disks::new(&[shards], &live.initial);
@@ -515,7 +565,8 @@ fn crash_everywhere(shards: u16) {
         println!(
             "seed {seed}, {shards} shards: {} crash points ({} from a snapshot, {} with a partial epoch), \
              up to {} epochs replayed, {} released replies and {} retries checked, \
-             {} logged-unanswered recoveries, {} live retries",
+             {} logged-unanswered recoveries, {} live retries, {} from a snapshot after moves, \
+             {} replaying moves",
             counts.crash_points,
             counts.from_snapshot,
             counts.partial_epochs,
@@ -524,6 +575,8 @@ fn crash_everywhere(shards: u16) {
             counts.retries_checked,
             counts.unanswered_recovered,
             retried_live,
+            counts.from_moved_snapshot,
+            counts.replayed_moves,
         );
         if seed == seed_of(i) && i < SEEDS {
             // A default seed reaches the cases it exists for.
@@ -541,21 +594,37 @@ fn crash_everywhere(shards: u16) {
                 counts.unanswered_recovered > 0,
                 "seed {seed}: no logged-unanswered transaction recovered"
             );
+            if moves {
+                assert!(
+                    counts.from_moved_snapshot > 0 && counts.replayed_moves > 0,
+                    "seed {seed}: no crash recovered a moved map from a snapshot, or replayed a move"
+                );
+            }
         }
     });
 }
 
 #[test]
 fn crash_at_every_disk_event_one_shard() {
-    crash_everywhere(1);
+    crash_everywhere(1, false);
 }
 
 #[test]
 fn crash_at_every_disk_event_two_shards() {
-    crash_everywhere(2);
+    crash_everywhere(2, false);
 }
 
 #[test]
 fn crash_at_every_disk_event_three_shards() {
-    crash_everywhere(3);
+    crash_everywhere(3, false);
+}
+
+#[test]
+fn crash_at_every_disk_event_during_moves_two_shards() {
+    crash_everywhere(2, true);
+}
+
+#[test]
+fn crash_at_every_disk_event_during_moves_three_shards() {
+    crash_everywhere(3, true);
 }

@@ -10,7 +10,10 @@
 
 use crate::error::{Error, ErrorCode, error_frame};
 use crate::frame::{Body, Frame, Request};
-use styx_engine::{AbortKind, Address, App, ClientSeq, FnKind, OpId, Outcome, PAYLOAD_LEN_MAX, Reply, Tid};
+use styx_engine::{
+    AbortKind, Address, App, ClientSeq, FnId, FnKind, MOVE_FUNCTION, MOVE_FUNCTION_INDEX, OpId, Outcome,
+    PAYLOAD_LEN_MAX, Reply, Tid,
+};
 
 impl Request {
     /// The engine's request for this one: names resolved in `app`, the
@@ -18,6 +21,9 @@ impl Request {
     /// partitions. `corr` addresses the error, if any.
     pub fn resolve(&self, corr: u32, app: &App) -> Result<styx_engine::Request, Error> {
         let op = resolve_operator(corr, app, &self.operator)?;
+        if self.function == MOVE_FUNCTION {
+            return self.resolve_move(corr, app, op);
+        }
         let Some(function) = app.resolve(&self.operator, &self.function) else {
             return Err(Error::UnknownFunction {
                 corr,
@@ -54,12 +60,47 @@ impl Request {
             function,
             address: self.target.clone(),
             args: self.args.clone(),
-            // Client 0 opts out of exactly-once.
-            client: (self.client != 0).then_some(ClientSeq {
-                client: self.client,
-                seq: self.seq,
-                ack: self.ack,
-            }),
+            client: self.client_seq(),
+        })
+    }
+
+    /// A partition move: `__move` on any operator, a partition target, the
+    /// target shard (`u16`) as its argument. The engine checks the shard
+    /// and the argument when it takes the request (an abort, nothing run).
+    fn resolve_move(&self, corr: u32, app: &App, op: OpId) -> Result<styx_engine::Request, Error> {
+        let Address::Partition(partition) = self.target else {
+            return Err(Error::WrongTarget {
+                corr,
+                function: format!("{}.{MOVE_FUNCTION}", self.operator),
+                expected: "a partition",
+            });
+        };
+        let partitions = app.operator_info(op).partitions();
+        if partition >= partitions {
+            return Err(Error::BadPartition {
+                corr,
+                operator: self.operator.clone(),
+                partition,
+                partitions,
+            });
+        }
+        Ok(styx_engine::Request {
+            function: FnId {
+                op,
+                index: MOVE_FUNCTION_INDEX,
+            },
+            address: self.target.clone(),
+            args: self.args.clone(),
+            client: self.client_seq(),
+        })
+    }
+
+    /// Client 0 opts out of exactly-once.
+    fn client_seq(&self) -> Option<ClientSeq> {
+        (self.client != 0).then_some(ClientSeq {
+            client: self.client,
+            seq: self.seq,
+            ack: self.ack,
         })
     }
 }
@@ -202,6 +243,34 @@ mod tests {
                 .unwrap_err()
                 .corr(),
             9
+        );
+    }
+
+    #[test]
+    fn a_move_resolves_to_the_engines_move_request() {
+        let app = app();
+        let mut r = request("account", MOVE_FUNCTION, Address::Partition(2));
+        r.args = Payload::encode(&1u16);
+        let resolved = r.resolve(3, &app).unwrap();
+        let mut expected = styx_engine::Move {
+            op: OpId(0),
+            partition: 2,
+            to: 1,
+        }
+        .request();
+        expected.client = resolved.client;
+        assert_eq!(resolved, expected);
+        assert_eq!(resolved.client.map(|c| (c.client, c.seq)), Some((1, 1)));
+        let code = |r: Request| r.resolve(3, &app).unwrap_err().code();
+        let key = Address::Entity(Key::from(1u64));
+        assert_eq!(code(request("account", MOVE_FUNCTION, key)), ErrorCode::WRONG_TARGET);
+        assert_eq!(
+            code(request("account", MOVE_FUNCTION, Address::Partition(4))),
+            ErrorCode::BAD_PARTITION
+        );
+        assert_eq!(
+            code(request("acct", MOVE_FUNCTION, Address::Partition(0))),
+            ErrorCode::UNKNOWN_OPERATOR
         );
     }
 

@@ -1,5 +1,5 @@
-//! `styx call | get | status | repl | verify | inspect`: talking to a
-//! running daemon, and reading a data directory without one.
+//! `styx call | get | status | rebalance | repl | verify | inspect`:
+//! talking to a running daemon, and reading a data directory without one.
 //!
 //! `styx call` encodes arguments by the application's schema, which it
 //! reads from the daemon (`GET /schema` on its metrics address) or a file
@@ -88,6 +88,18 @@ pub struct GetArgs {
     /// Decode the state as these types (comma-separated).
     #[arg(long = "as")]
     returns: Option<String>,
+}
+
+#[derive(Args)]
+pub struct RebalanceArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// The operator whose partition moves, e.g. `account`.
+    operator: String,
+    /// The partition's number.
+    partition: u32,
+    /// The shard it moves to.
+    shard: u16,
 }
 
 #[derive(Args)]
@@ -345,6 +357,35 @@ pub fn get(a: GetArgs) -> ExitCode {
             Some(bytes) => println!("{}", show(&bytes, returns.as_deref())),
         }
         Ok(ExitCode::SUCCESS)
+    }))
+}
+
+/// `styx rebalance`: moves one partition to another shard. The move is
+/// sequenced like a transaction and takes effect at the end of its epoch;
+/// it commits with `()` (a move to the shard that owns it already changes
+/// nothing), or aborts when the shard, operator or partition does not exist.
+pub fn rebalance(a: RebalanceArgs) -> ExitCode {
+    finish(on_client(move || async move {
+        let client = client(&a.connect)?;
+        let outcome = client
+            .call_address(
+                &a.operator,
+                Address::Partition(a.partition),
+                styx_engine::MOVE_FUNCTION,
+                Payload::encode(&a.shard),
+            )
+            .await;
+        match outcome {
+            Ok(Outcome::Committed { tid, .. }) => {
+                println!(
+                    "moved partition {} of {} to shard {} (tid {tid})",
+                    a.partition, a.operator, a.shard
+                );
+                Ok(ExitCode::SUCCESS)
+            }
+            Ok(Outcome::Aborted { abort, .. }) => Err(format!("move refused: {}", abort.message())),
+            Err(e) => Err(e.to_string()),
+        }
     }))
 }
 

@@ -2,8 +2,8 @@
 //!
 //! `styx bench WORKLOAD` runs a benchmark (in-process, or against a
 //! daemon with `--connect`) and prints its figures; `styx bench plot` draws
-//! them (see `bench_cmd`). `call`, `get`, `status`, `repl` and `verify` talk
-//! to a running daemon; `inspect` reads a data directory (see `cli`).
+//! them (see `bench_cmd`). `call`, `get`, `status`, `rebalance`, `repl` and
+//! `verify` talk to a running daemon; `inspect` reads a data directory (see `cli`).
 
 mod bench_cmd;
 mod cli;
@@ -33,6 +33,8 @@ enum Command {
     Get(cli::GetArgs),
     /// Print the daemon's shards, epoch, rates, log and snapshot positions.
     Status(cli::StatusArgs),
+    /// Move a partition to another shard: `styx rebalance OP PARTITION SHARD`.
+    Rebalance(cli::RebalanceArgs),
     /// Read commands from stdin (call, get, status, ping) on one connection.
     Repl(cli::ReplArgs),
     /// Check a running daemon's invariants; exits non-zero on a violation.
@@ -51,6 +53,7 @@ fn main() -> ExitCode {
         Command::Call(args) => cli::call(args),
         Command::Get(args) => cli::get(args),
         Command::Status(args) => cli::status(args),
+        Command::Rebalance(args) => cli::rebalance(args),
         Command::Repl(args) => cli::repl(args),
         Command::Verify(args) => cli::verify(args),
         Command::Inspect { what } => cli::inspect(what),

@@ -22,9 +22,10 @@ use crate::app::App;
 use crate::codec::Payload;
 use crate::ctx::{CallLimits, Frame, Host, NO_INDEX};
 use crate::epoch::{Tables, Write};
-use crate::ids::{Address, Epoch, FnId, ShardId, partition_owner};
+use crate::ids::{Address, Epoch, FnId, ShardId};
 use crate::key::{Key, partition_of};
 use crate::message::{Invoke, Message, Parent, Phase};
+use crate::partition_map::PartitionMap;
 use crate::store::Store;
 use crate::value::Value;
 use std::cell::RefCell;
@@ -50,6 +51,9 @@ pub(super) struct Exec {
     pub(super) limits: CallLimits,
     pub(super) id: ShardId,
     pub(super) n_shards: u16,
+    /// Where partitions live: changed only between epochs (moves), read
+    /// to route every call.
+    pub(super) map: RefCell<PartitionMap>,
     pub(super) st: RefCell<ExecState>,
 }
 
@@ -67,7 +71,7 @@ impl Exec {
             }
             Address::Partition(p) => (*p, 0),
         };
-        (partition, partition_owner(partition, self.n_shards), hash)
+        (partition, self.map.borrow().owner(function.op, partition), hash)
     }
 
     pub(super) fn route(&self, st: &mut ExecState, to: ShardId, msg: Message) {

@@ -40,7 +40,7 @@ impl Shard {
                     "message of finished epoch {epoch} at {}",
                     self.m.epoch
                 );
-                if epoch == self.m.epoch + 1 {
+                if epoch == self.m.epoch + 1 && !self.moves.is_waiting() {
                     self.start_epoch();
                     continue;
                 }
@@ -72,7 +72,7 @@ impl Shard {
         match msg {
             Message::Invoke(inv) => self.on_invoke(inv),
             Message::Reply(reply) => self.on_reply(reply),
-            Message::Done1 { lc, aborted, .. } => self.on_done1(lc, aborted),
+            Message::Done1 { lc, aborted, moves, .. } => self.on_done1(lc, aborted, moves),
             Message::Flags { flags, .. } => self.on_flags(flags),
             Message::Finish {
                 tid, commit, serial, ..
@@ -100,6 +100,13 @@ impl Shard {
                 self.outputs.replies.push(ClientReply { token, tid, outcome });
             }
             Message::Durable { epoch } => self.on_durable(from, epoch),
+            Message::Install {
+                epoch,
+                op,
+                partition,
+                entities,
+                last,
+            } => self.on_install(epoch, op, partition, entities, last),
         }
     }
 

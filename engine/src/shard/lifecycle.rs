@@ -24,8 +24,10 @@ use super::txn::{Coordinated, Status};
 use super::{Shard, Stage};
 use crate::config::{Batch, Durability, Outcome, Request};
 use crate::history::EpochRecord;
+use crate::ids::Epoch;
 use crate::ids::{ShardSet, Tid};
 use crate::message::Phase;
+use crate::partition_map::Move;
 use std::collections::VecDeque;
 
 /// What feeds epochs: live requests or logged batches.
@@ -119,7 +121,7 @@ impl Shard {
     }
 
     pub(super) fn can_start(&self) -> bool {
-        if self.m.stage != Stage::Idle {
+        if self.m.stage != Stage::Idle || self.moves.is_waiting() {
             return false;
         }
         match &self.seq.replay {
@@ -216,6 +218,18 @@ impl Shard {
         self.m.running = coords.len();
         for (index, c) in coords.iter_mut().enumerate() {
             c.participants = ShardSet::EMPTY;
+            if let Some(m) = Move::of(&c.request) {
+                // Checked when submitted; it runs nothing, and the decision
+                // commits it like a phase-1 transaction without accesses.
+                let m = m.expect("a sequenced move was checked");
+                c.status = Status::Ran {
+                    result: Ok(Shard::move_result()),
+                    abort: None,
+                };
+                self.seal_move(c.tid, m);
+                self.m.running -= 1;
+                continue;
+            }
             c.status = Status::Running;
             self.dispatch_root(c, index as u32, epoch, Phase::Optimistic, 0);
         }
@@ -297,7 +311,11 @@ impl Shard {
             self.gate.held.push_back((epoch, replies));
         }
         self.seq.lc = self.seq.lc.max(self.check.lc_max);
-        if std::mem::take(&mut self.snap.vote) {
+        let snapshot = std::mem::take(&mut self.snap.vote);
+        // The map switches here, before the snapshot: a snapshot after this
+        // epoch holds the new map and every entity where it says.
+        let ready = self.switch_partitions(epoch);
+        if ready && snapshot {
             self.begin_snapshot(epoch);
         }
         self.check.done1 = 0;
@@ -308,6 +326,20 @@ impl Shard {
         self.m.stats.epochs += 1;
         self.release_replies();
         let any_pending = std::mem::take(&mut self.fallback.any_pending);
+        if !ready {
+            self.hold_boundary(epoch, snapshot, any_pending);
+            return;
+        }
+        self.go_on(epoch, false, any_pending);
+    }
+
+    /// The end of `epoch` after the partitions that moved are in place:
+    /// the snapshot after it if `snapshot`, then the next epoch.
+    pub(super) fn go_on(&mut self, epoch: Epoch, snapshot: bool, any_pending: bool) {
+        assert_eq!(self.m.stage, Stage::Idle);
+        if snapshot {
+            self.begin_snapshot(epoch);
+        }
         if any_pending {
             // Every shard saw the same `Done2`s, so all start together.
             self.start_epoch();

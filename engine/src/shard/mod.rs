@@ -55,12 +55,15 @@
 //! - `phase3`: the serial run of drifted transactions.
 //! - `clients`: the exactly-once client table.
 //! - `snapshot`: copying the state out while epochs run; restoring it.
+//! - `moves`: partition moves: the map switch at an epoch's end and the
+//!   transfer of a moved partition's entities to its new owner.
 //! - `release`: replies held until their epoch is durable everywhere.
 
 mod clients;
 mod exec;
 mod inbox;
 mod lifecycle;
+mod moves;
 mod phase1;
 mod phase2;
 mod phase3;
@@ -79,6 +82,7 @@ use crate::history::EpochRecord;
 use crate::ids::{Address, Epoch, SHARDS_MAX, ShardId, partition_owner};
 use crate::key::Key;
 use crate::message::{Message, Phase};
+use crate::partition_map::{Move, PartitionMap};
 use crate::store::Store;
 use crate::value::Value;
 use clients::Clients;
@@ -229,6 +233,7 @@ pub struct Shard {
     clients: Clients,
     gate: Gate,
     snap: Snapshots,
+    moves: moves::Moves,
     tasks: Tasks,
     outputs: Outputs,
     /// Emptied message batches, to carry outgoing ones.
@@ -245,7 +250,8 @@ impl Shard {
         assert!(id < n_shards);
         assert!(config.epoch_txns_max >= 1);
         assert!(config.step_messages_max >= 1);
-        let store = Store::new(&app, id, n_shards);
+        let map = PartitionMap::new(&app, n_shards);
+        let store = Store::new(&app, id, &map);
         let tasks = Tasks::new(&app);
         let epoch_cap = if config.epoch_txns_adaptive {
             config.epoch_txns_max.min(crate::config::EPOCH_TXNS_START)
@@ -257,6 +263,7 @@ impl Shard {
             app,
             id,
             n_shards,
+            map: RefCell::new(map),
             st: RefCell::new(ExecState {
                 store,
                 tables: Tables::new(),
@@ -287,6 +294,7 @@ impl Shard {
             clients: Clients::new(),
             gate: Gate::new(n_shards),
             snap: Snapshots::new(),
+            moves: moves::Moves::new(),
             tasks,
             outputs: Outputs::default(),
             spare: Vec::new(),
@@ -320,7 +328,7 @@ impl Shard {
     /// A one-line account of the shard's machine, for diagnosing a stuck run.
     pub fn describe(&self) -> String {
         format!(
-            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, serial {}/{}, {} parked, done1 {} flags {} done2 {}, held {:?}, replay {:?}, durable {} {:?}",
+            "shard {} epoch {} {:?}: {} roots running, {} tasks live, {} deferred, {} pending, serial {}/{}, {} parked, done1 {} flags {} done2 {}, held {:?}, replay {:?}, durable {} {:?}, {}",
             self.exec.id,
             self.m.epoch,
             self.m.stage,
@@ -338,6 +346,7 @@ impl Shard {
             self.seq.replay.as_ref().map(VecDeque::len),
             self.gate.durable_local,
             self.gate.durable_peers,
+            self.moves.describe(),
         )
     }
 
@@ -349,6 +358,7 @@ impl Shard {
             && self.seq.pending.is_empty()
             && self.gate.held.is_empty()
             && self.seq.replay.as_ref().is_none_or(VecDeque::is_empty)
+            && !self.moves.is_waiting()
     }
 
     /// Checks a request before it is accepted: the function exists, runs on
@@ -357,6 +367,11 @@ impl Shard {
         let f = request.function;
         if f.op.0 as usize >= app.operator_count() {
             return Err(Abort::unknown(format!("no operator {}", f.op.0)));
+        }
+        if let Some(m) = Move::of(request) {
+            // The shard count is checked where it is known (`submit`).
+            let m = m.map_err(Abort::unknown)?;
+            return m.check(app, SHARDS_MAX as u16).map(|_| ()).map_err(Abort::unknown);
         }
         let op = app.operator_info(f.op);
         if f.index as usize >= op.functions().count() {
@@ -382,6 +397,9 @@ impl Shard {
     /// twice; a retry of a forgotten seq gets a `Forgotten` abort.
     pub fn submit(&mut self, token: Token, request: Request) -> Result<(), Abort> {
         Shard::validate(&self.exec.app, &request)?;
+        if let Some(Ok(m)) = Move::of(&request) {
+            m.check(&self.exec.app, self.exec.n_shards).map_err(Abort::unknown)?;
+        }
         assert!(self.seq.replay.is_none(), "submit while replaying");
         if let Some(c) = request.client {
             let home = client_home(c.client, self.exec.n_shards);
@@ -479,15 +497,28 @@ impl Shard {
         let partitions = self.exec.app.operator_info(op).partitions();
         let partition = key.partition(partitions);
         assert_eq!(
-            partition_owner(partition, self.exec.n_shards),
+            self.exec.map.borrow().owner(op, partition),
             self.exec.id,
             "key {key} loaded on the wrong shard"
         );
         self.exec.st.borrow_mut().store.load(op, partition, key, value, true);
     }
 
-    /// The shard that owns entity `key` of `op`.
+    /// The shard that owns entity `key` of `op` by the default rule (before
+    /// any partition moved: preloading, a client's first guess).
     pub fn owner(app: &App, n_shards: u16, op: crate::OpId, key: &Key) -> ShardId {
         partition_owner(key.partition(app.operator_info(op).partitions()), n_shards)
+    }
+
+    /// The partition map now (it changes at the end of an epoch that
+    /// sequenced a move).
+    pub fn partition_map(&self) -> PartitionMap {
+        self.exec.map.borrow().clone()
+    }
+
+    /// The shard that owns entity `key` of `op` by the map now.
+    pub fn owner_now(&self, op: crate::OpId, key: &Key) -> ShardId {
+        let partition = key.partition(self.exec.app.operator_info(op).partitions());
+        self.exec.map.borrow().owner(op, partition)
     }
 }

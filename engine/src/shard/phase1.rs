@@ -20,6 +20,7 @@ use super::{Shard, Stage};
 use crate::config::Outcome;
 use crate::ids::Tid;
 use crate::message::{Message, Phase, Reply, flags};
+use crate::partition_map::Move;
 use crate::store::{TidMap, new_tid_map};
 
 /// Phase 1's barriers, and what they gather for the decision.
@@ -84,13 +85,21 @@ impl Shard {
             epoch: self.m.epoch,
             lc: self.seq.lc,
             aborted,
+            moves: std::mem::take(&mut self.moves.sealed),
         });
     }
 
-    pub(super) fn on_done1(&mut self, lc: u64, aborted: Vec<Tid>) {
+    pub(super) fn on_done1(&mut self, lc: u64, aborted: Vec<Tid>, moves: Vec<(Tid, Move)>) {
         self.check.done1 += 1;
         self.check.lc_max = self.check.lc_max.max(lc);
         self.check.aborted.extend(aborted);
+        for (tid, m) in moves {
+            // Its coordinator checked it: a bad one is a broken peer.
+            let m = m
+                .check(&self.exec.app, self.exec.n_shards)
+                .unwrap_or_else(|e| panic!("move of tid {tid} from a peer: {e}"));
+            self.moves.decided.push((tid, m));
+        }
         self.check_done1();
     }
 

@@ -8,7 +8,9 @@
 //! entity written before it was copied (copy-on-write), so the snapshot is
 //! exactly the state after its epoch. Chunks go to the driver as they fill;
 //! the last one carries `meta`, the machine state a snapshot needs besides
-//! the entities: its epoch, the sequencer counter and the client table.
+//! the entities: its epoch, the sequencer counter, the client table and the
+//! partition map (partitions move only at epoch ends, before the snapshot
+//! after the epoch begins: see `moves`).
 //!
 //! Invariants: at most one snapshot is being copied (a new one first
 //! finishes the previous); no transaction outlives its epoch, so `meta`
@@ -20,16 +22,25 @@ use super::clients::ClientMeta;
 use super::{Shard, Stage};
 use crate::codec::Payload;
 use crate::config::SnapshotChunk;
-use crate::ids::{Epoch, partition_owner};
+use crate::ids::Epoch;
 use crate::key::{Key, partition_of};
+use crate::partition_map::PartitionMap;
 use crate::value::Value;
 
 /// Entities a step copies into the running snapshot: bounds the pause.
 pub(super) const SNAPSHOT_SLOTS_PER_STEP: usize = 512;
 /// Entities per snapshot chunk handed to the driver.
 const SNAPSHOT_CHUNK_ENTRIES_MAX: usize = 16_384;
-/// Version of the machine state in a snapshot's `meta`.
-const META_VERSION: u8 = 2;
+/// Version of the machine state in a snapshot's `meta`: 3 added the
+/// partition map.
+const META_VERSION: u8 = 3;
+/// The version before the partition map: such a snapshot has the default
+/// map (partitions could not move then).
+const META_VERSION_DEFAULT_MAP: u8 = 2;
+
+/// A snapshot's machine state: version, epoch, sequencer counter, client
+/// table, partition map (its version and the partitions off the default).
+type Meta = (u8, Epoch, u64, Vec<ClientMeta>, (u64, Vec<(u16, u32, u16)>));
 
 /// A snapshot being copied.
 struct Snapshotting {
@@ -136,12 +147,30 @@ impl Shard {
     }
 
     /// The machine state a snapshot must carry: its epoch, the sequencer
-    /// counter and the client table. (No transaction outlives its epoch.)
+    /// counter, the client table and the partition map. (No transaction
+    /// outlives its epoch.)
     fn encode_meta(&self, epoch: Epoch) -> Vec<u8> {
         let clients = self.clients.to_meta();
-        Payload::encode(&(META_VERSION, epoch, self.seq.lc, clients))
+        let map = self.exec.map.borrow().to_meta();
+        Payload::encode(&(META_VERSION, epoch, self.seq.lc, clients, map))
             .as_bytes()
             .to_vec()
+    }
+
+    /// Decodes a snapshot's machine state, of this version or the one before.
+    fn decode_meta(meta: &[u8]) -> Result<Meta, crate::DecodeError> {
+        let payload = Payload::from_bytes(meta);
+        match payload.decode::<Meta>() {
+            Ok(m) if m.0 == META_VERSION => Ok(m),
+            Ok(m) => Err(crate::DecodeError::Tag(m.0)),
+            Err(e) => match payload.decode::<(u8, Epoch, u64, Vec<ClientMeta>)>() {
+                Ok((META_VERSION_DEFAULT_MAP, epoch, lc, clients)) => {
+                    Ok((META_VERSION_DEFAULT_MAP, epoch, lc, clients, (0, Vec::new())))
+                }
+                Ok((version, ..)) => Err(crate::DecodeError::Tag(version)),
+                Err(_) => Err(e),
+            },
+        }
     }
 
     /// Restores the machine state of a snapshot (before any epoch ran here),
@@ -149,10 +178,10 @@ impl Shard {
     /// Replay the logged epochs after it with [`Shard::replay`].
     pub fn restore(&mut self, meta: &[u8]) -> Result<Epoch, crate::DecodeError> {
         assert_eq!(self.m.epoch, 0, "restore into a shard that already ran");
-        let (version, epoch, lc, clients) = Payload::from_bytes(meta).decode::<(u8, Epoch, u64, Vec<ClientMeta>)>()?;
-        if version != META_VERSION {
-            return Err(crate::DecodeError::Tag(version));
-        }
+        let (_, epoch, lc, clients, (map_version, moved)) = Shard::decode_meta(meta)?;
+        let map = PartitionMap::from_meta(&self.exec.app, self.exec.n_shards, map_version, &moved)
+            .map_err(crate::DecodeError::Invalid)?;
+        self.install_map(map)?;
         self.clients.restore(clients);
         self.m.epoch = epoch;
         self.seq.lc = lc;
@@ -165,17 +194,37 @@ impl Shard {
         Ok(epoch)
     }
 
+    /// Makes a snapshot's map this shard's: every partition it owns gets a
+    /// table, and no partition it does not own may hold a loaded entity
+    /// (a snapshot file of another map than its meta's is corrupt).
+    fn install_map(&mut self, map: PartitionMap) -> Result<(), crate::DecodeError> {
+        let id = self.exec.id;
+        let mut st = self.exec.st.borrow_mut();
+        for (op, info) in self.exec.app.operators() {
+            for p in 0..info.partitions() {
+                if map.owner(op, p) == id {
+                    st.store.ensure_partition(op, p);
+                } else if st.store.has_partition(op, p) && !st.store.scan(op, p).is_empty() {
+                    return Err(crate::DecodeError::Invalid(format!(
+                        "shard {id}'s snapshot holds partition {p} of {}, which shard {} owns",
+                        info.name(),
+                        map.owner(op, p)
+                    )));
+                }
+            }
+        }
+        *self.exec.map.borrow_mut() = map;
+        Ok(())
+    }
+
     /// Loads an entity from a snapshot: like [`Shard::load`], but the next
-    /// snapshot need not include it.
+    /// snapshot need not include it. The partition need not be this
+    /// shard's by the default rule (it may have moved here):
+    /// [`Shard::restore`] checks the entities against the snapshot's map.
     pub fn load_snapshot_entity(&mut self, op: crate::OpId, key: &Key, value: Value) {
         assert_eq!(self.m.stage, Stage::Idle, "load while an epoch runs");
         let hash = key.hash64();
         let partition = partition_of(hash, self.exec.app.operator_info(op).partitions());
-        assert_eq!(
-            partition_owner(partition, self.exec.n_shards),
-            self.exec.id,
-            "key {key} loaded on the wrong shard"
-        );
         self.exec
             .st
             .borrow_mut()
@@ -187,20 +236,15 @@ impl Shard {
     /// each, as [`Shard::load_snapshot_entity`] takes them, and they are put
     /// into their partitions' tables once it returns, a partition at a time
     /// (the tables stay in cache: several times faster for millions of
-    /// entities). Returns what `load` returns.
+    /// entities). Returns what `load` returns. As with
+    /// [`Shard::load_snapshot_entity`], [`Shard::restore`] checks owners.
     pub fn load_snapshot_entities<R>(&mut self, load: impl FnOnce(&mut dyn FnMut(crate::OpId, Key, Value)) -> R) -> R {
         assert_eq!(self.m.stage, Stage::Idle, "load while an epoch runs");
-        let (id, n_shards) = (self.exec.id, self.exec.n_shards);
         let app = &self.exec.app;
         let result = {
             let mut st = self.exec.st.borrow_mut();
             load(&mut |op, key, value| {
                 let partition = partition_of(key.hash64(), app.operator_info(op).partitions());
-                assert_eq!(
-                    partition_owner(partition, n_shards),
-                    id,
-                    "key {key} loaded on the wrong shard"
-                );
                 st.store.stage(op, partition, key, value);
             })
         };

@@ -8,7 +8,10 @@
 use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::Sim;
-use styx_engine::{Abort, Address, App, CallLimits, ClientSeq, Key, OpId, Payload, Request, Value};
+use styx_engine::{
+    Abort, Address, App, Batch, CallLimits, ClientSeq, Epoch, Key, Move, OpId, PartitionMap, Payload, Request, ShardId,
+    Value,
+};
 
 // ---------------------------------------------------------------------------
 // The bank: YCSB-T transfers.
@@ -481,5 +484,42 @@ pub fn swarm(seeds: Vec<u64>, mut run: impl FnMut(u64)) {
             eprintln!("FAILED: seed {seed}\nreplay: {}", replay_command(test.as_deref(), seed));
             std::panic::resume_unwind(panic);
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Partition moves.
+
+/// The partition map the moves in `batches` make, from the default one:
+/// each epoch's moves applied at its end, in tid order, as every shard does.
+pub fn map_of_log<'a>(app: &App, shards: u16, batches: impl IntoIterator<Item = &'a Batch>) -> PartitionMap {
+    let mut by_epoch: std::collections::BTreeMap<Epoch, Vec<(u64, Move)>> = Default::default();
+    for b in batches {
+        for (tid, r) in &b.txns {
+            if let Some(m) = Move::of(r) {
+                by_epoch
+                    .entry(b.epoch)
+                    .or_default()
+                    .push((*tid, m.expect("a logged move is valid")));
+            }
+        }
+    }
+    let mut map = PartitionMap::new(app, shards);
+    for moves in by_epoch.values_mut() {
+        map.apply(moves);
+    }
+    map
+}
+
+/// Between epochs: every shard holds `map`, and every entity lives on the
+/// shard it names.
+pub fn assert_placed(sim: &Sim, map: &PartitionMap, at: &str) {
+    for s in 0..sim.n_shards() {
+        let shard = sim.shard(s);
+        assert_eq!(&shard.partition_map(), map, "{at}: shard {s} holds another map");
+        shard.for_each_entity(|op, key, _| {
+            let owner: ShardId = shard.owner_now(op, key);
+            assert_eq!(owner, s, "{at}: {key} of {op:?} on shard {s}");
+        });
     }
 }
