@@ -7,7 +7,9 @@
 //! method without self gets only the `&Ctx` and manages the state itself);
 //! and adds a
 //! method of the same name and argument types to the entity's `{Name}Proxy`
-//! (returning `Call<R>`) and `{Name}Request` (returning `TypedRequest<R>`).
+//! (returning `Call<R>`), `{Name}Sender` (returning `Result<(), Abort>`: the
+//! call is sent, its result never awaited) and `{Name}Request` (returning
+//! `TypedRequest<R>`).
 //! Arguments travel as the tuple of the method's arguments, so a one-argument
 //! function's payload is that argument's encoding, as with closures.
 
@@ -83,6 +85,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         return Err(e);
     }
     let proxy = names::proxy(&ident);
+    let sender = names::sender(&ident);
     let request = names::request(&ident);
     let client = names::client(&ident);
     let client_methods = methods.iter().map(|m| client_method(&request, m));
@@ -90,6 +93,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     let checks = methods.iter().map(type_checks);
     let proxy_methods = methods.iter().map(|m| proxy_method(&ident, m, false));
     let request_methods = methods.iter().map(|m| proxy_method(&ident, m, true));
+    let send_methods = methods.iter().map(send_method);
     Ok(quote! {
         #block
 
@@ -104,6 +108,11 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         #[allow(dead_code)]
         impl<'a> #proxy<'a> {
             #(#proxy_methods)*
+        }
+
+        #[allow(dead_code)]
+        impl<'a> #sender<'a> {
+            #(#send_methods)*
         }
 
         #[allow(dead_code)]
@@ -379,6 +388,23 @@ fn proxy_method(entity: &Ident, m: &Method<'_>, request: bool) -> TokenStream {
             #vis fn #method(&self, #(#names: #tys),*) -> ::styx_engine::Call<#result> {
                 self.0.call(#name, &(#(#names,)*))
             }
+        }
+    }
+}
+
+/// The method of `{Name}Sender` that sends `m` without waiting for its
+/// result ([`Ctx::send`]: the call is still part of the transaction).
+fn send_method(m: &Method<'_>) -> TokenStream {
+    let method = &m.item.sig.ident;
+    let name = method.to_string();
+    let vis = &m.item.vis;
+    let docs = m.item.attrs.iter().filter(|a| a.path().is_ident("doc"));
+    let names: Vec<&Ident> = m.args.iter().map(|(n, _)| n).collect();
+    let tys: Vec<&Type> = m.args.iter().map(|(_, t)| *t).collect();
+    quote! {
+        #(#docs)*
+        #vis fn #method(&self, #(#names: #tys),*) -> ::core::result::Result<(), ::styx_engine::Abort> {
+            self.0.send(#name, &(#(#names,)*))
         }
     }
 }
