@@ -245,6 +245,8 @@ pub struct Tpcc {
     pub partitions: u32,
     /// The seed of the initial database.
     pub load_seed: u64,
+    /// How the application is written.
+    pub api: Api,
 }
 
 impl Tpcc {
@@ -366,11 +368,12 @@ impl Workload for Tpcc {
         p.insert("items".into(), self.scale.items.into());
         p.insert("new_order_percent".into(), self.mix.new_order.into());
         p.insert("partitions".into(), self.partitions.into());
+        p.insert("api".into(), self.api.name().into());
         p
     }
 
     fn app(&self) -> Arc<App> {
-        tpcc::app(self.partitions)
+        tpcc::app_with(self.partitions, self.api)
     }
 
     fn load(&self, app: &App, emit: &mut dyn FnMut(OpId, Key, Value)) {
@@ -416,6 +419,8 @@ impl Workload for Tpcc {
 pub struct Movie {
     pub scale: movie::Scale,
     pub partitions: u32,
+    /// How the application is written.
+    pub api: Api,
 }
 
 pub struct MovieSource {
@@ -462,11 +467,12 @@ impl Workload for Movie {
         p.insert("users".into(), self.scale.users.into());
         p.insert("movies".into(), self.scale.movies.into());
         p.insert("partitions".into(), self.partitions.into());
+        p.insert("api".into(), self.api.name().into());
         p
     }
 
     fn app(&self) -> Arc<App> {
-        movie::app(self.partitions)
+        movie::app_with(self.partitions, self.api)
     }
 
     fn load(&self, app: &App, emit: &mut dyn FnMut(OpId, Key, Value)) {
@@ -508,6 +514,8 @@ pub struct Travel {
     pub partitions: u32,
     /// Partitions of the geo and recommendation data: a search's fan-out.
     pub geo_partitions: u32,
+    /// How the application is written.
+    pub api: Api,
 }
 
 /// Which action a request was.
@@ -592,11 +600,12 @@ impl Workload for Travel {
         p.insert("users".into(), self.scale.users.into());
         p.insert("partitions".into(), self.partitions.into());
         p.insert("geo_partitions".into(), self.geo_partitions.into());
+        p.insert("api".into(), self.api.name().into());
         p
     }
 
     fn app(&self) -> Arc<App> {
-        travel::app(self.partitions, self.geo_partitions)
+        travel::app_with(self.partitions, self.geo_partitions, self.api)
     }
 
     fn load(&self, app: &App, emit: &mut dyn FnMut(OpId, Key, Value)) {
@@ -726,6 +735,7 @@ mod tests {
             mix: tpcc::Mix::default(),
             partitions: 8,
             load_seed: 1,
+            api: Api::Typed,
         };
         let app = w.app();
         let mut all: Vec<(u32, u8)> = (0..3).flat_map(|s| w.districts(&app, s, 3)).collect();

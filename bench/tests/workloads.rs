@@ -1,5 +1,6 @@
 //! Every workload run in-process for a moment on the production runtime,
-//! closed and open loop, with its invariants checked on the final state.
+//! closed and open loop, with its invariants checked on the final state;
+//! TPC-C, movie and travel under both APIs (typed entities and closures).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -7,7 +8,9 @@ use styx_bench::deathstar::{movie, travel};
 use styx_bench::inproc::{Movie, Tpcc, Travel, Ycsbt};
 use styx_bench::report::Report;
 use styx_bench::runner::{self, Load, Workload};
-use styx_bench::tpcc;
+use styx_bench::{Api, tpcc};
+
+const APIS: [Api; 2] = [Api::Typed, Api::Closures];
 
 fn params(load: Load) -> runner::Params {
     runner::Params {
@@ -34,12 +37,13 @@ fn run<W: Workload>(workload: W, load: Load) -> Report {
     r
 }
 
-fn tpcc() -> Tpcc {
+fn tpcc(api: Api) -> Tpcc {
     Tpcc {
         scale: tpcc::Scale::small(2),
         mix: tpcc::Mix::default(),
         partitions: 16,
         load_seed: 3,
+        api,
     }
 }
 
@@ -49,7 +53,7 @@ fn ycsbt_keeps_every_balance_exact() {
         keys: 1_000,
         zipf: Some(0.9),
         partitions: 16,
-        api: styx_bench::Api::Typed,
+        api: Api::Typed,
     };
     let r = run(w, Load::Closed { in_flight: 200 });
     assert_eq!(r.parameters["keys"], 1_000);
@@ -57,51 +61,61 @@ fn ycsbt_keeps_every_balance_exact() {
 
 #[test]
 fn tpcc_keeps_the_consistency_conditions_with_one_terminal_per_district() {
-    let r = run(tpcc(), Load::Closed { in_flight: 1 });
-    assert_eq!(r.parameters["warehouses"], 2);
-    assert_eq!(r.in_flight, Some(1));
+    for api in APIS {
+        let r = run(tpcc(api), Load::Closed { in_flight: 1 });
+        assert_eq!(r.parameters["warehouses"], 2);
+        assert_eq!(r.parameters["api"], api.name());
+        assert_eq!(r.in_flight, Some(1));
+    }
 }
 
 #[test]
 fn tpcc_open_loop_keeps_the_consistency_conditions() {
-    let r = run(tpcc(), Load::Open { rate: 500.0 });
+    let r = run(tpcc(Api::Typed), Load::Open { rate: 500.0 });
     // 500/s for 0.4 s, less what scheduling slack delays past the window.
     assert!((100..=200).contains(&(r.committed + r.aborted)), "{}", r.committed);
 }
 
 #[test]
 fn movie_reviews_are_stored_and_listed_once() {
-    let w = Movie {
-        scale: movie::Scale {
-            users: 100,
-            movies: 100,
-        },
-        partitions: 16,
-    };
-    run(w, Load::Closed { in_flight: 50 });
+    for api in APIS {
+        let w = Movie {
+            scale: movie::Scale {
+                users: 100,
+                movies: 100,
+            },
+            partitions: 16,
+            api,
+        };
+        run(w, Load::Closed { in_flight: 50 });
+    }
 }
 
 #[test]
 fn travel_never_overbooks() {
-    let w = Travel {
-        scale: travel::Scale {
-            rooms_per_hotel: 2,
-            seats_per_flight: 2,
-            ..travel::Scale::default()
-        },
-        partitions: 16,
-        geo_partitions: 2,
-    };
-    run(w, Load::Closed { in_flight: 50 });
+    for api in APIS {
+        let w = Travel {
+            scale: travel::Scale {
+                rooms_per_hotel: 2,
+                seats_per_flight: 2,
+                ..travel::Scale::default()
+            },
+            partitions: 16,
+            geo_partitions: 2,
+            api,
+        };
+        run(w, Load::Closed { in_flight: 50 });
+    }
 }
 
 #[test]
 fn the_serial_ceiling_runs_every_workload() {
     let time = Duration::from_millis(50);
-    assert!(runner::serial_tps(&tpcc(), time, 1) > 0.0);
+    assert!(runner::serial_tps(&tpcc(Api::Typed), time, 1) > 0.0);
     let m = Movie {
         scale: movie::Scale { users: 10, movies: 10 },
         partitions: 4,
+        api: Api::Typed,
     };
     assert!(runner::serial_tps(&m, time, 1) > 0.0);
 }

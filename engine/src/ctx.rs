@@ -392,6 +392,15 @@ impl Ctx {
         E::proxy(crate::typed::EntityRef::of::<E>(self, key.into()))
     }
 
+    /// A typed sender on entity `key` of typed entity `E`: its methods are
+    /// `E`'s functions, each sent like [`Ctx::send`] (part of this
+    /// transaction, its result never awaited), returning only whether it
+    /// could be sent: `ctx.send_to::<Order>(key).insert(order)?`.
+    #[inline]
+    pub fn send_to<E: crate::typed::Entity>(&self, key: impl Into<Key>) -> E::Sender<'_> {
+        E::sender(crate::typed::EntityRef::of::<E>(self, key.into()))
+    }
+
     /// Calls a function by id (resolved once with [`crate::App::resolve`]):
     /// skips the name lookup on hot paths.
     #[inline]

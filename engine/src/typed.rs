@@ -4,7 +4,9 @@
 //! its impl block turns each `async fn` into a registered function, and
 //! `ctx.entity::<Account>(key)` returns a proxy whose methods are those
 //! functions, with their argument and result types: a typo in a function
-//! name or a wrong argument is a compile error, not an abort. All of it is
+//! name or a wrong argument is a compile error, not an abort.
+//! `ctx.send_to::<Account>(key)` is the same for calls sent without
+//! awaiting their results ([`Ctx::send`]). All of it is
 //! generated onto the closure API ([`App::function`], [`Ctx::call`]), so a
 //! typed entity runs exactly like a hand-registered one and both mix in one
 //! application.
@@ -132,8 +134,13 @@ pub trait Entity: Store + Load {
     const PARTITIONS: u32;
     /// The typed handle on one entity, from [`Ctx::entity`].
     type Proxy<'a>;
+    /// The typed handle that sends calls without awaiting them, from
+    /// [`Ctx::send_to`].
+    type Sender<'a>;
 
     fn proxy(target: EntityRef<'_>) -> Self::Proxy<'_>;
+
+    fn sender(target: EntityRef<'_>) -> Self::Sender<'_>;
 
     /// The state a method sees on an entity never written: `Default`, or
     /// for `#[entity(required)]` an abort naming the missing entity.
@@ -227,6 +234,20 @@ impl<'a> EntityRef<'a> {
     /// ([`Ctx::send`]).
     pub fn send(&self, function: &str, args: &impl Encode) -> Result<(), Abort> {
         self.ctx.send(self.operator, self.key.clone(), function, args)
+    }
+
+    /// Sends the entity's `nth` method, `function` (what the senders'
+    /// methods do), by function id when it can, as [`Self::call_method`].
+    #[inline]
+    pub fn send_method(&self, nth: u16, function: &str, args: &impl Encode) -> Result<(), Abort> {
+        match self.functions {
+            Some((op, first)) => {
+                let id = FnId { op, index: first + nth };
+                debug_assert_eq!(self.ctx.app().function_info(id).name(), function);
+                self.ctx.send_fn(id, self.key.clone(), args)
+            }
+            None => self.send(function, args),
+        }
     }
 }
 

@@ -392,6 +392,16 @@ impl Item {
         let price = ctx.read::<Item, _>(|item| item.price.to_native())?;
         Ok((hits, price.unwrap_or(-1)))
     }
+
+    /// Sends a hit through the typed sender without awaiting it: the hit
+    /// commits or rolls back with the transaction.
+    async fn hit_later(ctx: &Ctx, counter: u64, abort: bool) -> Result<(), Abort> {
+        ctx.send_to::<Hits>(counter).hit()?;
+        if abort {
+            return Err(Abort::new("changed my mind"));
+        }
+        Ok(())
+    }
 }
 
 fn shop() -> Arc<App> {
@@ -422,6 +432,14 @@ fn required_entities_abort_when_missing_and_methods_without_self_manage_state() 
             run(&mut sim, &app, 7, ItemRequest::new(5u64).hit_and_price(9)),
             Ok((1, 250))
         );
+        assert_eq!(
+            run(&mut sim, &app, 8, ItemRequest::new(5u64).hit_later(9, false)),
+            Ok(())
+        );
+        let aborted = run(&mut sim, &app, 9, ItemRequest::new(5u64).hit_later(9, true));
+        assert_eq!(aborted.unwrap_err().message(), "changed my mind");
+        // The sent hit of the committed call counted, the aborted one's not.
+        assert_eq!(run(&mut sim, &app, 10, HitsRequest::new(9u64).hit()), Ok(3));
     }
 }
 

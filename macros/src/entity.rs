@@ -78,6 +78,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         }
     });
     let proxy = names::proxy(ident);
+    let sender = names::sender(ident);
     let request = names::request(ident);
     let client = names::client(ident);
     let client_doc = format!(
@@ -85,6 +86,9 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     );
     let proxy_doc =
         format!("Calls the functions of `{name}` entities from inside a transaction: `ctx.entity::<{ident}>(key)`.");
+    let sender_doc = format!(
+        "Sends calls to the functions of `{name}` entities from inside a transaction, without waiting for their results: `ctx.send_to::<{ident}>(key)`."
+    );
     let request_doc = format!(
         "Requests to the functions of `{name}` entities from outside the engine (clients, tests): `{request}::new(key)`."
     );
@@ -95,9 +99,14 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
             const NAME: &'static str = #name;
             const PARTITIONS: u32 = #partitions;
             type Proxy<'a> = #proxy<'a>;
+            type Sender<'a> = #sender<'a>;
 
             fn proxy(target: ::styx_engine::EntityRef<'_>) -> #proxy<'_> {
                 #proxy(target)
+            }
+
+            fn sender(target: ::styx_engine::EntityRef<'_>) -> #sender<'_> {
+                #sender(target)
             }
 
             fn initial(ctx: &::styx_engine::Ctx) -> ::core::result::Result<Self, ::styx_engine::Abort> {
@@ -109,6 +118,9 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
 
         #[doc = #proxy_doc]
         #vis struct #proxy<'a>(#[doc(hidden)] pub ::styx_engine::EntityRef<'a>);
+
+        #[doc = #sender_doc]
+        #vis struct #sender<'a>(#[doc(hidden)] pub ::styx_engine::EntityRef<'a>);
 
         #[doc = #request_doc]
         #[derive(Clone, Debug)]

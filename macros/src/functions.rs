@@ -7,7 +7,9 @@
 //! method without self gets only the `&Ctx` and manages the state itself);
 //! and adds a
 //! method of the same name and argument types to the entity's `{Name}Proxy`
-//! (returning `Call<R>`) and `{Name}Request` (returning `TypedRequest<R>`).
+//! (returning `Call<R>`), `{Name}Sender` (returning `Result<(), Abort>`: the
+//! call is sent, its result never awaited) and `{Name}Request` (returning
+//! `TypedRequest<R>`).
 //! Arguments travel as the tuple of the method's arguments, so a one-argument
 //! function's payload is that argument's encoding, as with closures.
 
@@ -83,6 +85,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         return Err(e);
     }
     let proxy = names::proxy(&ident);
+    let sender = names::sender(&ident);
     let request = names::request(&ident);
     let client = names::client(&ident);
     let client_methods = methods.iter().map(|m| client_method(&request, m));
@@ -96,6 +99,7 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         .iter()
         .enumerate()
         .map(|(i, m)| proxy_method(&ident, i, m, true));
+    let send_methods = methods.iter().enumerate().map(|(i, m)| send_method(i, m));
     Ok(quote! {
         #block
 
@@ -110,6 +114,11 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         #[allow(dead_code)]
         impl<'a> #proxy<'a> {
             #(#proxy_methods)*
+        }
+
+        #[allow(dead_code)]
+        impl<'a> #sender<'a> {
+            #(#send_methods)*
         }
 
         #[allow(dead_code)]
@@ -388,6 +397,24 @@ fn proxy_method(entity: &Ident, nth: usize, m: &Method<'_>, request: bool) -> To
             #vis fn #method(&self, #(#names: #tys),*) -> ::styx_engine::Call<#result> {
                 self.0.call_method(#nth, #name, &(#(#names,)*))
             }
+        }
+    }
+}
+
+/// The method of `{Name}Sender` that sends `m` without waiting for its
+/// result ([`Ctx::send`]: the call is still part of the transaction).
+fn send_method(nth: usize, m: &Method<'_>) -> TokenStream {
+    let nth = nth as u16;
+    let method = &m.item.sig.ident;
+    let name = method.to_string();
+    let vis = &m.item.vis;
+    let docs = m.item.attrs.iter().filter(|a| a.path().is_ident("doc"));
+    let names: Vec<&Ident> = m.args.iter().map(|(n, _)| n).collect();
+    let tys: Vec<&Type> = m.args.iter().map(|(_, t)| *t).collect();
+    quote! {
+        #(#docs)*
+        #vis fn #method(&self, #(#names: #tys),*) -> ::core::result::Result<(), ::styx_engine::Abort> {
+            self.0.send_method(#nth, #name, &(#(#names,)*))
         }
     }
 }

@@ -8,9 +8,11 @@
 //! generated code names the engine as `::styx_engine`.
 //!
 //! - `#[entity]` on a struct: implements `styx_engine::Entity` (operator
-//!   name, partitions) and declares the struct's two call handles,
-//!   `{Name}Proxy` (calls from inside a transaction, `ctx.entity::<Name>(key)`)
-//!   and `{Name}Request` (requests from outside, for clients and tests).
+//!   name, partitions) and declares the struct's call handles,
+//!   `{Name}Proxy` (calls from inside a transaction, `ctx.entity::<Name>(key)`),
+//!   `{Name}Sender` (the same calls sent without awaiting their results,
+//!   `ctx.send_to::<Name>(key)`) and `{Name}Request` (requests from
+//!   outside, for clients and tests).
 //! - `#[functions]` on the struct's impl: every method becomes a registered
 //!   function and a method of both handles, with the same argument and
 //!   result types, so a call to a missing function or with the wrong

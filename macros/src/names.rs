@@ -9,6 +9,12 @@ pub fn proxy(ty: &Ident) -> Ident {
     format_ident!("{}Proxy", ty)
 }
 
+/// The in-transaction sender of entity `ty` (calls without waiting for
+/// the result): `AccountSender`.
+pub fn sender(ty: &Ident) -> Ident {
+    format_ident!("{}Sender", ty)
+}
+
 /// The out-of-transaction request builder of entity `ty`: `AccountRequest`.
 pub fn request(ty: &Ident) -> Ident {
     format_ident!("{}Request", ty)

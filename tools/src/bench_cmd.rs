@@ -275,6 +275,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 },
                 partitions: w.partitions,
                 load_seed: 1,
+                api: run.api,
             };
             execute(workload, run, 1, None)
         }
@@ -288,6 +289,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                     movies: w.movies,
                 },
                 partitions: w.partitions,
+                api: run.api,
             };
             execute(workload, run, 1_000, None)
         }
@@ -313,6 +315,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                         u32::from(shards)
                     })
                     .max(1),
+                api: run.api,
             };
             execute(workload, run, 1_000, None)
         }

@@ -123,6 +123,7 @@ impl Knobs {
             mix: tpcc::Mix::default(),
             partitions: PARTITIONS,
             load_seed: 1,
+            api: styx_bench::Api::default(),
         })
     }
 
@@ -138,6 +139,7 @@ impl Knobs {
         Ok(Movie {
             scale,
             partitions: PARTITIONS,
+            api: styx_bench::Api::default(),
         })
     }
 
@@ -157,6 +159,7 @@ impl Knobs {
             scale,
             partitions: PARTITIONS,
             geo_partitions: GEO_PARTITIONS,
+            api: styx_bench::Api::default(),
         })
     }
 

@@ -38,12 +38,19 @@
 //! - A review list grows by one id per review (eight bytes); its length is
 //!   bounded by [`REVIEWS_PER_LIST_MAX`].
 
-use super::{State, Violations, password_hash, struct_codec};
+mod closures;
+
+pub use closures::install_closures;
+
+use super::{State, Violations, password_hash};
+use crate::Api;
 use rkyv::{Archive, Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use styx_engine::rng::Rng;
-use styx_engine::{Abort, Address, App, Ctx, FnId, Key, OpId, Payload, Request, Scratch, Store, Value, mix64};
+use styx_engine::{
+    self as styx, Abort, Address, App, Ctx, FnId, Key, OpId, Payload, Request, Scratch, Store, Value, mix64,
+};
 
 pub const COMPOSE_REVIEW: &str = "compose_review";
 pub const UNIQUE_ID: &str = "unique_id";
@@ -62,6 +69,7 @@ pub const TEXT_LEN_MAX: usize = 4_096;
 /// Reviews one user's or one movie's list holds at most.
 pub const REVIEWS_PER_LIST_MAX: usize = 1 << 20;
 
+#[styx::entity(name = "user", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct User {
     pub user_id: u64,
@@ -72,6 +80,7 @@ pub struct User {
 }
 
 /// The parts of one review as they arrive.
+#[styx::entity(name = "compose_review")]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 pub struct ComposeReview {
     pub review_id: Option<u64>,
@@ -81,7 +90,9 @@ pub struct ComposeReview {
     pub rating: Option<u8>,
 }
 
-#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+/// A stored review: the state of `review_storage`, keyed by review id.
+#[styx::entity(name = "review_storage", required)]
+#[derive(Archive, Serialize, Deserialize, styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
 pub struct Review {
     pub review_id: u64,
     pub req_id: u64,
@@ -91,15 +102,43 @@ pub struct Review {
     pub rating: u8,
     pub timestamp_us: u64,
 }
-struct_codec!(Review {
-    review_id: u64,
-    req_id: u64,
-    user_id: u64,
-    movie_id: u64,
-    text: String,
-    rating: u8,
-    timestamp_us: u64,
-});
+
+/// The unique-id service: no state (keyed by request id).
+#[styx::entity(name = "unique_id")]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UniqueId;
+
+/// A title's movie id, stored as the bare `u64` (a struct of one number is).
+#[styx::entity(name = "movie_id", required)]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MovieId {
+    pub id: u64,
+}
+
+/// The text service: no state (keyed by request id).
+#[styx::entity(name = "text")]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Text;
+
+/// The rating service: no state (keyed by request id).
+#[styx::entity(name = "rating")]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rating;
+
+/// A user's review ids. Archives to the bytes of the bare `Vec<u64>`
+/// (pinned by a test), which the checker reads.
+#[styx::entity(name = "user_review")]
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserReview {
+    pub reviews: Vec<u64>,
+}
+
+/// A movie's review ids, stored like [`UserReview`].
+#[styx::entity(name = "movie_review")]
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct MovieReview {
+    pub reviews: Vec<u64>,
+}
 
 impl ComposeReview {
     /// The review, once every part is in.
@@ -117,19 +156,13 @@ impl ComposeReview {
 }
 
 /// A `compose_review` request; it runs on `compose_review(req_id)`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
 pub struct Compose {
     pub username: String,
     pub title: String,
     pub rating: u8,
     pub text: String,
 }
-struct_codec!(Compose {
-    username: String,
-    title: String,
-    rating: u8,
-    text: String,
-});
 
 /// The resolved ids of the application's functions.
 #[derive(Clone, Copy, Debug)]
@@ -212,12 +245,21 @@ impl Services {
 
 /// The movie review application with every service over `partitions`.
 pub fn app(partitions: u32) -> Arc<App> {
+    app_with(partitions, Api::Typed)
+}
+
+/// The movie review application written with `api`.
+pub fn app_with(partitions: u32, api: Api) -> Arc<App> {
     let mut app = App::new("movie");
-    install(&mut app, partitions);
+    match api {
+        Api::Typed => install(&mut app, partitions),
+        Api::Closures => install_closures(&mut app, partitions),
+    };
     Arc::new(app)
 }
 
-/// Appends `review_id` to the entity's list of review ids.
+/// Appends `review_id` to the entity's list of review ids (the closure
+/// version of [`UserReview::append`]).
 async fn append(ctx: Ctx, review_id: u64) -> Result<(), Abort> {
     let mut list = ctx.get::<Vec<u64>>()?.unwrap_or_default();
     if list.len() >= REVIEWS_PER_LIST_MAX {
@@ -230,45 +272,27 @@ async fn append(ctx: Ctx, review_id: u64) -> Result<(), Abort> {
     ctx.put(&list)
 }
 
-/// Registers the services and their functions on `app`.
+/// Registers the services and their functions on `app`, each a typed
+/// entity, declared in the order of [`install_closures`] (so both APIs
+/// number the operators alike).
 pub fn install(app: &mut App, partitions: u32) -> Functions {
-    let compose_review = app.operator(COMPOSE_REVIEW, partitions);
-    let unique_id = app.operator(UNIQUE_ID, partitions);
-    let user = app.operator(USER, partitions);
-    let movie_id = app.operator(MOVIE_ID, partitions);
-    let text = app.operator(TEXT, partitions);
-    let rating = app.operator(RATING, partitions);
-    let review_storage = app.operator(REVIEW_STORAGE, partitions);
-    let user_review = app.operator(USER_REVIEW, partitions);
-    let movie_review = app.operator(MOVIE_REVIEW, partitions);
+    app.entity_with::<ComposeReview>(partitions);
+    app.entity_with::<UniqueId>(partitions);
+    app.entity_with::<User>(partitions);
+    app.entity_with::<MovieId>(partitions);
+    app.entity_with::<Text>(partitions);
+    app.entity_with::<Rating>(partitions);
+    app.entity_with::<Review>(partitions);
+    app.entity_with::<UserReview>(partitions);
+    app.entity_with::<MovieReview>(partitions);
+    Functions::of(app)
+}
 
-    let unique_id = app.function(unique_id, "next", |ctx, (): ()| async move { Ok(ctx.tid()) });
-    let user_id = app.function(user, "user_id", |ctx, (): ()| async move {
-        ctx.read::<User, _>(|u| u.user_id.to_native())
-    });
-    let movie_id = app.function(movie_id, "movie_id", |ctx, (): ()| async move { ctx.get::<u64>() });
-    let text = app.function(text, "process", |_ctx, text: String| async move {
-        if text.len() > TEXT_LEN_MAX {
-            return Err(Abort::new(format!("review text of {} bytes", text.len())));
-        }
-        Ok(text)
-    });
-    let rating = app.function(rating, "process", |_ctx, rating: u8| async move {
-        if rating > RATING_MAX {
-            return Err(Abort::new(format!("rating {rating} outside 0..={RATING_MAX}")));
-        }
-        Ok(rating)
-    });
-    let store_review = app.function(review_storage, "store", |ctx, review: Review| async move {
-        if ctx.read::<Review, _>(|_| ())?.is_some() {
-            return Err(Abort::new(format!("review {} stored already", review.review_id)));
-        }
-        ctx.put(&review)
-    });
-    let user_review_append = app.function(user_review, "append", append);
-    let movie_review_append = app.function(movie_review, "append", append);
-
-    let compose = app.function(compose_review, "compose", move |ctx, c: Compose| async move {
+#[styx::functions]
+impl ComposeReview {
+    /// The transaction. Takes no self: it treats an existing record as an
+    /// abort (read in place) and lands each part as it arrives.
+    pub async fn compose(ctx: &Ctx, c: Compose) -> Result<u64, Abort> {
         let req_id = ctx
             .key()
             .as_u64()
@@ -276,11 +300,11 @@ pub fn install(app: &mut App, partitions: u32) -> Functions {
         if ctx.read::<ComposeReview, _>(|_| ())?.is_some() {
             return Err(Abort::new(format!("request {req_id} composed already")));
         }
-        let id = ctx.call_fn::<u64>(unique_id, req_id, ());
-        let user = ctx.call_fn::<Option<u64>>(user_id, c.username.as_str(), ());
-        let movie = ctx.call_fn::<Option<u64>>(movie_id, c.title.as_str(), ());
-        let text = ctx.call_fn::<String>(text, req_id, c.text.as_str());
-        let rating = ctx.call_fn::<u8>(rating, req_id, c.rating);
+        let id = ctx.entity::<UniqueId>(req_id).next();
+        let user = ctx.entity::<User>(c.username.as_str()).user_id();
+        let movie = ctx.entity::<MovieId>(c.title.as_str()).movie_id();
+        let text = ctx.entity::<Text>(req_id).process(c.text);
+        let rating = ctx.entity::<Rating>(req_id).process(c.rating);
 
         let mut parts = ComposeReview {
             review_id: Some(id.await?),
@@ -305,22 +329,92 @@ pub fn install(app: &mut App, partitions: u32) -> Functions {
         let review = parts
             .complete(req_id, ctx.now_us())
             .expect("every part of the review has landed");
-        ctx.send_fn(store_review, review.review_id, &review)?;
-        ctx.send_fn(user_review_append, review.user_id, review.review_id)?;
-        ctx.send_fn(movie_review_append, review.movie_id, review.review_id)?;
-        Ok(review.review_id)
-    });
+        let (review_id, user_id, movie_id) = (review.review_id, review.user_id, review.movie_id);
+        ctx.send_to::<Review>(review_id).store(review)?;
+        ctx.send_to::<UserReview>(user_id).append(review_id)?;
+        ctx.send_to::<MovieReview>(movie_id).append(review_id)?;
+        Ok(review_id)
+    }
+}
 
-    Functions {
-        compose,
-        unique_id,
-        user_id,
-        movie_id,
-        text,
-        rating,
-        store_review,
-        user_review_append,
-        movie_review_append,
+#[styx::functions]
+impl UniqueId {
+    /// The transaction id: unique, and the same on re-execution.
+    pub async fn next(ctx: &Ctx) -> Result<u64, Abort> {
+        Ok(ctx.tid())
+    }
+}
+
+#[styx::functions]
+impl User {
+    /// The user's id, read in place; none for an unknown user.
+    pub async fn user_id(ctx: &Ctx) -> Result<Option<u64>, Abort> {
+        ctx.read::<User, _>(|u| u.user_id.to_native())
+    }
+}
+
+#[styx::functions]
+impl MovieId {
+    /// The movie's id; none for an unknown title.
+    pub async fn movie_id(ctx: &Ctx) -> Result<Option<u64>, Abort> {
+        Ok(<MovieId as styx::Entity>::load(ctx)?.map(|m| m.id))
+    }
+}
+
+#[styx::functions]
+impl Text {
+    pub async fn process(_ctx: &Ctx, text: String) -> Result<String, Abort> {
+        if text.len() > TEXT_LEN_MAX {
+            return Err(Abort::new(format!("review text of {} bytes", text.len())));
+        }
+        Ok(text)
+    }
+}
+
+#[styx::functions]
+impl Rating {
+    pub async fn process(_ctx: &Ctx, rating: u8) -> Result<u8, Abort> {
+        if rating > RATING_MAX {
+            return Err(Abort::new(format!("rating {rating} outside 0..={RATING_MAX}")));
+        }
+        Ok(rating)
+    }
+}
+
+#[styx::functions]
+impl Review {
+    /// Stores the review; a review id stored already aborts.
+    pub async fn store(ctx: &Ctx, review: Review) -> Result<(), Abort> {
+        if ctx.read::<Review, _>(|_| ())?.is_some() {
+            return Err(Abort::new(format!("review {} stored already", review.review_id)));
+        }
+        ctx.put(&review)
+    }
+}
+
+/// Appends `review_id` to a review list, up to [`REVIEWS_PER_LIST_MAX`].
+fn append_to(ctx: &Ctx, list: &mut Vec<u64>, review_id: u64) -> Result<(), Abort> {
+    if list.len() >= REVIEWS_PER_LIST_MAX {
+        return Err(Abort::new(format!(
+            "review list {} holds {REVIEWS_PER_LIST_MAX} reviews",
+            ctx.key()
+        )));
+    }
+    list.push(review_id);
+    Ok(())
+}
+
+#[styx::functions]
+impl UserReview {
+    pub async fn append(&mut self, ctx: &Ctx, review_id: u64) -> Result<(), Abort> {
+        append_to(ctx, &mut self.reviews, review_id)
+    }
+}
+
+#[styx::functions]
+impl MovieReview {
+    pub async fn append(&mut self, ctx: &Ctx, review_id: u64) -> Result<(), Abort> {
+        append_to(ctx, &mut self.reviews, review_id)
     }
 }
 
@@ -561,4 +655,51 @@ pub fn check(app: &App, state: &State) -> Vec<String> {
         }
     }
     v.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use styx_engine::Entity;
+
+    /// The typed entities name the operators the closures declare, and a
+    /// review list stores the bytes of the bare vector.
+    #[test]
+    fn entities_are_the_services_and_lists_archive_bare() {
+        assert_eq!(
+            [
+                ComposeReview::NAME,
+                UniqueId::NAME,
+                User::NAME,
+                MovieId::NAME,
+                Text::NAME,
+                Rating::NAME,
+                Review::NAME,
+                UserReview::NAME,
+                MovieReview::NAME
+            ],
+            [
+                COMPOSE_REVIEW,
+                UNIQUE_ID,
+                USER,
+                MOVIE_ID,
+                TEXT,
+                RATING,
+                REVIEW_STORAGE,
+                USER_REVIEW,
+                MOVIE_REVIEW
+            ]
+        );
+        for reviews in [vec![], vec![1u64], (0..100).collect()] {
+            let bare = archive(&reviews, &mut Scratch::default()).to_vec();
+            let user = UserReview {
+                reviews: reviews.clone(),
+            };
+            assert_eq!(bare, archive(&user, &mut Scratch::default()).to_vec());
+            assert_eq!(
+                bare,
+                archive(&MovieReview { reviews }, &mut Scratch::default()).to_vec()
+            );
+        }
+    }
 }

@@ -40,12 +40,19 @@
 //!   overbooking (free below zero, or orders that do not add up) in the
 //!   state alone.
 
-use super::{State, Violations, password_hash, struct_codec};
+mod closures;
+
+pub use closures::install_closures;
+
+use super::{State, Violations, password_hash};
+use crate::Api;
 use rkyv::{Archive, Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use styx_engine::rng::Rng;
-use styx_engine::{Abort, Address, App, Call, FnId, Key, OpId, Payload, Request, Scratch, Store, Value, mix64};
+use styx_engine::{
+    self as styx, Abort, Address, App, Call, Ctx, FnId, Key, OpId, Payload, Request, Scratch, Store, Value, mix64,
+};
 
 pub const FRONTEND: &str = "frontend";
 pub const GEO: &str = "geo";
@@ -82,6 +89,7 @@ pub struct Place {
     pub price: Cents,
 }
 
+#[styx::entity(name = "rate", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct RatePlan {
     pub code: String,
@@ -93,6 +101,7 @@ pub struct RatePlan {
     pub room_description: String,
 }
 
+#[styx::entity(name = "user", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct User {
     pub salt: u64,
@@ -106,6 +115,28 @@ pub struct Capacity {
     pub free: i64,
 }
 
+/// A hotel: its rooms. Archives to the bytes of the bare [`Capacity`]
+/// (pinned by a test), which the loader and the checker use.
+#[styx::entity(name = "hotel", required)]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hotel {
+    pub rooms: Capacity,
+}
+
+/// A flight: its seats, stored like [`Hotel`].
+#[styx::entity(name = "flight", required)]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Flight {
+    pub seats: Capacity,
+}
+
+/// The frontend service: no state; its functions never touch their
+/// entity (keyed by request id).
+#[styx::entity(name = "frontend")]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Frontend;
+
+#[styx::entity(name = "order", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Order {
     pub user: String,
@@ -124,17 +155,12 @@ pub enum Criterion {
 }
 
 /// A reservation request; it runs on `order(order_id)`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
 pub struct Reserve {
     pub user: String,
     pub hotel: u64,
     pub flight: u64,
 }
-struct_codec!(Reserve {
-    user: String,
-    hotel: u64,
-    flight: u64,
-});
 
 /// Search's reply: `(hotel, rate code, bookable rate)`, nearest first.
 pub type SearchReply = Vec<(u64, String, Cents)>;
@@ -204,8 +230,16 @@ impl Services {
 /// The travel application: geo data over `geo_partitions`, the rest over
 /// `partitions`.
 pub fn app(partitions: u32, geo_partitions: u32) -> Arc<App> {
+    app_with(partitions, geo_partitions, Api::Typed)
+}
+
+/// The travel application written with `api`.
+pub fn app_with(partitions: u32, geo_partitions: u32, api: Api) -> Arc<App> {
     let mut app = App::new("travel");
-    install(&mut app, partitions, geo_partitions);
+    match api {
+        Api::Typed => install(&mut app, partitions, geo_partitions),
+        Api::Closures => install_closures(&mut app, partitions, geo_partitions),
+    };
     Arc::new(app)
 }
 
@@ -231,7 +265,8 @@ fn results(k: u32) -> Result<usize, Abort> {
     Ok(k as usize)
 }
 
-/// Takes one unit of the entity's capacity, or aborts with `full`.
+/// Takes one unit of the entity's capacity, or aborts with `full` (the
+/// closure version of [`Hotel::reserve`]).
 async fn take_one(ctx: styx_engine::Ctx, full: &'static str) -> Result<i64, Abort> {
     let mut c = ctx
         .get::<Capacity>()?
@@ -244,17 +279,10 @@ async fn take_one(ctx: styx_engine::Ctx, full: &'static str) -> Result<i64, Abor
     Ok(c.free)
 }
 
-/// Registers the services and their functions on `app`.
-pub fn install(app: &mut App, partitions: u32, geo_partitions: u32) -> Functions {
-    let frontend = app.operator(FRONTEND, partitions);
-    let geo = app.operator(GEO, geo_partitions);
-    let recommend = app.operator(RECOMMEND, geo_partitions);
-    let rate = app.operator(RATE, partitions);
-    let user = app.operator(USER, partitions);
-    let hotel = app.operator(HOTEL, partitions);
-    let flight = app.operator(FLIGHT, partitions);
-    let order = app.operator(ORDER, partitions);
-
+/// Registers the scans of the geo and recommendation partitions, shared by
+/// both APIs: typed entities have no partition functions yet, so these
+/// stay closures.
+fn install_scans(app: &mut App, geo: OpId, recommend: OpId) {
     app.partition_function(geo, "nearby", |ctx, (lat, lon, k): (i32, i32, u32)| async move {
         let k = results(k)?;
         let mut best: Vec<(u64, u64)> = Vec::with_capacity(k + 1);
@@ -286,29 +314,45 @@ pub fn install(app: &mut App, partitions: u32, geo_partitions: u32) -> Functions
             Ok(best)
         },
     );
-    let rate_get = app.function(rate, "get", |ctx, (): ()| async move {
-        ctx.read::<RatePlan, _>(|r| (r.code.to_string(), r.bookable_rate.to_native()))
-    });
-    let login = app.function(user, "login", |ctx, password: String| async move {
-        Ok(ctx
-            .read::<User, _>(|u| password_hash(u.salt.to_native(), &password) == u.password_hash.to_native())?
-            .unwrap_or(false))
-    });
-    let hotel_reserve = app.function(hotel, "reserve", |ctx, (): ()| take_one(ctx, HOTEL_FULL));
-    let flight_reserve = app.function(flight, "reserve", |ctx, (): ()| take_one(ctx, FLIGHT_FULL));
+}
 
-    let search = app.function(frontend, "search", move |ctx, (lat, lon): (i32, i32)| async move {
+/// Registers the services and their functions on `app`: the services as
+/// typed entities, declared in the order of [`install_closures`] (so both
+/// APIs number the operators alike), the geo scans as partition functions.
+pub fn install(app: &mut App, partitions: u32, geo_partitions: u32) -> Functions {
+    app.entity_with::<Frontend>(partitions);
+    let geo = app.operator(GEO, geo_partitions);
+    let recommend = app.operator(RECOMMEND, geo_partitions);
+    install_scans(app, geo, recommend);
+    app.entity_with::<RatePlan>(partitions);
+    app.entity_with::<User>(partitions);
+    app.entity_with::<Hotel>(partitions);
+    app.entity_with::<Flight>(partitions);
+    app.entity_with::<Order>(partitions);
+    Functions::of(app)
+}
+
+/// Merges the best `RESULTS_MAX` of every partition's answer.
+async fn merge_best<S: Ord + Copy + styx::Decode>(calls: Vec<Call<Vec<(S, u64)>>>) -> Result<Vec<(S, u64)>, Abort> {
+    let mut best = Vec::with_capacity(RESULTS_MAX as usize + 1);
+    for call in calls {
+        for candidate in call.await? {
+            keep_best(&mut best, RESULTS_MAX as usize, candidate);
+        }
+    }
+    Ok(best)
+}
+
+#[styx::functions]
+impl Frontend {
+    /// The hotels nearest `(lat, lon)` that have a rate plan, with it.
+    pub async fn search(ctx: &Ctx, lat: i32, lon: i32) -> Result<SearchReply, Abort> {
         let calls: Vec<Call<Vec<(u64, u64)>>> = (0..ctx.partitions(GEO)?)
             .map(|p| ctx.call_partition(GEO, p, "nearby", (lat, lon, RESULTS_MAX)))
             .collect();
-        let mut best = Vec::with_capacity(RESULTS_MAX as usize + 1);
-        for call in calls {
-            for candidate in call.await? {
-                keep_best(&mut best, RESULTS_MAX as usize, candidate);
-            }
-        }
+        let best = merge_best(calls).await?;
         let rates: Vec<Call<Option<(String, Cents)>>> =
-            best.iter().map(|(_, h)| ctx.call_fn(rate_get, *h, ())).collect();
+            best.iter().map(|(_, h)| ctx.entity::<RatePlan>(*h).get()).collect();
         let mut out: SearchReply = Vec::with_capacity(best.len());
         for ((_, hotel), rate) in best.iter().zip(rates) {
             if let Some((code, price)) = rate.await? {
@@ -316,32 +360,77 @@ pub fn install(app: &mut App, partitions: u32, geo_partitions: u32) -> Functions
             }
         }
         Ok(out)
-    });
-    let recommend = app.function(
-        frontend,
-        "recommend",
-        |ctx, (criterion, lat, lon): (u8, i32, i32)| async move {
-            if criterion > Criterion::Price as u8 {
-                return Err(Abort::new(format!("no criterion {criterion}")));
-            }
-            let calls: Vec<Call<Vec<(i64, u64)>>> = (0..ctx.partitions(RECOMMEND)?)
-                .map(|p| ctx.call_partition(RECOMMEND, p, "best", (criterion, lat, lon, RESULTS_MAX)))
-                .collect();
-            let mut best = Vec::with_capacity(RESULTS_MAX as usize + 1);
-            for call in calls {
-                for candidate in call.await? {
-                    keep_best(&mut best, RESULTS_MAX as usize, candidate);
-                }
-            }
-            Ok(best.into_iter().map(|(_, h)| h).collect::<Vec<u64>>())
-        },
-    );
-    let reserve = app.function(order, "reserve", move |ctx, r: Reserve| async move {
+    }
+
+    /// The best hotels by `criterion` (a [`Criterion`] as its number).
+    pub async fn recommend(ctx: &Ctx, criterion: u8, lat: i32, lon: i32) -> Result<Vec<u64>, Abort> {
+        if criterion > Criterion::Price as u8 {
+            return Err(Abort::new(format!("no criterion {criterion}")));
+        }
+        let calls: Vec<Call<Vec<(i64, u64)>>> = (0..ctx.partitions(RECOMMEND)?)
+            .map(|p| ctx.call_partition(RECOMMEND, p, "best", (criterion, lat, lon, RESULTS_MAX)))
+            .collect();
+        let best = merge_best(calls).await?;
+        Ok(best.into_iter().map(|(_, h)| h).collect())
+    }
+}
+
+#[styx::functions]
+impl RatePlan {
+    /// The rate code and bookable rate, read in place; none for a hotel
+    /// without a plan.
+    pub async fn get(ctx: &Ctx) -> Result<Option<(String, Cents)>, Abort> {
+        ctx.read::<RatePlan, _>(|r| (r.code.to_string(), r.bookable_rate.to_native()))
+    }
+}
+
+#[styx::functions]
+impl User {
+    /// Whether `password` is the user's, read in place; false for an
+    /// unknown user.
+    pub async fn login(ctx: &Ctx, password: String) -> Result<bool, Abort> {
+        Ok(ctx
+            .read::<User, _>(|u| password_hash(u.salt.to_native(), &password) == u.password_hash.to_native())?
+            .unwrap_or(false))
+    }
+}
+
+impl Capacity {
+    /// Takes one unit, or aborts with `full`; returns what is left.
+    fn take_one(&mut self, full: &'static str) -> Result<i64, Abort> {
+        if self.free <= 0 {
+            return Err(Abort::new(full));
+        }
+        self.free -= 1;
+        Ok(self.free)
+    }
+}
+
+#[styx::functions]
+impl Hotel {
+    /// Takes a room, or aborts with [`HOTEL_FULL`].
+    pub async fn reserve(&mut self) -> Result<i64, Abort> {
+        self.rooms.take_one(HOTEL_FULL)
+    }
+}
+
+#[styx::functions]
+impl Flight {
+    /// Takes a seat, or aborts with [`FLIGHT_FULL`].
+    pub async fn reserve(&mut self) -> Result<i64, Abort> {
+        self.seats.take_one(FLIGHT_FULL)
+    }
+}
+
+#[styx::functions]
+impl Order {
+    /// The reservation: a room and a seat at once, then the order.
+    pub async fn reserve(ctx: &Ctx, r: Reserve) -> Result<(), Abort> {
         if ctx.read::<Order, _>(|_| ())?.is_some() {
             return Err(Abort::new(format!("order {} exists already", ctx.key())));
         }
-        let room = ctx.call_fn::<i64>(hotel_reserve, r.hotel, ());
-        let seat = ctx.call_fn::<i64>(flight_reserve, r.flight, ());
+        let room = ctx.entity::<Hotel>(r.hotel).reserve();
+        let seat = ctx.entity::<Flight>(r.flight).reserve();
         room.await?;
         seat.await?;
         ctx.put(&Order {
@@ -350,19 +439,8 @@ pub fn install(app: &mut App, partitions: u32, geo_partitions: u32) -> Functions
             flight: r.flight,
             at_us: ctx.now_us(),
         })
-    });
-
-    Functions {
-        search,
-        recommend,
-        login,
-        reserve,
-        rate_get,
-        hotel_reserve,
-        flight_reserve,
     }
 }
-
 // ---------------------------------------------------------------------------
 // Load.
 
@@ -662,4 +740,32 @@ pub fn check(app: &App, state: &State) -> Vec<String> {
         }
     }
     v.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use styx_engine::Entity;
+
+    /// The typed entities name the operators the closures declare, and a
+    /// hotel or flight stores the bytes of its bare capacity.
+    #[test]
+    fn entities_are_the_services_and_capacities_archive_bare() {
+        assert_eq!(
+            [
+                Frontend::NAME,
+                RatePlan::NAME,
+                User::NAME,
+                Hotel::NAME,
+                Flight::NAME,
+                Order::NAME
+            ],
+            [FRONTEND, RATE, USER, HOTEL, FLIGHT, ORDER]
+        );
+        for c in [Capacity { total: 0, free: 0 }, Capacity { total: 200, free: -3 }] {
+            let bare = archive(&c, &mut Scratch::default()).to_vec();
+            assert_eq!(bare, archive(&Hotel { rooms: c }, &mut Scratch::default()).to_vec());
+            assert_eq!(bare, archive(&Flight { seats: c }, &mut Scratch::default()).to_vec());
+        }
+    }
 }

@@ -16,47 +16,48 @@
 //! and calls it in turn (a sync chain, so the customer is one branch). Then
 //! it sends the HISTORY insert.
 //!
-//! Functions call each other by pre-resolved [`FnId`]: leaves are
-//! registered first and their ids captured by the functions that call them.
+//! Each table is a typed entity (its row type, marked `#[entity]` in
+//! [`super::schema`]) and these are its functions; a transaction calls the
+//! rows it needs through typed proxies (`ctx.entity::<Warehouse>(w).tax()`)
+//! and sends its inserts through typed senders. Functions that read a large
+//! row in place (a tax, a price, a customer's discount) or answer for a
+//! missing row (an unused item, an insert that must not overwrite) take no
+//! self: they read and write through `ctx`, so they copy no more of a row
+//! than the closure version ([`install_closures`]) does, which is kept to
+//! measure one API against the other.
+
+mod closures;
+
+pub use closures::install_closures;
 
 use super::schema::*;
+use crate::Api;
 use std::sync::Arc;
-use styx_engine::{Abort, Address, App, Call, Ctx, FnId, Key, Payload, Request};
+use styx_engine::{self as styx, Abort, Address, App, Call, Ctx, FnId, Key, Payload, Request};
 
 /// The abort of a NewOrder naming an unused item (TPC-C 2.4.2.3).
 pub const ITEM_NOT_VALID: &str = "Item number is not valid";
 
 /// One order line of a NewOrder request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
 pub struct Line {
     pub i_id: u32,
     pub supply_w_id: u32,
     pub quantity: u8,
 }
-struct_codec!(Line {
-    i_id: u32,
-    supply_w_id: u32,
-    quantity: u8,
-});
 
 /// A NewOrder request; it runs on `district_next_o_id(w_id, d_id)`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
 pub struct NewOrder {
     pub w_id: u32,
     pub d_id: u8,
     pub c_id: u32,
     pub lines: Vec<Line>,
 }
-struct_codec!(NewOrder {
-    w_id: u32,
-    d_id: u8,
-    c_id: u32,
-    lines: Vec<Line>,
-});
 
 /// A Payment request; it runs on `district(w_id, d_id)`. The customer is
 /// `c_id` if given, else the middle one named `c_last`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
 pub struct Payment {
     pub w_id: u32,
     pub d_id: u8,
@@ -66,41 +67,22 @@ pub struct Payment {
     pub c_last: String,
     pub amount: Cents,
 }
-struct_codec!(Payment {
-    w_id: u32,
-    d_id: u8,
-    c_w_id: u32,
-    c_d_id: u8,
-    c_id: Option<u32>,
-    c_last: String,
-    amount: Cents,
-});
 
 /// What Payment asks of the customer it pays for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct CustomerPayment {
-    w_id: u32,
-    d_id: u8,
-    amount: Cents,
+#[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
+pub struct CustomerPayment {
+    pub w_id: u32,
+    pub d_id: u8,
+    pub amount: Cents,
 }
-struct_codec!(CustomerPayment {
-    w_id: u32,
-    d_id: u8,
-    amount: Cents,
-});
 
 /// What NewOrder asks of one stock entity.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct StockOrder {
-    d_id: u8,
-    quantity: u8,
-    remote: bool,
+#[derive(styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
+pub struct StockOrder {
+    pub d_id: u8,
+    pub quantity: u8,
+    pub remote: bool,
 }
-struct_codec!(StockOrder {
-    d_id: u8,
-    quantity: u8,
-    remote: bool,
-});
 
 /// NewOrder's reply: the order id and the total amount in cents.
 pub type NewOrderReply = (u32, Cents);
@@ -129,7 +111,8 @@ pub struct Functions {
 }
 
 impl Functions {
-    /// The functions of an application built by [`install`].
+    /// The functions of an application built by [`install`] or
+    /// [`install_closures`] (resolved by name: the ids differ).
     pub fn of(app: &App) -> Functions {
         let f = |op, name| {
             app.resolve(op, name)
@@ -176,8 +159,16 @@ impl Functions {
 
 /// The TPC-C application with every table over `partitions` partitions.
 pub fn app(partitions: u32) -> Arc<App> {
+    app_with(partitions, Api::Typed)
+}
+
+/// The TPC-C application written with `api`.
+pub fn app_with(partitions: u32, api: Api) -> Arc<App> {
     let mut app = App::new("tpcc");
-    install(&mut app, partitions);
+    match api {
+        Api::Typed => install(&mut app, partitions),
+        Api::Closures => install_closures(&mut app, partitions),
+    };
     Arc::new(app)
 }
 
@@ -204,117 +195,92 @@ fn insert<T: styx_engine::Store + styx_engine::Load>(ctx: &Ctx, table: &str, v: 
     ctx.put(v)
 }
 
-/// Registers the tables and the functions of NewOrder and Payment.
+/// Registers the tables and the functions of NewOrder and Payment: each
+/// table a typed entity, declared in the order of [`Tables::declare`] (so
+/// both APIs number the operators alike).
 pub fn install(app: &mut App, partitions: u32) -> Functions {
-    let t = Tables::declare(app, partitions);
+    app.entity_with::<Warehouse>(partitions);
+    app.entity_with::<District>(partitions);
+    app.entity_with::<DistrictNextOId>(partitions);
+    app.entity_with::<Customer>(partitions);
+    app.entity_with::<CustomerByName>(partitions);
+    app.entity_with::<History>(partitions);
+    app.entity_with::<Item>(partitions);
+    app.entity_with::<Stock>(partitions);
+    app.entity_with::<Order>(partitions);
+    app.entity_with::<OrderLines>(partitions);
+    app.entity_with::<NewOrderRow>(partitions);
+    Functions::of(app)
+}
 
-    // -- Leaves: one row each.
-
-    let warehouse_tax = app.function(t.warehouse, "tax", |ctx, (): ()| async move {
+#[styx::functions]
+impl Warehouse {
+    /// W_TAX, read in place.
+    pub async fn tax(ctx: &Ctx) -> Result<u32, Abort> {
         ctx.read::<Warehouse, _>(|w| w.tax.to_native())?
-            .ok_or_else(|| missing(WAREHOUSE, &ctx))
-    });
-    let warehouse_payment = app.function(t.warehouse, "payment", |ctx, amount: Cents| async move {
-        let mut w = ctx.get::<Warehouse>()?.ok_or_else(|| missing(WAREHOUSE, &ctx))?;
-        w.ytd += amount;
-        ctx.put(&w)?;
-        Ok(w.name)
-    });
-    let district_tax = app.function(t.district, "tax", |ctx, (): ()| async move {
+            .ok_or_else(|| missing(WAREHOUSE, ctx))
+    }
+
+    /// Adds a payment to W_YTD; returns W_NAME.
+    pub async fn payment(&mut self, amount: Cents) -> Result<String, Abort> {
+        self.ytd += amount;
+        Ok(self.name.clone())
+    }
+}
+
+#[styx::functions]
+impl District {
+    /// D_TAX, read in place.
+    pub async fn tax(ctx: &Ctx) -> Result<u32, Abort> {
         ctx.read::<District, _>(|d| d.tax.to_native())?
-            .ok_or_else(|| missing(DISTRICT, &ctx))
-    });
-    // C_DISCOUNT, C_LAST, C_CREDIT.
-    let customer_new_order = app.function(t.customer, "new_order", |ctx, (): ()| async move {
-        ctx.read::<Customer, _>(|c| (c.discount.to_native(), c.last.to_string(), c.credit.to_string()))?
-            .ok_or_else(|| missing(CUSTOMER, &ctx))
-    });
-    let customer_payment = app.function(t.customer, "payment", |ctx, p: CustomerPayment| async move {
-        let (c_w_id, c_d_id, c_id) = parse_district_u32(ctx.key()).ok_or_else(|| missing(CUSTOMER, &ctx))?;
-        let mut c = ctx.get::<Customer>()?.ok_or_else(|| missing(CUSTOMER, &ctx))?;
-        c.balance -= p.amount;
-        c.ytd_payment += p.amount;
-        c.payment_cnt += 1;
-        if c.credit == "BC" {
-            let mut data = format!(
-                "{c_id} {c_d_id} {c_w_id} {} {} {}.{:02} ",
-                p.d_id,
-                p.w_id,
-                p.amount / 100,
-                p.amount % 100
-            );
-            data.push_str(&c.data);
-            // ASCII only (the loader writes a-strings), so any cut is a char boundary.
-            data.truncate(CUSTOMER_DATA_LEN_MAX);
-            c.data = data;
+            .ok_or_else(|| missing(DISTRICT, ctx))
+    }
+
+    /// The Payment transaction.
+    pub async fn payment(&mut self, ctx: &Ctx, p: Payment) -> Result<PaymentReply, Abort> {
+        check_key(ctx, district_key(p.w_id, p.d_id))?;
+        if p.amount <= 0 {
+            return Err(Abort::new(format!("payment of {} cents", p.amount)));
         }
-        ctx.put(&c)?;
-        Ok((c_id, c.balance))
-    });
-    let customer_by_name_payment = app.function(
-        t.customer_by_name,
-        "payment",
-        move |ctx, p: CustomerPayment| async move {
-            let (w, d, last) = parse_customer_name(ctx.key()).ok_or_else(|| missing(CUSTOMER_BY_NAME, &ctx))?;
-            // The customers are sorted by C_FIRST: take position ceil(n / 2).
-            let c_id = ctx
-                .read::<Vec<u32>, _>(|ids| ids.get(ids.len().saturating_sub(1) / 2).map(|c| c.to_native()))?
-                .flatten()
-                .ok_or_else(|| Abort::new(format!("no customer named {last} in district {d} of warehouse {w}")))?;
-            let key = customer_key(w, d, c_id);
-            ctx.call_fn::<PaymentReply>(customer_payment, key, p).await
-        },
-    );
-    let history_insert = app.function(t.history, "insert", |ctx, h: History| async move {
-        insert(&ctx, HISTORY, &h)
-    });
-    // I_PRICE, I_NAME, and whether I_DATA says "ORIGINAL"; none if unused.
-    let item_get = app.function(t.item, "get", |ctx, (): ()| async move {
-        ctx.read::<Item, _>(|i| (i.price.to_native(), i.name.to_string(), i.data.contains("ORIGINAL")))
-    });
-    // Takes the ordered quantity; returns S_DIST_xx and whether S_DATA says
-    // "ORIGINAL"; none if the warehouse stocks no such item.
-    let stock_new_order = app.function(t.stock, "new_order", |ctx, o: StockOrder| async move {
-        let Some(mut s) = ctx.get::<Stock>()? else {
-            return Ok(None);
+        self.ytd += p.amount;
+
+        let w_name = ctx.entity::<Warehouse>(warehouse_key(p.w_id)).payment(p.amount);
+        let pay = CustomerPayment {
+            w_id: p.w_id,
+            d_id: p.d_id,
+            amount: p.amount,
         };
-        let quantity = i32::from(o.quantity);
-        if s.quantity >= quantity + 10 {
-            s.quantity -= quantity;
-        } else {
-            s.quantity = s.quantity - quantity + 91;
-        }
-        s.ytd += u32::from(o.quantity);
-        s.order_cnt += 1;
-        if o.remote {
-            s.remote_cnt += 1;
-        }
-        let district = usize::from(o.d_id)
-            .checked_sub(1)
-            .filter(|d| *d < usize::from(DISTRICTS))
-            .ok_or_else(|| Abort::new(format!("no district {}", o.d_id)))?;
-        let dist_info = std::mem::take(&mut s.dist[district]);
-        let original = s.data.contains("ORIGINAL");
-        s.dist[district].clone_from(&dist_info);
-        ctx.put(&s)?;
-        Ok(Some((dist_info, original)))
-    });
-    let order_insert = app.function(
-        t.order,
-        "insert",
-        |ctx, o: Order| async move { insert(&ctx, ORDER, &o) },
-    );
-    let order_line_insert = app.function(t.order_line, "insert", |ctx, lines: Vec<OrderLine>| async move {
-        insert(&ctx, ORDER_LINE, &lines)
-    });
-    let new_order_insert = app.function(t.new_order, "insert", |ctx, o_id: u32| async move {
-        insert(&ctx, NEW_ORDER, &o_id)
-    });
+        let customer = match p.c_id {
+            Some(c_id) => ctx
+                .entity::<Customer>(customer_key(p.c_w_id, p.c_d_id, c_id))
+                .payment(pay),
+            None => ctx
+                .entity::<CustomerByName>(customer_name_key(p.c_w_id, p.c_d_id, &p.c_last))
+                .payment(pay),
+        };
+        let w_name = w_name.await?;
+        let (c_id, balance) = customer.await?;
+        let history = History {
+            c_id,
+            c_d_id: p.c_d_id,
+            c_w_id: p.c_w_id,
+            d_id: p.d_id,
+            w_id: p.w_id,
+            date_us: ctx.now_us(),
+            amount: p.amount,
+            data: format!("{w_name}    {}", self.name),
+        };
+        ctx.send_to::<History>(history_key(p.w_id, p.d_id, HISTORY_PAYMENT, ctx.tid()))
+            .insert(history)?;
+        Ok((c_id, balance))
+    }
+}
 
-    // -- The transactions.
-
-    let new_order = app.function(t.district_next_o_id, "new_order", move |ctx, r: NewOrder| async move {
-        check_key(&ctx, district_key(r.w_id, r.d_id))?;
+#[styx::functions]
+impl DistrictNextOId {
+    /// The NewOrder transaction.
+    pub async fn new_order(&mut self, ctx: &Ctx, r: NewOrder) -> Result<NewOrderReply, Abort> {
+        check_key(ctx, district_key(r.w_id, r.d_id))?;
         if !(ORDER_LINES_MIN..=ORDER_LINES_MAX).contains(&r.lines.len()) {
             return Err(Abort::new(format!(
                 "{} order lines, expected {ORDER_LINES_MIN}..={ORDER_LINES_MAX}",
@@ -327,17 +293,16 @@ pub fn install(app: &mut App, partitions: u32) -> Functions {
                 return Err(Abort::new(format!("item {} ordered twice", line.i_id)));
             }
         }
-        let o_id = ctx.get::<u32>()?.ok_or_else(|| missing(DISTRICT, &ctx))?;
-        ctx.put(&(o_id + 1))?;
+        let o_id = self.next_o_id;
+        self.next_o_id = o_id + 1;
 
-        let w_tax = ctx.call_fn::<u32>(warehouse_tax, warehouse_key(r.w_id), ());
-        let d_tax = ctx.call_fn::<u32>(district_tax, district_key(r.w_id, r.d_id), ());
-        let customer =
-            ctx.call_fn::<(u32, String, String)>(customer_new_order, customer_key(r.w_id, r.d_id, r.c_id), ());
+        let w_tax = ctx.entity::<Warehouse>(warehouse_key(r.w_id)).tax();
+        let d_tax = ctx.entity::<District>(district_key(r.w_id, r.d_id)).tax();
+        let customer = ctx.entity::<Customer>(customer_key(r.w_id, r.d_id, r.c_id)).new_order();
         let items: Vec<Call<Option<(Cents, String, bool)>>> = r
             .lines
             .iter()
-            .map(|l| ctx.call_fn(item_get, item_key(l.i_id), ()))
+            .map(|l| ctx.entity::<Item>(item_key(l.i_id)).get())
             .collect();
         let stocks: Vec<Call<Option<(String, bool)>>> = r
             .lines
@@ -348,7 +313,7 @@ pub fn install(app: &mut App, partitions: u32) -> Functions {
                     quantity: l.quantity,
                     remote: l.supply_w_id != r.w_id,
                 };
-                ctx.call_fn(stock_new_order, stock_key(l.supply_w_id, l.i_id), order)
+                ctx.entity::<Stock>(stock_key(l.supply_w_id, l.i_id)).new_order(order)
             })
             .collect();
 
@@ -389,69 +354,124 @@ pub fn install(app: &mut App, partitions: u32) -> Functions {
             ol_cnt: lines.len() as u8,
             all_local: r.lines.iter().all(|l| l.supply_w_id == r.w_id),
         };
-        ctx.send_fn(order_insert, &key, &order)?;
-        ctx.send_fn(order_line_insert, &key, &lines)?;
-        ctx.send_fn(new_order_insert, &key, o_id)?;
-        Ok::<NewOrderReply, Abort>((o_id, total))
-    });
+        ctx.send_to::<Order>(key.clone()).insert(order)?;
+        ctx.send_to::<OrderLines>(key.clone()).insert(lines)?;
+        ctx.send_to::<NewOrderRow>(key).insert(o_id)?;
+        Ok((o_id, total))
+    }
+}
 
-    let payment = app.function(t.district, "payment", move |ctx, p: Payment| async move {
-        check_key(&ctx, district_key(p.w_id, p.d_id))?;
-        if p.amount <= 0 {
-            return Err(Abort::new(format!("payment of {} cents", p.amount)));
+#[styx::functions]
+impl Customer {
+    /// C_DISCOUNT, C_LAST, C_CREDIT, read in place.
+    pub async fn new_order(ctx: &Ctx) -> Result<(u32, String, String), Abort> {
+        ctx.read::<Customer, _>(|c| (c.discount.to_native(), c.last.to_string(), c.credit.to_string()))?
+            .ok_or_else(|| missing(CUSTOMER, ctx))
+    }
+
+    /// Pays `p.amount`; returns C_ID and the new C_BALANCE.
+    pub async fn payment(&mut self, ctx: &Ctx, p: CustomerPayment) -> Result<PaymentReply, Abort> {
+        let (c_w_id, c_d_id, c_id) = parse_district_u32(ctx.key()).ok_or_else(|| missing(CUSTOMER, ctx))?;
+        self.balance -= p.amount;
+        self.ytd_payment += p.amount;
+        self.payment_cnt += 1;
+        if self.credit == "BC" {
+            let mut data = format!(
+                "{c_id} {c_d_id} {c_w_id} {} {} {}.{:02} ",
+                p.d_id,
+                p.w_id,
+                p.amount / 100,
+                p.amount % 100
+            );
+            data.push_str(&self.data);
+            // ASCII only (the loader writes a-strings), so any cut is a char boundary.
+            data.truncate(CUSTOMER_DATA_LEN_MAX);
+            self.data = data;
         }
-        let mut district = ctx.get::<District>()?.ok_or_else(|| missing(DISTRICT, &ctx))?;
-        district.ytd += p.amount;
-        ctx.put(&district)?;
+        Ok((c_id, self.balance))
+    }
+}
 
-        let w_name = ctx.call_fn::<String>(warehouse_payment, warehouse_key(p.w_id), p.amount);
-        let pay = CustomerPayment {
-            w_id: p.w_id,
-            d_id: p.d_id,
-            amount: p.amount,
-        };
-        let customer = match p.c_id {
-            Some(c_id) => ctx.call_fn::<PaymentReply>(customer_payment, customer_key(p.c_w_id, p.c_d_id, c_id), pay),
-            None => ctx.call_fn::<PaymentReply>(
-                customer_by_name_payment,
-                customer_name_key(p.c_w_id, p.c_d_id, &p.c_last),
-                pay,
-            ),
-        };
-        let w_name = w_name.await?;
-        let (c_id, balance) = customer.await?;
-        let history = History {
-            c_id,
-            c_d_id: p.c_d_id,
-            c_w_id: p.c_w_id,
-            d_id: p.d_id,
-            w_id: p.w_id,
-            date_us: ctx.now_us(),
-            amount: p.amount,
-            data: format!("{w_name}    {}", district.name),
-        };
-        ctx.send_fn(
-            history_insert,
-            history_key(p.w_id, p.d_id, HISTORY_PAYMENT, ctx.tid()),
-            &history,
-        )?;
-        Ok::<PaymentReply, Abort>((c_id, balance))
-    });
+#[styx::functions]
+impl CustomerByName {
+    /// Pays for the middle customer of the name (by C_FIRST), read in place.
+    pub async fn payment(ctx: &Ctx, p: CustomerPayment) -> Result<PaymentReply, Abort> {
+        let (w, d, last) = parse_customer_name(ctx.key()).ok_or_else(|| missing(CUSTOMER_BY_NAME, ctx))?;
+        // The customers are sorted by C_FIRST: take position ceil(n / 2).
+        let c_id = ctx
+            .read::<CustomerByName, _>(|c| c.ids.get(c.ids.len().saturating_sub(1) / 2).map(|c| c.to_native()))?
+            .flatten()
+            .ok_or_else(|| Abort::new(format!("no customer named {last} in district {d} of warehouse {w}")))?;
+        ctx.entity::<Customer>(customer_key(w, d, c_id)).payment(p).await
+    }
+}
 
-    Functions {
-        new_order,
-        payment,
-        warehouse_tax,
-        warehouse_payment,
-        district_tax,
-        customer_new_order,
-        customer_payment,
-        customer_by_name_payment,
-        history_insert,
-        item_get,
-        stock_new_order,
-        order_insert,
-        order_line_insert,
-        new_order_insert,
+#[styx::functions]
+impl History {
+    pub async fn insert(ctx: &Ctx, h: History) -> Result<(), Abort> {
+        insert(ctx, HISTORY, &h)
+    }
+}
+
+#[styx::functions]
+impl Item {
+    /// I_PRICE, I_NAME, and whether I_DATA says "ORIGINAL", read in place;
+    /// none if the item is unused.
+    pub async fn get(ctx: &Ctx) -> Result<Option<(Cents, String, bool)>, Abort> {
+        ctx.read::<Item, _>(|i| (i.price.to_native(), i.name.to_string(), i.data.contains("ORIGINAL")))
+    }
+}
+
+#[styx::functions]
+impl Stock {
+    /// Takes the ordered quantity; returns S_DIST_xx and whether S_DATA
+    /// says "ORIGINAL"; none if the warehouse stocks no such item.
+    pub async fn new_order(ctx: &Ctx, o: StockOrder) -> Result<Option<(String, bool)>, Abort> {
+        let Some(mut s) = ctx.get::<Stock>()? else {
+            return Ok(None);
+        };
+        let quantity = i32::from(o.quantity);
+        if s.quantity >= quantity + 10 {
+            s.quantity -= quantity;
+        } else {
+            s.quantity = s.quantity - quantity + 91;
+        }
+        s.ytd += u32::from(o.quantity);
+        s.order_cnt += 1;
+        if o.remote {
+            s.remote_cnt += 1;
+        }
+        let district = usize::from(o.d_id)
+            .checked_sub(1)
+            .filter(|d| *d < usize::from(DISTRICTS))
+            .ok_or_else(|| Abort::new(format!("no district {}", o.d_id)))?;
+        let dist_info = std::mem::take(&mut s.dist[district]);
+        let original = s.data.contains("ORIGINAL");
+        s.dist[district].clone_from(&dist_info);
+        ctx.put(&s)?;
+        Ok(Some((dist_info, original)))
+    }
+}
+
+#[styx::functions]
+impl Order {
+    pub async fn insert(ctx: &Ctx, o: Order) -> Result<(), Abort> {
+        insert(ctx, ORDER, &o)
+    }
+}
+
+#[styx::functions]
+impl OrderLines {
+    /// Stores the lines as the bare vector, the bytes an `OrderLines`
+    /// archives to.
+    pub async fn insert(ctx: &Ctx, lines: Vec<OrderLine>) -> Result<(), Abort> {
+        insert(ctx, ORDER_LINE, &lines)
+    }
+}
+
+#[styx::functions]
+impl NewOrderRow {
+    pub async fn insert(ctx: &Ctx, o_id: u32) -> Result<(), Abort> {
+        insert(ctx, NEW_ORDER, &o_id)
     }
 }

@@ -75,7 +75,10 @@ pub mod random;
 pub mod schema;
 
 pub use check::{State, check};
-pub use functions::{Functions, ITEM_NOT_VALID, Line, NewOrder, NewOrderReply, Payment, PaymentReply, app, install};
+pub use functions::{
+    CustomerPayment, Functions, ITEM_NOT_VALID, Line, NewOrder, NewOrderReply, Payment, PaymentReply, StockOrder, app,
+    app_with, install, install_closures,
+};
 pub use generate::{Generator, Mix, Txn};
 pub use load::{LOAD_TIME_US, Scale, load, load_each};
 pub use schema::Tables;

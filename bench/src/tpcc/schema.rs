@@ -1,19 +1,22 @@
 //! TPC-C's tables as entity state: one operator per table, one entity per
-//! row, except where rows are always written and read together.
+//! row, except where rows are always written and read together. Each row
+//! type is the table's typed entity (`#[entity(required)]`: a row must
+//! exist); a row stored as a bare number or vector has a one-field wrapper
+//! that archives to the same bytes.
 //!
-//! | operator             | key                    | value                 | TPC-C rows                  |
-//! |----------------------|------------------------|-----------------------|-----------------------------|
-//! | `warehouse`          | `w`                    | [`Warehouse`]         | WAREHOUSE                   |
-//! | `district`           | `(w, d)`               | [`District`]          | DISTRICT without D_NEXT_O_ID|
-//! | `district_next_o_id` | `(w, d)`               | `u32`                 | DISTRICT.D_NEXT_O_ID        |
-//! | `customer`           | `(w, d, c)`            | [`Customer`]          | CUSTOMER                    |
-//! | `customer_by_name`   | `(w, d, last)`         | `Vec<u32>`            | index on C_LAST, by C_FIRST |
-//! | `history`            | `(w, d, origin, n)`    | [`History`]           | HISTORY                     |
-//! | `item`               | `i`                    | [`Item`]              | ITEM                        |
-//! | `stock`              | `(w, i)`               | [`Stock`]             | STOCK                       |
-//! | `order`              | `(w, d, o)`            | [`Order`]             | ORDER                       |
-//! | `order_line`         | `(w, d, o)`            | `Vec<OrderLine>`      | the ORDER-LINE rows of o    |
-//! | `new_order`          | `(w, d, o)`            | `u32` (NO_O_ID)       | NEW-ORDER                   |
+//! | operator             | key                    | value (entity)                       | TPC-C rows                  |
+//! |----------------------|------------------------|--------------------------------------|-----------------------------|
+//! | `warehouse`          | `w`                    | [`Warehouse`]                        | WAREHOUSE                   |
+//! | `district`           | `(w, d)`               | [`District`]                         | DISTRICT without D_NEXT_O_ID|
+//! | `district_next_o_id` | `(w, d)`               | `u32` ([`DistrictNextOId`])          | DISTRICT.D_NEXT_O_ID        |
+//! | `customer`           | `(w, d, c)`            | [`Customer`]                         | CUSTOMER                    |
+//! | `customer_by_name`   | `(w, d, last)`         | `Vec<u32>` ([`CustomerByName`])      | index on C_LAST, by C_FIRST |
+//! | `history`            | `(w, d, origin, n)`    | [`History`]                          | HISTORY                     |
+//! | `item`               | `i`                    | [`Item`]                             | ITEM                        |
+//! | `stock`              | `(w, i)`               | [`Stock`]                            | STOCK                       |
+//! | `order`              | `(w, d, o)`            | [`Order`]                            | ORDER                       |
+//! | `order_line`         | `(w, d, o)`            | `Vec<OrderLine>` ([`OrderLines`])    | the ORDER-LINE rows of o    |
+//! | `new_order`          | `(w, d, o)`            | `u32` NO_O_ID ([`NewOrderRow`])      | NEW-ORDER                   |
 //!
 //! Why this shape:
 //!
@@ -41,7 +44,7 @@
 //! the module documentation of [`crate::tpcc`]).
 
 use rkyv::{Archive, Deserialize, Serialize};
-use styx_engine::{App, Key, OpId};
+use styx_engine::{self as styx, App, Key, OpId};
 
 /// Districts per warehouse (TPC-C 1.2: fixed at ten).
 pub const DISTRICTS: u8 = 10;
@@ -131,6 +134,7 @@ impl Tables {
     }
 }
 
+#[styx::entity(name = "warehouse", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Warehouse {
     pub name: String,
@@ -144,7 +148,8 @@ pub struct Warehouse {
     pub ytd: Cents,
 }
 
-/// A DISTRICT row without D_NEXT_O_ID (which is `district_next_o_id`).
+/// A DISTRICT row without D_NEXT_O_ID (which is [`DistrictNextOId`]).
+#[styx::entity(name = "district", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct District {
     pub name: String,
@@ -158,6 +163,7 @@ pub struct District {
     pub ytd: Cents,
 }
 
+#[styx::entity(name = "customer", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Customer {
     pub first: String,
@@ -182,7 +188,8 @@ pub struct Customer {
     pub data: String,
 }
 
-#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[styx::entity(name = "history", required)]
+#[derive(Archive, Serialize, Deserialize, styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
 pub struct History {
     pub c_id: u32,
     pub c_d_id: u8,
@@ -194,6 +201,7 @@ pub struct History {
     pub data: String,
 }
 
+#[styx::entity(name = "item", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Item {
     pub im_id: u32,
@@ -202,6 +210,7 @@ pub struct Item {
     pub data: String,
 }
 
+#[styx::entity(name = "stock", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Stock {
     pub quantity: i32,
@@ -213,7 +222,8 @@ pub struct Stock {
     pub data: String,
 }
 
-#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[styx::entity(name = "order", required)]
+#[derive(Archive, Serialize, Deserialize, styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
 pub struct Order {
     pub c_id: u32,
     pub entry_d_us: u64,
@@ -222,7 +232,7 @@ pub struct Order {
     pub all_local: bool,
 }
 
-#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[derive(Archive, Serialize, Deserialize, styx::Encode, styx::Decode, Clone, Debug, PartialEq, Eq)]
 pub struct OrderLine {
     /// OL_NUMBER, 1-based.
     pub number: u8,
@@ -234,51 +244,36 @@ pub struct OrderLine {
     pub dist_info: String,
 }
 
-/// Implements the argument codec for a struct as the tuple of its fields.
-macro_rules! struct_codec {
-    ($t:ident { $($field:ident : $ty:ty),+ $(,)? }) => {
-        impl styx_engine::Encode for $t {
-            fn encode(&self, w: &mut styx_engine::Writer) {
-                $(styx_engine::Encode::encode(&self.$field, w);)+
-            }
-        }
-        impl styx_engine::Decode for $t {
-            fn decode(input: &mut &[u8]) -> Result<Self, styx_engine::DecodeError> {
-                Ok($t { $($field: <$ty as styx_engine::Decode>::decode(input)?,)+ })
-            }
-        }
-    };
+/// DISTRICT.D_NEXT_O_ID, split from the rest of the row; stored as the
+/// bare `u32` (a struct of one number is).
+#[styx::entity(name = "district_next_o_id", required)]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DistrictNextOId {
+    pub next_o_id: u32,
 }
-pub(crate) use struct_codec;
 
-struct_codec!(History {
-    c_id: u32,
-    c_d_id: u8,
-    c_w_id: u32,
-    d_id: u8,
-    w_id: u32,
-    date_us: u64,
-    amount: Cents,
-    data: String,
-});
+/// The index on C_LAST: a district's customers of one last name, sorted by
+/// C_FIRST. Archives to the bytes of the bare `Vec<u32>` (pinned by a test).
+#[styx::entity(name = "customer_by_name", required)]
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct CustomerByName {
+    pub ids: Vec<u32>,
+}
 
-struct_codec!(Order {
-    c_id: u32,
-    entry_d_us: u64,
-    carrier_id: Option<u8>,
-    ol_cnt: u8,
-    all_local: bool,
-});
+/// The ORDER-LINE rows of one order. Archives to the bytes of the bare
+/// `Vec<OrderLine>` (pinned by a test), which is what is stored.
+#[styx::entity(name = "order_line", required)]
+#[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+pub struct OrderLines {
+    pub lines: Vec<OrderLine>,
+}
 
-struct_codec!(OrderLine {
-    number: u8,
-    i_id: u32,
-    supply_w_id: u32,
-    delivery_d_us: Option<u64>,
-    quantity: u8,
-    amount: Cents,
-    dist_info: String,
-});
+/// A NEW-ORDER row: NO_O_ID, stored as the bare `u32`.
+#[styx::entity(name = "new_order", required)]
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NewOrderRow {
+    pub o_id: u32,
+}
 
 // ---------------------------------------------------------------------------
 // Keys. Integers are big-endian, so the parsers below read them back.
@@ -379,6 +374,71 @@ mod tests {
             Some((2, 9, HISTORY_PAYMENT, u64::MAX - 1))
         );
         assert_eq!(parse_stock(&stock_key(4, 100_000)), Some((4, 100_000)));
+    }
+
+    /// The typed entities name the operators the closures declare, and
+    /// their wrappers store the bytes of the bare values the loader writes.
+    #[test]
+    fn entities_are_the_tables_and_wrappers_archive_like_their_field() {
+        use styx_engine::{Entity, Value};
+        let names = [
+            Warehouse::NAME,
+            District::NAME,
+            DistrictNextOId::NAME,
+            Customer::NAME,
+            CustomerByName::NAME,
+            History::NAME,
+            Item::NAME,
+            Stock::NAME,
+            Order::NAME,
+            OrderLines::NAME,
+            NewOrderRow::NAME,
+        ];
+        assert_eq!(
+            names,
+            [
+                WAREHOUSE,
+                DISTRICT,
+                DISTRICT_NEXT_O_ID,
+                CUSTOMER,
+                CUSTOMER_BY_NAME,
+                HISTORY,
+                ITEM,
+                STOCK,
+                ORDER,
+                ORDER_LINE,
+                NEW_ORDER
+            ]
+        );
+        let archive = |v: &dyn Fn(&mut styx_engine::Scratch) -> Value| v(&mut Default::default()).to_vec();
+        for ids in [vec![], vec![7u32], vec![3, 1, 2999]] {
+            let bare = archive(&|s| Value::encode(&ids, s).unwrap());
+            let wrapped = archive(&|s| Value::encode(&CustomerByName { ids: ids.clone() }, s).unwrap());
+            assert_eq!(bare, wrapped);
+        }
+        let line = |n: u8| OrderLine {
+            number: n,
+            i_id: 77 + u32::from(n),
+            supply_w_id: 2,
+            delivery_d_us: (n % 2 == 0).then_some(9),
+            quantity: 9,
+            amount: 12_345,
+            dist_info: "x".repeat(24),
+        };
+        for lines in [vec![], vec![line(1)], (1..=15).map(line).collect()] {
+            let bare = archive(&|s| Value::encode(&lines, s).unwrap());
+            let wrapped = archive(&|s| Value::encode(&OrderLines { lines: lines.clone() }, s).unwrap());
+            assert_eq!(bare, wrapped);
+        }
+        let bare = archive(&|s| Value::encode(&3001u32, s).unwrap());
+        assert_eq!(
+            bare,
+            archive(&|s| Value::encode(&NewOrderRow { o_id: 3001 }, s).unwrap())
+        );
+        assert_eq!(
+            bare,
+            archive(&|s| Value::encode(&DistrictNextOId { next_o_id: 3001 }, s).unwrap())
+        );
     }
 
     #[test]
