@@ -411,6 +411,26 @@ impl Ctx {
         }
     }
 
+    /// [`Ctx::call_fn`] for a function id known to be an entity function of
+    /// this application (a typed proxy's: resolved by `App::typed_entity`).
+    #[inline]
+    pub(crate) fn call_entity_fn<R: Decode>(&self, function: FnId, key: Key, args: &impl Encode) -> Call<R> {
+        debug_assert_eq!(self.frame.host.app().function_info(function).kind(), FnKind::Entity);
+        self.issue(function, Address::Entity(key), Payload::encode(args), true)
+    }
+
+    /// [`Ctx::send_fn`] for a function id known to be an entity function,
+    /// as [`Ctx::call_entity_fn`].
+    #[inline]
+    pub(crate) fn send_entity_fn(&self, function: FnId, key: Key, args: &impl Encode) -> Result<(), Abort> {
+        debug_assert_eq!(self.frame.host.app().function_info(function).kind(), FnKind::Entity);
+        let call: Call<()> = self.issue(function, Address::Entity(key), Payload::encode(args), false);
+        match call.state {
+            CallState::Failed(Some(e)) => Err(e),
+            _ => Ok(()),
+        }
+    }
+
     /// Calls partition function `op.function` on `partition`.
     pub fn call_partition<R: Decode>(&self, op: &str, partition: u32, function: &str, args: impl Encode) -> Call<R> {
         let f = match self.resolve(op, function, FnKind::Partition) {

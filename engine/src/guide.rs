@@ -66,7 +66,8 @@
 //! argument is a compile error. Take the `&Ctx` right after `self` to get
 //! one. A call is issued when it is made, and runs on whatever shard owns
 //! the key; awaiting it gives its result, and its abort aborts the caller
-//! too (`?`).
+//! too (`?`). A call consumes the proxy (its key moves into the call): make
+//! another, or clone it, to call the same entity again.
 //!
 //! ```
 //! # use rkyv::{Archive, Deserialize, Serialize};

@@ -175,6 +175,9 @@ pub trait Functions: Entity {
 }
 
 /// One entity, as seen from a running function: what a typed proxy wraps.
+/// A call consumes it (the key moves into the call); clone it to call the
+/// same entity again, or make another with [`Ctx::entity`].
+#[derive(Clone)]
 pub struct EntityRef<'a> {
     ctx: &'a Ctx,
     operator: &'static str,
@@ -219,12 +222,12 @@ impl<'a> EntityRef<'a> {
     /// methods do): by function id when the entity was declared with
     /// [`App::entity`], else by name.
     #[inline]
-    pub fn call_method<R: Decode>(&self, nth: u16, function: &str, args: &impl Encode) -> Call<R> {
+    pub fn call_method<R: Decode>(self, nth: u16, function: &str, args: &impl Encode) -> Call<R> {
         match self.functions {
             Some((op, first)) => {
                 let id = FnId { op, index: first + nth };
                 debug_assert_eq!(self.ctx.app().function_info(id).name(), function);
-                self.ctx.call_fn(id, self.key.clone(), args)
+                self.ctx.call_entity_fn(id, self.key, args)
             }
             None => self.call(function, args),
         }
@@ -239,12 +242,12 @@ impl<'a> EntityRef<'a> {
     /// Sends the entity's `nth` method, `function` (what the senders'
     /// methods do), by function id when it can, as [`Self::call_method`].
     #[inline]
-    pub fn send_method(&self, nth: u16, function: &str, args: &impl Encode) -> Result<(), Abort> {
+    pub fn send_method(self, nth: u16, function: &str, args: &impl Encode) -> Result<(), Abort> {
         match self.functions {
             Some((op, first)) => {
                 let id = FnId { op, index: first + nth };
                 debug_assert_eq!(self.ctx.app().function_info(id).name(), function);
-                self.ctx.send_fn(id, self.key.clone(), args)
+                self.ctx.send_entity_fn(id, self.key, args)
             }
             None => self.send(function, args),
         }

@@ -84,8 +84,9 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
     let client_doc = format!(
         "Calls the functions of one `{name}` entity from a client, each as its own transaction: `{client}::new(&client, key).f(..).await`."
     );
-    let proxy_doc =
-        format!("Calls the functions of `{name}` entities from inside a transaction: `ctx.entity::<{ident}>(key)`.");
+    let proxy_doc = format!(
+        "Calls the functions of `{name}` entities from inside a transaction: `ctx.entity::<{ident}>(key).f(..).await`. A call consumes the proxy; clone it (or make another) to call the entity again."
+    );
     let sender_doc = format!(
         "Sends calls to the functions of `{name}` entities from inside a transaction, without waiting for their results: `ctx.send_to::<{ident}>(key)`."
     );
@@ -117,9 +118,11 @@ pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> 
         }
 
         #[doc = #proxy_doc]
+        #[derive(Clone)]
         #vis struct #proxy<'a>(#[doc(hidden)] pub ::styx_engine::EntityRef<'a>);
 
         #[doc = #sender_doc]
+        #[derive(Clone)]
         #vis struct #sender<'a>(#[doc(hidden)] pub ::styx_engine::EntityRef<'a>);
 
         #[doc = #request_doc]

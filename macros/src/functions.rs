@@ -394,7 +394,7 @@ fn proxy_method(entity: &Ident, nth: usize, m: &Method<'_>, request: bool) -> To
         quote! {
             #(#docs)*
             #[inline]
-            #vis fn #method(&self, #(#names: #tys),*) -> ::styx_engine::Call<#result> {
+            #vis fn #method(self, #(#names: #tys),*) -> ::styx_engine::Call<#result> {
                 self.0.call_method(#nth, #name, &(#(#names,)*))
             }
         }
@@ -413,7 +413,8 @@ fn send_method(nth: usize, m: &Method<'_>) -> TokenStream {
     let tys: Vec<&Type> = m.args.iter().map(|(_, t)| *t).collect();
     quote! {
         #(#docs)*
-        #vis fn #method(&self, #(#names: #tys),*) -> ::core::result::Result<(), ::styx_engine::Abort> {
+        #[inline]
+        #vis fn #method(self, #(#names: #tys),*) -> ::core::result::Result<(), ::styx_engine::Abort> {
             self.0.send_method(#nth, #name, &(#(#names,)*))
         }
     }
