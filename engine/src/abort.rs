@@ -43,6 +43,10 @@ pub enum AbortKind {
     /// or a send, and a new call) targeted the same entity: the engine
     /// would not order them, so it refuses the second.
     Concurrent = 11,
+    /// A `&mut self` method would have written its state back over a
+    /// change a nested call of the same transaction made to that entity
+    /// (A → B → A): the engine refuses the lost update.
+    Reentrant = 12,
 }
 
 impl AbortKind {
@@ -59,6 +63,7 @@ impl AbortKind {
             9 => AbortKind::Drift,
             10 => AbortKind::Forgotten,
             11 => AbortKind::Concurrent,
+            12 => AbortKind::Reentrant,
             _ => return None,
         })
     }

@@ -62,6 +62,10 @@ pub(crate) trait Host {
     fn read(&self, frame: &Frame, f: &mut dyn FnMut(Option<&Value>)) -> Result<(), Abort>;
     /// Buffers a write (`None` deletes) of the frame's entity.
     fn write(&self, frame: &Frame, value: Option<Value>) -> Result<(), Abort>;
+    /// Whether the transaction wrote the frame's entity after the read
+    /// that left `mark` in `frame.mark` (each [`Host::read`] records there
+    /// the host's token for the writes made so far).
+    fn written_since(&self, frame: &Frame, mark: u32) -> bool;
     /// Issues child call number `child` of `frame`.
     fn call(&self, frame: &Frame, child: u32, function: FnId, address: Address, args: Payload, sync: bool);
     /// Scans the frame's partition in key order.
@@ -98,6 +102,9 @@ pub(crate) struct Frame {
     pub access: Cell<u32>,
     /// The serial executor keeps the entity's table hash here.
     pub hash: Cell<u64>,
+    /// Set by every read of the entity: a host's token for "the writes
+    /// seen so far" ([`Host::written_since`]).
+    pub mark: Cell<u32>,
     pub task: Cell<u32>,
     pub calls: RefCell<Vec<CallSlot>>,
     /// Set when the engine must abort the transaction whatever the function
@@ -134,6 +141,7 @@ impl Frame {
             slot: Cell::new(NO_INDEX),
             access: Cell::new(NO_INDEX),
             hash: Cell::new(0),
+            mark: Cell::new(0),
             task: Cell::new(NO_INDEX),
             calls: RefCell::new(Vec::new()),
             forced: RefCell::new(None),
@@ -164,6 +172,7 @@ impl Frame {
         self.rng.set(seed);
         self.slot.set(NO_INDEX);
         self.access.set(NO_INDEX);
+        self.mark.set(0);
         self.task.set(NO_INDEX);
         self.calls.get_mut().clear();
         *self.forced.get_mut() = None;
@@ -315,6 +324,42 @@ impl Ctx {
             }
         })?;
         out
+    }
+
+    /// The token of the entity's last read by this invocation, for
+    /// [`Ctx::__write_back_check`] (what a typed `&mut self` method's
+    /// wrapper takes right after loading the state).
+    #[doc(hidden)]
+    #[inline]
+    pub fn __read_mark(&self) -> u32 {
+        self.frame.mark.get()
+    }
+
+    /// Refuses to write back a `&mut self` method's state when one of its
+    /// calls changed the entity meanwhile (A → B → A): the write-back would
+    /// lose that change. Only an invocation that issued calls can be
+    /// re-entered, so one that issued none is not asked.
+    #[doc(hidden)]
+    #[inline]
+    pub fn __write_back_check(&self, mark: u32) -> Result<(), Abort> {
+        if self.frame.calls.borrow().is_empty() || !self.frame.host.written_since(&self.frame, mark) {
+            return Ok(());
+        }
+        self.write_back_refused()
+    }
+
+    #[cold]
+    fn write_back_refused(&self) -> Result<(), Abort> {
+        let abort = Abort::with_kind(
+            AbortKind::Reentrant,
+            format!(
+                "{} on {}: a nested call of this transaction changed the entity while its &mut self method ran; writing the method's state back would lose that change (use a method without self, or do not call back into the entity)",
+                self.frame.host.app().describe(self.frame.function),
+                self.key(),
+            ),
+        );
+        self.frame.force(abort.clone());
+        Err(abort)
     }
 
     /// Sets the entity's state. Buffered: visible to this transaction at

@@ -64,6 +64,9 @@ pub(crate) struct Access {
     pub part_slot: u32,
     /// Observed a value it had not written itself (a scan, for a pseudo-entity).
     pub read: bool,
+    /// Writes of the entity by the transaction in this phase, all its
+    /// invocations together (the re-entrant write-back check).
+    pub writes: u32,
     pub write: Write,
     /// Next access of the same transaction in the same phase.
     pub next: u32,
@@ -238,6 +241,7 @@ impl Tables {
             touched,
             part_slot,
             read: false,
+            writes: 0,
             write: Write::None,
             next: head,
         });

@@ -132,8 +132,11 @@
 //! [`AbortKind::Concurrent`](crate::AbortKind::Concurrent) — that is why
 //! `order` refuses an item listed twice before calling. A chain of awaited
 //! calls may come back to an entity (A → B → A), but a `&mut self` method
-//! writes its state when it returns, over what the inner call wrote: keep
-//! such chains out of `&mut self` methods.
+//! writes its state when it returns, over what the inner call wrote: rather
+//! than lose that write, the transaction aborts with
+//! [`AbortKind::Reentrant`](crate::AbortKind::Reentrant). Keep such chains
+//! out of `&mut self` methods (a method without self reads the state again
+//! after the call).
 //!
 //! ## State you manage yourself
 //!

@@ -329,6 +329,7 @@ impl Host for Txn {
     #[inline]
     fn read(&self, frame: &Frame, f: &mut dyn FnMut(Option<&Value>)) -> Result<(), Abort> {
         let state = self.state.borrow();
+        frame.mark.set(self.undo.borrow().len() as u32);
         let mut slot = frame.slot.get();
         if slot == NO_INDEX {
             match state.find(frame.function.op, frame.hash.get(), Txn::key(frame)) {
@@ -357,6 +358,21 @@ impl Host for Txn {
         let before = std::mem::replace(&mut state.entities[slot as usize].value, value);
         self.undo.borrow_mut().push((slot, before));
         Ok(())
+    }
+
+    fn written_since(&self, frame: &Frame, mark: u32) -> bool {
+        let slot = match frame.slot.get() {
+            NO_INDEX => match self
+                .state
+                .borrow()
+                .find(frame.function.op, frame.hash.get(), Txn::key(frame))
+            {
+                Some(s) => s,
+                None => return false,
+            },
+            s => s,
+        };
+        self.undo.borrow()[mark as usize..].iter().any(|(s, _)| *s == slot)
     }
 
     fn call(&self, frame: &Frame, child: u32, function: FnId, address: Address, args: Payload, sync: bool) {

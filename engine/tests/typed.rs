@@ -503,3 +503,92 @@ fn client_stubs_run_each_call_as_a_transaction() {
         assert_eq!(one.transfer(short).await.unwrap_err().message(), "insufficient credit");
     });
 }
+
+/// A node of a chain that calls back into its caller (A → B → A).
+#[styx::entity(partitions = 4)]
+#[derive(Archive, Serialize, Deserialize, Default)]
+struct Node {
+    value: i64,
+    calls: u32,
+}
+
+#[styx::functions]
+impl Node {
+    async fn add(&mut self, n: i64) -> Result<i64, Abort> {
+        self.value += n;
+        Ok(self.value)
+    }
+
+    async fn value(&self) -> Result<i64, Abort> {
+        Ok(self.value)
+    }
+
+    /// Asks `via` to add `n` to this node, then counts the call: the
+    /// write-back of `calls` would lose the inner `add`.
+    async fn bounce(&mut self, ctx: &Ctx, via: u64, n: i64) -> Result<i64, Abort> {
+        let me = ctx.key().as_u64().expect("a numeric key");
+        let seen = ctx.entity::<Node>(via).forward(me, n).await?;
+        self.calls += 1;
+        Ok(seen)
+    }
+
+    /// The same chain from a `&self` method: nothing is written back, so
+    /// the inner write stands.
+    async fn bounce_read(&self, ctx: &Ctx, via: u64, n: i64) -> Result<i64, Abort> {
+        let me = ctx.key().as_u64().expect("a numeric key");
+        ctx.entity::<Node>(via).forward(me, n).await
+    }
+
+    /// A `&mut self` method whose calls do not come back: written back.
+    async fn push(&mut self, ctx: &Ctx, to: u64, n: i64) -> Result<i64, Abort> {
+        let there = ctx.entity::<Node>(to).add(n).await?;
+        self.calls += 1;
+        Ok(there)
+    }
+
+    async fn forward(&mut self, ctx: &Ctx, back: u64, n: i64) -> Result<i64, Abort> {
+        self.calls += 1;
+        ctx.entity::<Node>(back).add(n).await
+    }
+}
+
+#[test]
+fn a_mut_self_method_refuses_to_write_back_over_a_nested_change() {
+    let mut app = App::new("chain");
+    app.entity::<Node>();
+    let app = Arc::new(app);
+    for seed in seeds(0..4) {
+        for shards in [1, 3] {
+            let mut sim = Sim::new(app.clone(), test_config(100), shards, seed);
+            let serial = styx_engine::Serial::new(app.clone(), styx_engine::CallLimits::default());
+            let mut token = 0;
+            // Runs a request in the engine and in the serial executor, which
+            // must agree, and returns the engine's outcome.
+            let mut both = |request: TypedRequest<i64>| {
+                token += 1;
+                let engine = run(&mut sim, &app, token, request.clone());
+                let oracle = match serial.execute(token, 0, &request.request(&app).unwrap()) {
+                    Outcome::Committed(p) => Ok(request.decode(&p).unwrap()),
+                    Outcome::Aborted(a) => Err(a),
+                };
+                assert_eq!(engine, oracle, "seed {seed}, {shards} shards");
+                engine
+            };
+            assert_eq!(both(NodeRequest::new(1u64).add(10)), Ok(10));
+            // A → B → A from &mut self: refused, nothing written anywhere.
+            let abort = both(NodeRequest::new(1u64).bounce(2, 5)).unwrap_err();
+            assert_eq!(abort.kind(), AbortKind::Reentrant, "{abort}");
+            assert!(abort.message().contains("node.bounce on 1"), "{abort}");
+            assert!(abort.message().contains("nested call"), "{abort}");
+            assert_eq!(both(NodeRequest::new(1u64).value()), Ok(10));
+            assert_eq!(both(NodeRequest::new(2u64).value()), Ok(0));
+            // The same chain from &self commits, and the inner write stands.
+            assert_eq!(both(NodeRequest::new(1u64).bounce_read(2, 5)), Ok(15));
+            assert_eq!(both(NodeRequest::new(1u64).value()), Ok(15));
+            // A &mut self method whose call does not come back writes back.
+            assert_eq!(both(NodeRequest::new(1u64).push(3, 4)), Ok(4));
+            assert_eq!(both(NodeRequest::new(3u64).value()), Ok(4));
+            assert_eq!(both(NodeRequest::new(1u64).value()), Ok(15));
+        }
+    }
+}

@@ -3,7 +3,9 @@
 //!
 //! For each method the expansion registers a closure on the `App` that
 //! loads the entity's state (`Entity::initial` when it has none), runs the
-//! method on it, and writes it back if the method takes `&mut self` (a
+//! method on it, and writes it back if the method takes `&mut self` —
+//! unless a nested call changed the entity meanwhile, which aborts with
+//! `Reentrant` rather than lose that change (a
 //! method without self gets only the `&Ctx` and manages the state itself);
 //! and adds a
 //! method of the same name and argument types to the entity's `{Name}Proxy`
@@ -315,9 +317,15 @@ fn registration(m: &Method<'_>) -> TokenStream {
     };
     let (state, call, write) = match m.receiver {
         Receiver::Mutable => (
-            quote!(let mut __state: Self = #load;),
+            quote! {
+                let mut __state: Self = #load;
+                let __mark = __ctx.__read_mark();
+            },
             quote!(Self::#method(&mut __state, #ctx_arg #(#binds),*)),
-            quote!(<Self as ::styx_engine::Entity>::save(&__state, &__ctx)?;),
+            quote! {
+                __ctx.__write_back_check(__mark)?;
+                <Self as ::styx_engine::Entity>::save(&__state, &__ctx)?;
+            },
         ),
         Receiver::Shared => (
             quote!(let __state: Self = #load;),

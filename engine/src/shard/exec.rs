@@ -104,6 +104,7 @@ impl Host for Exec {
         let mut guard = self.st.borrow_mut();
         let st = &mut *guard;
         let a = &mut st.tables.accesses[st.phase.index()][frame.access.get() as usize];
+        frame.mark.set(a.writes);
         match &a.write {
             Write::Put(v) => f(Some(v)),
             Write::Delete => f(None),
@@ -134,11 +135,18 @@ impl Host for Exec {
                 }
             }
         }
-        st.tables.accesses[phase.index()][index].write = match value {
+        let a = &mut st.tables.accesses[phase.index()][index];
+        a.write = match value {
             Some(v) => Write::Put(v),
             None => Write::Delete,
         };
+        a.writes = a.writes.wrapping_add(1);
         Ok(())
+    }
+
+    fn written_since(&self, frame: &Frame, mark: u32) -> bool {
+        let st = self.st.borrow();
+        st.tables.accesses[st.phase.index()][frame.access.get() as usize].writes != mark
     }
 
     fn call(&self, frame: &Frame, child: u32, function: FnId, address: Address, args: Payload, _sync: bool) {
