@@ -47,6 +47,28 @@ struct Method<'a> {
     result: &'a Type,
 }
 
+/// What every generated method repeats of `m`: its name, visibility, doc
+/// comments, and argument names and types.
+struct Parts<'a> {
+    method: &'a Ident,
+    vis: &'a syn::Visibility,
+    docs: Vec<&'a syn::Attribute>,
+    names: Vec<&'a Ident>,
+    tys: Vec<&'a Type>,
+}
+
+impl Method<'_> {
+    fn parts(&self) -> Parts<'_> {
+        Parts {
+            method: &self.item.sig.ident,
+            vis: &self.item.vis,
+            docs: self.item.attrs.iter().filter(|a| a.path().is_ident("doc")).collect(),
+            names: self.args.iter().map(|(n, _)| n).collect(),
+            tys: self.args.iter().map(|(_, t)| *t).collect(),
+        }
+    }
+}
+
 pub fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     if !args.is_empty() {
         return Err(syn::Error::new_spanned(args, "#[functions] takes no arguments"));
@@ -384,12 +406,14 @@ fn type_checks(m: &Method<'_>) -> TokenStream {
 /// `TypedRequest<R>`) that calls `m`.
 fn proxy_method(entity: &Ident, nth: usize, m: &Method<'_>, request: bool) -> TokenStream {
     let nth = nth as u16;
-    let method = &m.item.sig.ident;
+    let Parts {
+        method,
+        vis,
+        docs,
+        names,
+        tys,
+    } = m.parts();
     let name = method.to_string();
-    let vis = &m.item.vis;
-    let docs = m.item.attrs.iter().filter(|a| a.path().is_ident("doc"));
-    let names: Vec<&Ident> = m.args.iter().map(|(n, _)| n).collect();
-    let tys: Vec<&Type> = m.args.iter().map(|(_, t)| *t).collect();
     let result = m.result;
     if request {
         quote! {
@@ -413,12 +437,14 @@ fn proxy_method(entity: &Ident, nth: usize, m: &Method<'_>, request: bool) -> To
 /// result ([`Ctx::send`]: the call is still part of the transaction).
 fn send_method(nth: usize, m: &Method<'_>) -> TokenStream {
     let nth = nth as u16;
-    let method = &m.item.sig.ident;
+    let Parts {
+        method,
+        vis,
+        docs,
+        names,
+        tys,
+    } = m.parts();
     let name = method.to_string();
-    let vis = &m.item.vis;
-    let docs = m.item.attrs.iter().filter(|a| a.path().is_ident("doc"));
-    let names: Vec<&Ident> = m.args.iter().map(|(n, _)| n).collect();
-    let tys: Vec<&Type> = m.args.iter().map(|(_, t)| *t).collect();
     quote! {
         #(#docs)*
         #[inline]
@@ -431,11 +457,13 @@ fn send_method(nth: usize, m: &Method<'_>) -> TokenStream {
 /// The method of `{Name}Client` that runs `m` as its own transaction
 /// through the client's `styx_engine::Invoker`.
 fn client_method(request: &Ident, m: &Method<'_>) -> TokenStream {
-    let method = &m.item.sig.ident;
-    let vis = &m.item.vis;
-    let docs = m.item.attrs.iter().filter(|a| a.path().is_ident("doc"));
-    let names: Vec<&Ident> = m.args.iter().map(|(n, _)| n).collect();
-    let tys: Vec<&Type> = m.args.iter().map(|(_, t)| *t).collect();
+    let Parts {
+        method,
+        vis,
+        docs,
+        names,
+        tys,
+    } = m.parts();
     let result = m.result;
     quote! {
         #(#docs)*
