@@ -14,6 +14,9 @@
 //! durable), switched (the new owner's map changed), served (the probe's
 //! answer: the new owner serves the partition).
 //!
+//! A step is due at its time, and once every earlier move was answered
+//! and served: moves never overlap, so each one's times are its own.
+//!
 //! The run's throughput and p99 are kept per window (the timeline's
 //! buckets), and [`Figures`] compares the windows before the first move
 //! (steady), from the first move's submission to the last one served
@@ -167,12 +170,22 @@ pub struct Phase {
     pub max_window_p99_us: u64,
 }
 
+/// A rebalance's input and plan: each shard's invocations counted so far,
+/// and what they would have been with the planned moves.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+#[serde(default)]
+pub struct Rebalance {
+    pub shard_loads: Vec<u64>,
+    pub planned_shard_loads: Vec<u64>,
+}
+
 /// What the moves cost.
 #[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
 pub struct Figures {
     pub window_ms: u64,
     pub moves: Vec<MoveRecord>,
+    pub rebalances: Vec<Rebalance>,
     /// In the measured window, before the first move.
     pub steady: Phase,
     /// From the window of the first move's submission through the window
@@ -220,6 +233,12 @@ impl Figures {
                     String::new()
                 },
                 m.error.as_ref().map_or(String::new(), |e| format!(" · ERROR {e}")),
+            ));
+        }
+        for r in &self.rebalances {
+            s.push_str(&format!(
+                "  rebalance: invocations per shard {:?}, planned {:?}\n",
+                r.shard_loads, r.planned_shard_loads
             ));
         }
         for (name, p) in [
@@ -278,6 +297,7 @@ pub(crate) struct Shared {
     loads: Mutex<Vec<Option<Vec<u64>>>>,
     /// Rebalances asked for so far: a shard publishes its counts once per.
     rebalances: AtomicUsize,
+    planned: Mutex<Vec<Rebalance>>,
 }
 
 impl Shared {
@@ -301,6 +321,7 @@ impl Shared {
             finished: AtomicUsize::new(0),
             loads: Mutex::new(vec![None; usize::from(shards)]),
             rebalances: AtomicUsize::new(0),
+            planned: Mutex::new(Vec::new()),
         })
     }
 
@@ -416,6 +437,7 @@ impl Shared {
         Figures {
             window_ms: TIMELINE_BUCKET_MS,
             moves,
+            rebalances: self.planned.lock().unwrap().clone(),
             worst_window_ratio: ratio(in_move.min_window_tps, steady.tps),
             steady_worst_window_ratio: ratio(steady.min_window_tps, steady.tps),
             in_move_ratio: ratio(in_move.tps, steady.tps),
@@ -533,7 +555,16 @@ impl Mover {
         let steps = &self.shared.plan.steps;
         let mut did = false;
         while self.next < steps.len() && now >= origin + steps[self.next].at.as_micros() as u64 && now < stop_at {
+            // Moves never overlap: a step waits until every earlier move was
+            // answered and served (so this shard's map is past them too).
+            if self.shared.finished.load(Ordering::Acquire) < self.shared.submitted.load(Ordering::Acquire) {
+                return did;
+            }
             let moves = match steps[self.next].action {
+                Action::Move { partition, to } if shard.partition_map().owner(self.op, partition) == to => {
+                    // Already there (a rebalance moved it): nothing to time.
+                    Vec::new()
+                }
                 Action::Move { partition, to } => vec![(
                     Move {
                         op: self.op,
@@ -610,6 +641,19 @@ impl Mover {
             REBALANCE_TOLERANCE,
             REBALANCE_MOVES_MAX,
         );
+        let mut r = Rebalance {
+            shard_loads: vec![0; usize::from(self.shared.shards)],
+            planned_shard_loads: vec![0; usize::from(self.shared.shards)],
+        };
+        for l in &of {
+            r.shard_loads[usize::from(l.owner)] += l.load;
+            let to = moves
+                .iter()
+                .find(|m| m.partition == l.partition)
+                .map_or(l.owner, |m| m.to);
+            r.planned_shard_loads[usize::from(to)] += l.load;
+        }
+        self.shared.planned.lock().unwrap().push(r);
         Some(moves.into_iter().map(|m| (m, of[m.partition as usize].load)).collect())
     }
 
