@@ -30,9 +30,9 @@ run() {
 echo "# $(date -u +%FT%TZ) $(uptime)"
 if want moves; then
     # 10 000 accounts: ~156 per partition. Closed loop, then open loop at
-    # about half the closed-loop rate; 30 moves of partition 0, 200 ms apart.
+    # a quarter of the closed-loop rate; 30 moves of partition 0, 200 ms apart.
     run --keys 10000 --duration 10 --warmup 2 --moves 30 --move-every-ms 200 --moves-after 3
-    run --keys 10000 --duration 10 --warmup 2 --moves 30 --move-every-ms 200 --moves-after 3 --rate 100000
+    run --keys 10000 --duration 10 --warmup 2 --moves 30 --move-every-ms 200 --moves-after 3 --rate 50000
     # 1 000 000 accounts: ~15 600 per partition.
     run --keys 1000000 --duration 10 --warmup 2 --moves 10 --move-every-ms 600 --moves-after 3
 fi

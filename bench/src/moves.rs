@@ -194,6 +194,9 @@ pub struct Figures {
     /// The windows of `during` in which a move was under way (from its
     /// submission to its new owner serving it).
     pub in_move: Phase,
+    /// The other windows of `during`: the same period without a move in
+    /// flight (a reference that drifts with the machine as `in_move` does).
+    pub between: Phase,
     /// After that, to the end of the measured window.
     pub after: Phase,
     /// `in_move.min_window_tps / steady.tps`: the worst dip (goal ≥ 0.9)…
@@ -203,6 +206,8 @@ pub struct Figures {
     pub steady_worst_window_ratio: f64,
     /// `in_move.tps / steady.tps`.
     pub in_move_ratio: f64,
+    /// `in_move.tps / between.tps`.
+    pub in_move_between_ratio: f64,
     /// `in_move.latency_us.p99 / steady.latency_us.p99` (goal ≤ 2).
     pub p99_ratio: f64,
     /// `after.tps / steady.tps`: the gain of a rebalance.
@@ -245,6 +250,7 @@ impl Figures {
             ("steady", &self.steady),
             ("during", &self.during),
             ("in move", &self.in_move),
+            ("between", &self.between),
             ("after", &self.after),
         ] {
             s.push_str(&format!(
@@ -260,8 +266,8 @@ impl Figures {
             ));
         }
         s.push_str(&format!(
-            "  in move / steady {:.2} · worst window in move / steady {:.2} (without a move {:.2}) · p99 in move / steady {:.2} · after / steady {:.2}\n",
-            self.in_move_ratio, self.worst_window_ratio, self.steady_worst_window_ratio, self.p99_ratio, self.after_ratio
+            "  in move / steady {:.2} (/ between {:.2}) · worst window in move / steady {:.2} (without a move {:.2}) · p99 in move / steady {:.2} · after / steady {:.2}\n",
+            self.in_move_ratio, self.in_move_between_ratio, self.worst_window_ratio, self.steady_worst_window_ratio, self.p99_ratio, self.after_ratio
         ));
         s
     }
@@ -400,7 +406,8 @@ impl Shared {
                 *m = true;
             }
         }
-        let some = |from: usize, to: usize, only_moving: bool| {
+        // `moving`: all windows, or only those with (without) a move.
+        let some = |from: usize, to: usize, moving_only: Option<bool>| {
             let mut h = histogram();
             let mut p = Phase {
                 from_ms: from as u64 * TIMELINE_BUCKET_MS,
@@ -409,7 +416,7 @@ impl Shared {
                 ..Phase::default()
             };
             for (b, w) in windows.iter().enumerate().take(to).skip(from) {
-                if only_moving && !moving[b] {
+                if moving_only.is_some_and(|m| m != moving[b]) {
                     continue;
                 }
                 p.windows += 1;
@@ -429,10 +436,11 @@ impl Shared {
             p.latency_us = Latency::of(&h);
             p
         };
-        let steady = some(window_start, during_start, false);
-        let during = some(during_start, during_end, false);
-        let in_move = some(during_start, during_end, true);
-        let after = some(during_end, window_end, false);
+        let steady = some(window_start, during_start, None);
+        let during = some(during_start, during_end, None);
+        let in_move = some(during_start, during_end, Some(true));
+        let between = some(during_start, during_end, Some(false));
+        let after = some(during_end, window_end, None);
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
         Figures {
             window_ms: TIMELINE_BUCKET_MS,
@@ -441,11 +449,13 @@ impl Shared {
             worst_window_ratio: ratio(in_move.min_window_tps, steady.tps),
             steady_worst_window_ratio: ratio(steady.min_window_tps, steady.tps),
             in_move_ratio: ratio(in_move.tps, steady.tps),
+            in_move_between_ratio: ratio(in_move.tps, between.tps),
             p99_ratio: ratio(in_move.latency_us.p99 as f64, steady.latency_us.p99 as f64),
             after_ratio: ratio(after.tps, steady.tps),
             steady,
             during,
             in_move,
+            between,
             after,
             windows,
         }
