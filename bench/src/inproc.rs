@@ -118,6 +118,21 @@ pub struct Ycsbt {
     pub partitions: u32,
     /// How the application is written.
     pub api: Api,
+    /// With `zipf`: the hottest creditors are the accounts this shard owns
+    /// by the default rule (all of them rank before any other), so the
+    /// load is skewed onto one shard (a rebalance's case).
+    pub hot_shard: Option<u16>,
+}
+
+impl Ycsbt {
+    /// Zipf ranks → accounts: the hot shard's accounts first, in order.
+    fn ranks(&self, app: &App, shards: u16, hot: u16) -> Vec<u32> {
+        let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
+        let on = |k: &u64| Shard::owner(app, shards, account, &Key::from(*k)) == hot % shards;
+        let (mut ranks, rest): (Vec<u64>, Vec<u64>) = (0..self.keys).partition(on);
+        ranks.extend(rest);
+        ranks.into_iter().map(|k| k as u32).collect()
+    }
 }
 
 pub struct YcsbtSource {
@@ -165,6 +180,9 @@ impl Workload for Ycsbt {
         p.insert("zipf".into(), self.zipf.map_or(serde_json::Value::Null, Into::into));
         p.insert("partitions".into(), self.partitions.into());
         p.insert("api".into(), self.api.name().into());
+        if let Some(hot) = self.hot_shard {
+            p.insert("hot_shard".into(), hot.into());
+        }
         p
     }
 
@@ -190,8 +208,12 @@ impl Workload for Ycsbt {
         let debtors: Vec<u64> = (0..self.keys)
             .filter(|k| Shard::owner(app, shards, account, &Key::from(*k)) == shard)
             .collect();
+        let mut workload = ycsbt::Workload::new(self.keys, debtors, self.zipf, seed);
+        if let (Some(hot), Some(_)) = (self.hot_shard, self.zipf) {
+            workload = workload.ranked(self.ranks(app, shards, hot));
+        }
         YcsbtSource {
-            workload: ycsbt::Workload::new(self.keys, debtors, self.zipf, seed),
+            workload,
             functions: ycsbt::Functions::of(app),
             deltas: vec![0; self.keys as usize],
         }
@@ -689,6 +711,7 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
         zipf: params.zipf,
         partitions: params.partitions,
         api: params.api,
+        hot_shard: None,
     };
     let p = runner::Params {
         shards: params.shards,
@@ -705,6 +728,7 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
             Duration::ZERO
         },
         progress: false,
+        moves: None,
     };
     runner::run(Arc::new(workload), &p)
 }
@@ -718,6 +742,7 @@ pub fn serial_tps(keys: u64, zipf: Option<f64>, partitions: u32, time: Duration,
             zipf,
             partitions,
             api,
+            hot_shard: None,
         },
         time,
         seed,
@@ -778,6 +803,7 @@ mod tests {
             zipf: None,
             partitions: 2,
             api: Api::Typed,
+            hot_shard: None,
         };
         let app = w.app();
         let mut state = State::new();

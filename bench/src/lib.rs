@@ -3,6 +3,7 @@
 //! - [`ycsbt`], [`tpcc`], [`deathstar`]: the applications and their loads;
 //! - [`runner`]: runs any workload in-process on the production runtime;
 //! - [`inproc`]: the four workloads as the runner drives them;
+//! - [`moves`]: partitions moved while a workload runs, and their cost;
 //! - [`remote`]: runs any workload against a running daemon or cluster
 //!   over TCP (`styx bench … --connect`);
 //! - [`report`]: the JSON object and table every benchmark prints;
@@ -13,6 +14,7 @@
 
 pub mod deathstar;
 pub mod inproc;
+pub mod moves;
 pub mod plot;
 pub mod remote;
 pub mod report;

@@ -96,6 +96,9 @@ pub struct Report {
     /// Throughput over time: `[t_ms, committed_per_s]` per bucket, `t_ms`
     /// from the start of the warm-up to the end of the measured window.
     pub timeline: Vec<(u64, f64)>,
+    /// Partitions moved during the run and what they cost (`crate::moves`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub moves: Option<crate::moves::Figures>,
 }
 
 impl Report {
@@ -149,6 +152,9 @@ impl Report {
             self.load_s,
             if self.invariants_ok { "ok" } else { "VIOLATED" }
         ));
+        if let Some(m) = &self.moves {
+            s.push_str(&m.table());
+        }
         s
     }
 }

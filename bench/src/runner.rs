@@ -23,6 +23,7 @@
 //! committed transactions the generators saw, and the workload's check runs
 //! on every shard's entities gathered after the run.
 
+use crate::moves::{self, Mover, Plan};
 use crate::report::{Latency, Report, histogram};
 use crate::sys;
 use hdrhistogram::Histogram;
@@ -126,6 +127,8 @@ pub struct Params {
     pub serial: Duration,
     /// A progress line on stderr once a second.
     pub progress: bool,
+    /// Partitions to move while the workload runs (`crate::moves`).
+    pub moves: Option<Plan>,
 }
 
 impl Default for Params {
@@ -141,6 +144,7 @@ impl Default for Params {
             seed: 1,
             serial: Duration::from_secs(2),
             progress: false,
+            moves: None,
         }
     }
 }
@@ -200,6 +204,10 @@ struct Generator<S: Source> {
     rss_at_stop: u64,
     stats_warm: Option<(Stats, u64)>,
     stats_stop: Option<(Stats, u64)>,
+    /// With a move plan: this shard's part, and the latencies of each
+    /// timeline bucket's replies.
+    mover: Option<Mover>,
+    windows: Vec<Histogram<u64>>,
 }
 
 /// What one shard's generator measured.
@@ -212,6 +220,7 @@ struct Measured<T> {
     rejected: u64,
     timeline: Vec<u64>,
     rss_at_stop: u64,
+    windows: Vec<Histogram<u64>>,
     entities: Vec<(OpId, Key, Value)>,
     stats: Stats,
     cpu_us: u64,
@@ -260,6 +269,20 @@ impl<S: Source> Generator<S> {
             self.timeline[b] += 1;
         }
     }
+
+    /// With a move plan: notes a reply's latency in its bucket.
+    fn window(&mut self, now: u64, latency_us: u64) {
+        if self.mover.is_none() {
+            return;
+        }
+        let b = (now.saturating_sub(self.origin) / (TIMELINE_BUCKET_MS * 1_000)) as usize;
+        if b < TIMELINE_BUCKETS_MAX {
+            while self.windows.len() <= b {
+                self.windows.push(histogram());
+            }
+            self.windows[b].saturating_record(latency_us);
+        }
+    }
 }
 
 impl<S: Source> Frontend for Generator<S> {
@@ -276,12 +299,16 @@ impl<S: Source> Frontend for Generator<S> {
         if now >= self.warm_at && self.stats_warm.is_none() {
             self.stats_warm = Some((shard.stats(), sys::thread_cpu_us()));
         }
+        let moved = match &mut self.mover {
+            Some(m) => m.pump(shard, now, self.origin, self.stop_at),
+            None => false,
+        };
         if now >= self.stop_at {
             if self.stats_stop.is_none() {
                 self.stats_stop = Some((shard.stats(), sys::thread_cpu_us()));
                 self.rss_at_stop = sys::peak_rss_bytes();
             }
-            return false;
+            return moved;
         }
         let before = (self.outstanding, self.rejected);
         match self.load {
@@ -303,13 +330,18 @@ impl<S: Source> Frontend for Generator<S> {
                 }
             }
         }
-        (self.outstanding, self.rejected) != before
+        moved || (self.outstanding, self.rejected) != before
     }
 
     fn deliver(&mut self, replies: &mut Vec<Reply>, now: u64) {
         self.now = now;
         let mut committed_now = 0;
         for r in replies.drain(..) {
+            if let Some(m) = &mut self.mover
+                && m.deliver(&r, now)
+            {
+                continue;
+            }
             let slot = self.slots[r.token as usize]
                 .take()
                 .expect("a reply for an outstanding request");
@@ -329,6 +361,7 @@ impl<S: Source> Frontend for Generator<S> {
                 }
             }
             self.source.record(slot.tag, &r.outcome);
+            self.window(now, now.saturating_sub(slot.intended_us).max(1));
             if in_window {
                 self.hist.saturating_record(now.saturating_sub(slot.intended_us).max(1));
             }
@@ -349,7 +382,10 @@ impl<S: Source> Frontend for Generator<S> {
     }
 
     fn is_done(&self) -> bool {
-        self.warm_at != 0 && self.now >= self.stop_at && self.outstanding == 0
+        self.warm_at != 0
+            && self.now >= self.stop_at
+            && self.outstanding == 0
+            && self.mover.as_ref().is_none_or(Mover::is_done)
     }
 
     fn finish(self, shard: &Shard) -> Self::Output {
@@ -379,6 +415,7 @@ impl<S: Source> Frontend for Generator<S> {
             rejected: self.rejected,
             timeline: self.timeline,
             rss_at_stop: self.rss_at_stop,
+            windows: self.windows,
             entities,
             stats,
             cpu_us,
@@ -457,13 +494,42 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
         shared.clone(),
         load_s.clone(),
     );
+    let planned = params.moves.clone().map(|plan| moves::Shared::new(plan, &app, n));
+    let pl = planned.clone();
     let began = Instant::now();
     let outputs = styx_runtime::run(app.clone(), opts, move |shard: &mut Shard| {
         let id = shard.id();
+        // With a plan: each partition's entities and a key of it, of the
+        // operator that moves.
+        let moving = pl.as_ref().map(|p| {
+            let op = p.op(&a);
+            let partitions = a.operator_info(op).partitions();
+            (
+                op,
+                partitions,
+                vec![0u64; partitions as usize],
+                vec![None; partitions as usize],
+            )
+        });
+        let mut moving = moving;
         w.load(&a, &mut |op, key, value| {
             if Shard::owner(&a, n, op, &key) == id {
+                if let Some((o, partitions, entities, keys)) = &mut moving
+                    && *o == op
+                {
+                    let p = key.partition(*partitions) as usize;
+                    entities[p] += 1;
+                    if keys[p].is_none() {
+                        keys[p] = Some(key.clone());
+                    }
+                }
                 shard.load(op, &key, Some(value));
             }
+        });
+        let mover = pl.as_ref().map(|p| {
+            let (_, _, entities, keys) = moving.take().expect("counted");
+            p.loaded(&entities, keys);
+            Mover::new(p.clone(), &a, id)
         });
         let source = w.source(&a, id, n, p.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(id)));
         let lanes = source.lanes();
@@ -510,6 +576,8 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
             rss_at_stop: 0,
             stats_warm: None,
             stats_stop: None,
+            mover,
+            windows: Vec::new(),
         }
     });
     stop.store(true, Ordering::Release);
@@ -546,6 +614,7 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
     let (mut rss, mut cpu_us, mut rejected) = (0, 0, 0);
     let mut failures = Vec::new();
     let mut timeline: Vec<u64> = Vec::new();
+    let mut windows: Vec<Histogram<u64>> = Vec::new();
     let mut state = State::new();
     let mut tallies = Vec::with_capacity(outputs.len());
     for m in outputs {
@@ -566,11 +635,21 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
         for (t, x) in timeline.iter_mut().zip(&m.timeline) {
             *t += x;
         }
+        for (b, h) in m.windows.into_iter().enumerate() {
+            match windows.get_mut(b) {
+                Some(all) => all.add(&h).expect("same histogram bounds"),
+                None => windows.push(h),
+            }
+        }
         for (op, key, value) in m.entities {
             let previous = state.insert((op, key), value);
             assert!(previous.is_none(), "two shards hold one entity");
         }
         tallies.push(m.tally);
+    }
+    if let Some(p) = &planned {
+        let origin = shared.start_us.load(Ordering::Acquire);
+        report.moves = Some(p.figures(origin, &timeline, &windows, params.warmup, params.duration));
     }
     report.timeline = timeline_rates(timeline, params.warmup + params.duration);
     report.peak_rss_mb = rss as f64 / (1024.0 * 1024.0);

@@ -130,11 +130,13 @@ pub fn start_value() -> Value {
 }
 
 /// Draws transfers: the debtor uniform among `debtors`, the creditor uniform
-/// or Zipfian over all `keys`, never the debtor.
+/// or Zipfian over all `keys`, never the debtor. A Zipfian draw is a rank:
+/// rank `r` is account `r`, or `ranks[r]` with [`Workload::ranked`].
 pub struct Workload {
     keys: u64,
     debtors: Vec<u64>,
     creditors: Option<Zipf>,
+    ranks: Option<Vec<u32>>,
     rng: Rng,
 }
 
@@ -146,8 +148,17 @@ impl Workload {
             keys,
             debtors,
             creditors: zipf.map(|theta| Zipf::new(keys, theta)),
+            ranks: None,
             rng: Rng::new(seed),
         }
+    }
+
+    /// Zipfian rank `r` draws account `ranks[r]` (a permutation of the
+    /// accounts): which accounts are hot, and so which partitions.
+    pub fn ranked(mut self, ranks: Vec<u32>) -> Workload {
+        assert_eq!(ranks.len() as u64, self.keys, "ranks of every account");
+        self.ranks = Some(ranks);
+        self
     }
 
     /// `(debtor, creditor)`.
@@ -156,7 +167,10 @@ impl Workload {
         let debtor = self.debtors[self.rng.below(self.debtors.len() as u64) as usize];
         let creditor = loop {
             let c = match &self.creditors {
-                Some(z) => z.sample(&mut self.rng),
+                Some(z) => {
+                    let r = z.sample(&mut self.rng);
+                    self.ranks.as_ref().map_or(r, |ranks| u64::from(ranks[r as usize]))
+                }
                 None => self.rng.below(self.keys),
             };
             if c != debtor {

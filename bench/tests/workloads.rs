@@ -1,11 +1,13 @@
 //! Every workload run in-process for a moment on the production runtime,
 //! closed and open loop, with its invariants checked on the final state;
-//! TPC-C, movie and travel under both APIs (typed entities and closures).
+//! TPC-C, movie and travel under both APIs (typed entities and closures);
+//! YCSB-T while partitions move back and forth, and rebalanced.
 
 use std::sync::Arc;
 use std::time::Duration;
 use styx_bench::deathstar::{movie, travel};
 use styx_bench::inproc::{Movie, Tpcc, Travel, Ycsbt};
+use styx_bench::moves::Plan;
 use styx_bench::report::Report;
 use styx_bench::runner::{self, Load, Workload};
 use styx_bench::{Api, tpcc};
@@ -54,6 +56,7 @@ fn ycsbt_keeps_every_balance_exact() {
         zipf: Some(0.9),
         partitions: 16,
         api: Api::Typed,
+        hot_shard: None,
     };
     let r = run(w, Load::Closed { in_flight: 200 });
     assert_eq!(r.parameters["keys"], 1_000);
@@ -118,4 +121,74 @@ fn the_serial_ceiling_runs_every_workload() {
         api: Api::Typed,
     };
     assert!(runner::serial_tps(&m, time, 1) > 0.0);
+}
+
+fn moved(r: &Report) -> &styx_bench::moves::Figures {
+    assert!(r.invariants_ok, "{:?}", r.invariant_errors);
+    assert_eq!(r.failed, 0);
+    let m = r.moves.as_ref().expect("the report of a run with moves has them");
+    for mv in &m.moves {
+        assert!(mv.error.is_none(), "{mv:?}");
+        assert!(
+            mv.answered_ms.is_some() && mv.switched_ms.is_some() && mv.served_ms.is_some(),
+            "{mv:?}"
+        );
+        assert_ne!(mv.from, mv.to);
+        assert!(mv.entities > 0, "{mv:?}");
+    }
+    m
+}
+
+/// Partitions move back and forth while transfers run: every move is
+/// answered and then served by its new owner, and every balance is exact.
+#[test]
+fn ycsbt_keeps_every_balance_while_partitions_move() {
+    let w = Ycsbt {
+        keys: 2_000,
+        zipf: None,
+        partitions: 8,
+        api: Api::Typed,
+        hot_shard: None,
+    };
+    let mut p = params(Load::Closed { in_flight: 200 });
+    p.moves = Some(Plan::back_and_forth(
+        styx_bench::ycsbt::OPERATOR,
+        2,
+        2,
+        4,
+        Duration::from_millis(250),
+        Duration::from_millis(50),
+    ));
+    let r = runner::run(Arc::new(w), &p).unwrap();
+    let m = moved(&r);
+    assert_eq!(m.moves.len(), 4, "{m:?}");
+    let path: Vec<(u32, u16, u16)> = m.moves.iter().map(|mv| (mv.partition, mv.from, mv.to)).collect();
+    assert_eq!(path, vec![(0, 0, 1), (1, 1, 0), (0, 1, 0), (1, 0, 1)]);
+    assert_eq!(m.windows.len(), 6);
+    // The JSON carries the moves (floats read back to within a rounding).
+    let back = serde_json::from_str::<Report>(&r.to_json()).unwrap();
+    let back = back.moves.expect("moves in the JSON");
+    assert_eq!((back.moves.len(), back.windows.len()), (4, 6));
+    let path_back: Vec<(u32, u16, u16)> = back.moves.iter().map(|mv| (mv.partition, mv.from, mv.to)).collect();
+    assert_eq!(path_back, path);
+}
+
+/// A skew onto shard 0, rebalanced by the shards' per-partition counts:
+/// the moves go from shard 0 to shard 1 and the balances stay exact.
+#[test]
+fn ycsbt_rebalances_a_load_skewed_onto_one_shard() {
+    let w = Ycsbt {
+        keys: 2_000,
+        zipf: Some(0.99),
+        partitions: 16,
+        api: Api::Typed,
+        hot_shard: Some(0),
+    };
+    let mut p = params(Load::Closed { in_flight: 200 });
+    p.moves = Some(Plan::rebalance(styx_bench::ycsbt::OPERATOR, Duration::from_millis(300)));
+    let r = runner::run(Arc::new(w), &p).unwrap();
+    let m = moved(&r);
+    assert!(!m.moves.is_empty(), "nothing moved: {m:?}");
+    assert_eq!((m.moves[0].from, m.moves[0].to), (0, 1), "{m:?}");
+    assert!(m.moves.iter().all(|mv| mv.load > 0), "{m:?}");
 }

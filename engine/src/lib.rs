@@ -13,7 +13,8 @@
 //!   [`App::schema`], the printable list of what an application serves.
 //! - [`Shard`]: the epoch protocol on one shard.
 //! - [`PartitionMap`], [`Move`]: which shard owns each partition, and
-//!   moving one at an epoch boundary.
+//!   moving one at an epoch boundary; [`balance`]: which moves even out
+//!   the load, from per-partition counts.
 //! - [`Serial`]: the same functions run serially, as oracle and ceiling.
 //! - [`recovery`]: from what disks hold to what each shard restores and
 //!   replays (pure; the runtime and the simulator share it).
@@ -28,6 +29,7 @@ extern crate self as styx_engine;
 
 mod abort;
 mod app;
+pub mod balance;
 mod bytes;
 mod codec;
 mod config;

@@ -8,9 +8,19 @@
 //! scraper derives rates and means, and quantiles come from the benchmarks.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use styx_engine::Stats;
+use std::sync::{Arc, Mutex};
+use styx_engine::{Shard, Stats};
+
+/// One operator's partitions as one shard sees them: the invocations it
+/// ran per partition and each partition's owner by its map (what `styx
+/// rebalance --auto` plans from).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Partitions {
+    pub operator: String,
+    pub invocations: Vec<u64>,
+    pub owners: Vec<u16>,
+}
 
 /// Counters of one shard.
 #[derive(Default, Debug)]
@@ -51,6 +61,9 @@ pub struct ShardMetrics {
     pub remote_batches: AtomicU64,
     pub remote_messages: AtomicU64,
     pub remote_bytes: AtomicU64,
+    /// Per operator, published less often than the counters above (the
+    /// shard's thread copies them under the lock).
+    pub partitions: Mutex<Vec<Partitions>>,
 }
 
 impl ShardMetrics {
@@ -65,6 +78,21 @@ impl ShardMetrics {
         self.snapshots.store(stats.snapshots, Relaxed);
         self.epoch.store(epoch, Relaxed);
         self.pending.store(pending as u64, Relaxed);
+    }
+
+    /// Publishes each operator's per-partition invocations and owners.
+    pub fn publish_partitions(&self, shard: &Shard) {
+        let map = shard.partition_map();
+        let app = shard.app();
+        let now: Vec<Partitions> = app
+            .operators()
+            .map(|(op, info)| Partitions {
+                operator: info.name().to_string(),
+                invocations: shard.partition_invocations(op).to_vec(),
+                owners: (0..info.partitions()).map(|p| map.owner(op, p)).collect(),
+            })
+            .collect();
+        *self.partitions.lock().unwrap() = now;
     }
 }
 
@@ -230,7 +258,52 @@ impl Metrics {
                 }
             }
         }
+        self.render_partitions(&mut out);
         out
+    }
+
+    /// Per partition: the invocations each shard ran (partitions with
+    /// some only) and its owner by each shard's map.
+    fn render_partitions(&self, out: &mut String) {
+        let published: Vec<Vec<Partitions>> = self
+            .shards
+            .iter()
+            .map(|s| s.partitions.lock().unwrap().clone())
+            .collect();
+        for (name, kind, help) in [
+            (
+                "styx_partition_invocations_total",
+                "counter",
+                "Invocations run per partition on this shard.",
+            ),
+            (
+                "styx_partition_owner",
+                "gauge",
+                "The shard a partition is on, by this shard's map.",
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            for (i, ops) in published.iter().enumerate() {
+                let i = usize::from(self.first_shard) + i;
+                for op in ops {
+                    let values = if name == "styx_partition_owner" {
+                        op.owners.iter().map(|o| u64::from(*o)).collect()
+                    } else {
+                        op.invocations.clone()
+                    };
+                    for (p, v) in values.iter().enumerate() {
+                        if name == "styx_partition_owner" || *v > 0 {
+                            let _ = writeln!(
+                                out,
+                                "{name}{{shard=\"{i}\",operator=\"{}\",partition=\"{p}\"}} {v}",
+                                op.operator
+                            );
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -254,6 +327,24 @@ mod tests {
             assert!(series.contains("{shard=\""), "{line}");
             assert!(value.parse::<f64>().is_ok(), "{line}");
         }
+    }
+
+    #[test]
+    fn renders_partitions_with_invocations_and_every_owner() {
+        let m = Metrics::new(2);
+        *m.shards[1].partitions.lock().unwrap() = vec![Partitions {
+            operator: "account".into(),
+            invocations: vec![0, 5],
+            owners: vec![0, 1],
+        }];
+        let text = m.render();
+        assert!(
+            text.contains("styx_partition_invocations_total{shard=\"1\",operator=\"account\",partition=\"1\"} 5"),
+            "{text}"
+        );
+        assert!(!text.contains("styx_partition_invocations_total{shard=\"1\",operator=\"account\",partition=\"0\"}"));
+        assert!(text.contains("styx_partition_owner{shard=\"1\",operator=\"account\",partition=\"0\"} 0"));
+        assert!(text.contains("styx_partition_owner{shard=\"1\",operator=\"account\",partition=\"1\"} 1"));
     }
 
     #[test]

@@ -34,6 +34,8 @@ use styx_engine::{Message, Outputs, Shard, ShardId, Stage};
 
 /// How often a shard publishes its counters, in µs.
 const METRICS_PUBLISH_US: u64 = 1_000;
+/// How often it publishes its per-partition counts (a copy under a lock).
+const PARTITIONS_PUBLISH_US: u64 = 100_000;
 
 /// How long a shard with open work parks at most: it re-checks the clock,
 /// the epoch's timers and the done count.
@@ -139,6 +141,7 @@ pub(crate) struct ShardLoop<F: Frontend> {
     progress_us: u64,
     /// When the counters were last published, µs.
     published_us: u64,
+    partitions_published_us: u64,
     stall: Stall,
     /// With `STYX_PROFILE`: where the time goes.
     profile: Option<Profile>,
@@ -187,6 +190,7 @@ impl<F: Frontend> ShardLoop<F> {
             iterations: 0,
             progress_us: 0,
             published_us: 0,
+            partitions_published_us: 0,
             stall: Stall::default(),
             profile,
         }
@@ -342,6 +346,10 @@ impl<F: Frontend> ShardLoop<F> {
         {
             m.publish(&self.shard.stats(), self.shard.epoch(), self.shard.pending());
             self.published_us = now;
+            if now >= self.partitions_published_us + PARTITIONS_PUBLISH_US {
+                m.publish_partitions(&self.shard);
+                self.partitions_published_us = now;
+            }
         }
     }
 

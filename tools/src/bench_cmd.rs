@@ -4,6 +4,8 @@
 //!
 //! ```text
 //! styx bench ycsbt  [--keys N] [--zipf θ] …        bank transfers
+//!                   [--moves N --move-every-ms M]   … while partitions move
+//!                   [--hot-shard S --rebalance-after S] … a skew, rebalanced
 //! styx bench tpcc   [--warehouses W] [--scale spec|small] …
 //! styx bench movie  [--users N] [--movies N] …      Deathstar movie review
 //! styx bench travel [--hotels N] [--geo-partitions P] …
@@ -30,6 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use styx_bench::deathstar::{movie, travel};
 use styx_bench::inproc::{Movie, Tpcc, Travel, Ycsbt};
+use styx_bench::moves::Plan;
 use styx_bench::remote::{self, Remote};
 use styx_bench::report::Report;
 use styx_bench::runner::{self, Load, Workload};
@@ -162,6 +165,31 @@ struct YcsbtArgs {
     /// (for a daemon not started with --preload ycsbt).
     #[arg(long)]
     load: bool,
+    /// With --zipf: the hottest accounts are all on this shard (the Zipf
+    /// ranks go to its accounts first), a skew for --rebalance-after.
+    #[arg(long)]
+    hot_shard: Option<u16>,
+    /// In-process: move this many partitions while the workload runs
+    /// (partition p to the shard after its owner, cycling over
+    /// --move-partitions: on two shards, back and forth), and report the
+    /// throughput and p99 per 100 ms window before, during and after.
+    #[arg(long, default_value_t = 0)]
+    moves: usize,
+    /// Milliseconds between two moves.
+    #[arg(long, default_value_t = 500)]
+    move_every_ms: u64,
+    /// Seconds into the measured window of the first move (default: a
+    /// third of --duration).
+    #[arg(long)]
+    moves_after: Option<f64>,
+    /// The moves cycle over partitions 0..this.
+    #[arg(long, default_value_t = 1)]
+    move_partitions: u32,
+    /// In-process: at this many seconds into the measured window, move
+    /// partitions by the shards' per-partition invocation counts
+    /// (`styx_engine::balance::plan`) and report before against after.
+    #[arg(long)]
+    rebalance_after: Option<f64>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -248,13 +276,18 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 return usage("--load deposits over the wire: it needs --connect");
             }
             let deposit_keys = w.load.then_some(w.keys);
+            let plan = match move_plan(&w, &run) {
+                Ok(plan) => plan,
+                Err(e) => return usage(&e),
+            };
             let workload = Ycsbt {
                 keys: w.keys,
                 zipf: w.zipf,
                 partitions: w.partitions,
                 api: run.api,
+                hot_shard: w.hot_shard,
             };
-            execute(workload, run, 1_000, deposit_keys)
+            execute(workload, run, 1_000, deposit_keys, plan)
         }
         BenchCommand::Tpcc { run, workload: w } => {
             if w.warehouses == 0 {
@@ -277,7 +310,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 load_seed: 1,
                 api: run.api,
             };
-            execute(workload, run, 1, None)
+            execute(workload, run, 1, None, None)
         }
         BenchCommand::Movie { run, workload: w } => {
             if w.users == 0 || w.movies == 0 {
@@ -291,7 +324,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 partitions: w.partitions,
                 api: run.api,
             };
-            execute(workload, run, 1_000, None)
+            execute(workload, run, 1_000, None, None)
         }
         BenchCommand::Travel { run, workload: w } => {
             if w.hotels == 0 || w.flights == 0 || w.users == 0 {
@@ -317,7 +350,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                     .max(1),
                 api: run.api,
             };
-            execute(workload, run, 1_000, None)
+            execute(workload, run, 1_000, None, None)
         }
         BenchCommand::Plot(p) => return plot_cmd(p),
     };
@@ -336,6 +369,58 @@ fn default_shards() -> u16 {
     runner::Params::default().shards
 }
 
+/// YCSB-T's moves: back and forth (`--moves`) or one rebalance.
+fn move_plan(w: &YcsbtArgs, run: &RunArgs) -> Result<Option<Plan>, String> {
+    let operator = styx_bench::ycsbt::OPERATOR;
+    let shards = run.shards.unwrap_or_else(default_shards);
+    let wanted = w.moves > 0 || w.rebalance_after.is_some();
+    if w.hot_shard.is_some_and(|s| s >= shards) {
+        return Err(format!("--hot-shard must name one of the {shards} shards"));
+    }
+    if w.hot_shard.is_some() && w.zipf.is_none() {
+        return Err("--hot-shard places the Zipf ranks: it needs --zipf".into());
+    }
+    if !wanted {
+        return Ok(None);
+    }
+    if run.connect.is_some() {
+        return Err("--moves and --rebalance-after run in-process only".into());
+    }
+    if shards < 2 {
+        return Err("moving partitions needs at least 2 shards".into());
+    }
+    let into_window = |s: f64| -> Result<Duration, String> {
+        if !(s >= 0.0 && s < run.duration) {
+            return Err(format!("{s} s is not inside the measured {} s", run.duration));
+        }
+        Ok(Duration::from_secs_f64(run.warmup + s))
+    };
+    match (w.moves, w.rebalance_after) {
+        (0, Some(after)) => Ok(Some(Plan::rebalance(operator, into_window(after)?))),
+        (moves, None) => {
+            if w.move_partitions == 0 || w.move_partitions > w.partitions {
+                return Err(format!("--move-partitions must be in 1..={}", w.partitions));
+            }
+            if moves > styx_bench::moves::STEPS_MAX || w.move_every_ms == 0 {
+                return Err(format!(
+                    "--moves must be at most {} and --move-every-ms positive",
+                    styx_bench::moves::STEPS_MAX
+                ));
+            }
+            let first = into_window(w.moves_after.unwrap_or(run.duration / 3.0))?;
+            Ok(Some(Plan::back_and_forth(
+                operator,
+                shards,
+                w.move_partitions,
+                moves,
+                first,
+                Duration::from_millis(w.move_every_ms),
+            )))
+        }
+        (_, Some(_)) => Err("--moves and --rebalance-after: one at a time".into()),
+    }
+}
+
 /// Runs `workload` in-process, or against `--connect`; `deposit_keys`:
 /// YCSB-T's `--load`.
 fn execute<W: Workload>(
@@ -343,6 +428,7 @@ fn execute<W: Workload>(
     args: RunArgs,
     in_flight_default: usize,
     deposit_keys: Option<u64>,
+    moves: Option<Plan>,
 ) -> Result<ExitCode, String> {
     let in_flight = args.in_flight.unwrap_or(in_flight_default);
     if in_flight == 0 {
@@ -371,6 +457,7 @@ fn execute<W: Workload>(
             Duration::from_secs_f64(args.serial_s)
         },
         progress: !args.quiet,
+        moves,
     };
     let workload = Arc::new(workload);
     if args.exactly_once && args.connect.is_none() {

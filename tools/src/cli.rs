@@ -97,10 +97,36 @@ pub struct RebalanceArgs {
     /// The operator whose partition moves, e.g. `account`.
     operator: String,
     /// The partition's number.
-    partition: u32,
+    #[arg(required_unless_present = "auto")]
+    partition: Option<u32>,
     /// The shard it moves to.
-    shard: u16,
+    #[arg(required_unless_present = "auto")]
+    shard: Option<u16>,
+    /// Instead of one named move: move the operator's partitions so that
+    /// the invocations each shard ran even out (`styx_engine::balance::plan`
+    /// on the daemon's per-partition counts, read from its metrics
+    /// address; a single node's).
+    #[arg(long, conflicts_with_all = ["partition", "shard"])]
+    auto: bool,
+    /// With --auto: count the invocations of this many seconds (two reads
+    /// of the metrics); 0 counts those since the daemon started.
+    #[arg(long, default_value_t = 2.0)]
+    window_s: f64,
+    /// With --auto: stop once the busiest shard is within this share of
+    /// the mean.
+    #[arg(long, default_value_t = 0.05)]
+    tolerance: f64,
+    /// With --auto: the daemon's metrics address [default: the client
+    /// port + 1].
+    #[arg(long)]
+    metrics: Option<String>,
+    /// With --auto: print the plan, move nothing.
+    #[arg(long)]
+    dry_run: bool,
 }
+
+/// Partitions a rebalance moves at most.
+const REBALANCE_MOVES_MAX: usize = 64;
 
 #[derive(Args)]
 pub struct StatusArgs {
@@ -365,28 +391,153 @@ pub fn get(a: GetArgs) -> ExitCode {
 /// it commits with `()` (a move to the shard that owns it already changes
 /// nothing), or aborts when the shard, operator or partition does not exist.
 pub fn rebalance(a: RebalanceArgs) -> ExitCode {
+    if a.auto {
+        return rebalance_auto(a);
+    }
+    let (partition, shard) = (
+        a.partition.expect("clap requires it"),
+        a.shard.expect("clap requires it"),
+    );
     finish(on_client(move || async move {
         let client = client(&a.connect)?;
-        let outcome = client
-            .call_address(
-                &a.operator,
-                Address::Partition(a.partition),
-                styx_engine::MOVE_FUNCTION,
-                Payload::encode(&a.shard),
-            )
-            .await;
-        match outcome {
-            Ok(Outcome::Committed { tid, .. }) => {
-                println!(
-                    "moved partition {} of {} to shard {} (tid {tid})",
-                    a.partition, a.operator, a.shard
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            Ok(Outcome::Aborted { abort, .. }) => Err(format!("move refused: {}", abort.message())),
-            Err(e) => Err(e.to_string()),
-        }
+        move_partition(&client, &a.operator, partition, shard).await?;
+        Ok(ExitCode::SUCCESS)
     }))
+}
+
+async fn move_partition(client: &Client, operator: &str, partition: u32, shard: u16) -> Result<(), String> {
+    let outcome = client
+        .call_address(
+            operator,
+            Address::Partition(partition),
+            styx_engine::MOVE_FUNCTION,
+            Payload::encode(&shard),
+        )
+        .await;
+    match outcome {
+        Ok(Outcome::Committed { tid, .. }) => {
+            println!("moved partition {partition} of {operator} to shard {shard} (tid {tid})");
+            Ok(())
+        }
+        Ok(Outcome::Aborted { abort, .. }) => Err(format!("move refused: {}", abort.message())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `styx rebalance --auto`: reads the per-partition counts twice,
+/// `--window-s` apart, plans, and moves one partition at a time.
+fn rebalance_auto(a: RebalanceArgs) -> ExitCode {
+    if !(a.window_s >= 0.0 && a.window_s.is_finite() && a.tolerance >= 0.0) {
+        eprintln!("error: --window-s and --tolerance must not be negative");
+        return ExitCode::from(2);
+    }
+    finish(on_client(move || async move {
+        let metrics = match &a.metrics {
+            Some(m) => m.clone(),
+            None => metrics_beside(&a.connect.connect)
+                .ok_or_else(|| format!("no metrics address: give --metrics for {}", a.connect.connect))?,
+        };
+        let client = client(&a.connect)?;
+        let shards = client.status().await.map_err(|e| e.to_string())?.shards;
+        let loads = if a.window_s > 0.0 {
+            let before = http_get(&metrics, "/metrics")?;
+            std::thread::sleep(Duration::from_secs_f64(a.window_s));
+            let after = http_get(&metrics, "/metrics")?;
+            partition_loads(&after, Some(&before), &a.operator)?
+        } else {
+            partition_loads(&http_get(&metrics, "/metrics")?, None, &a.operator)?
+        };
+        if let Some(l) = loads.iter().find(|l| l.owner >= shards) {
+            return Err(format!(
+                "partition {} is on shard {} of {shards}: the metrics are not this daemon's",
+                l.partition, l.owner
+            ));
+        }
+        // The planner names an operator id; the moves go out by name.
+        let moves = styx_engine::balance::plan(styx_engine::OpId(0), &loads, shards, a.tolerance, REBALANCE_MOVES_MAX);
+        let mut on = vec![0u64; usize::from(shards)];
+        let mut planned = vec![0u64; usize::from(shards)];
+        for l in &loads {
+            on[usize::from(l.owner)] += l.load;
+            let to = moves
+                .iter()
+                .find(|m| m.partition == l.partition)
+                .map_or(l.owner, |m| m.to);
+            planned[usize::from(to)] += l.load;
+        }
+        println!(
+            "invocations per shard {on:?}, planned {planned:?}: {} moves",
+            moves.len()
+        );
+        for m in &moves {
+            let load = loads.iter().find(|l| l.partition == m.partition).map_or(0, |l| l.load);
+            if a.dry_run {
+                println!(
+                    "would move partition {} of {} to shard {} ({load} invocations)",
+                    m.partition, a.operator, m.to
+                );
+            } else {
+                move_partition(&client, &a.operator, m.partition, m.to).await?;
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }))
+}
+
+/// `operator`'s partitions from a `/metrics` text: each one's invocations
+/// (summed over shards, less those of `before` when given) and its owner
+/// by the map of the lowest shard that published one.
+fn partition_loads(
+    text: &str,
+    before: Option<&str>,
+    operator: &str,
+) -> Result<Vec<styx_engine::balance::Load>, String> {
+    // `name{shard="S",operator="O",partition="P"} V`
+    fn samples<'a>(text: &'a str, name: &'a str, operator: &'a str) -> impl Iterator<Item = (u16, u32, u64)> + 'a {
+        text.lines().filter_map(move |line| {
+            let rest = line.strip_prefix(name)?.strip_prefix("{shard=\"")?;
+            let (shard, rest) = rest.split_once("\",operator=\"")?;
+            let (op, rest) = rest.split_once("\",partition=\"")?;
+            let (partition, value) = rest.split_once("\"} ")?;
+            if op != operator {
+                return None;
+            }
+            Some((shard.parse().ok()?, partition.parse().ok()?, value.trim().parse().ok()?))
+        })
+    }
+    let mut owners: std::collections::BTreeMap<u32, (u16, u16)> = std::collections::BTreeMap::new();
+    for (shard, partition, owner) in samples(text, "styx_partition_owner", operator) {
+        let e = owners.entry(partition).or_insert((shard, owner as u16));
+        if shard < e.0 {
+            *e = (shard, owner as u16);
+        }
+    }
+    if owners.is_empty() {
+        return Err(format!(
+            "the metrics list no partitions of {operator:?} (no such operator, or a daemon without per-partition counts)"
+        ));
+    }
+    let count = |text: &str| {
+        let mut c: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
+        for (_, partition, v) in samples(text, "styx_partition_invocations_total", operator) {
+            *c.entry(partition).or_default() += v;
+        }
+        c
+    };
+    let now = count(text);
+    let then = before.map(count).unwrap_or_default();
+    Ok(owners
+        .into_iter()
+        .map(|(partition, (_, owner))| styx_engine::balance::Load {
+            partition,
+            owner,
+            load: now
+                .get(&partition)
+                .copied()
+                .unwrap_or(0)
+                .saturating_sub(then.get(&partition).copied().unwrap_or(0)),
+        })
+        .collect())
 }
 
 /// `styx status`.
@@ -959,6 +1110,36 @@ fn decode_as(bytes: &[u8], types: &[Type]) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partition_loads_sum_shards_less_the_window_start_and_take_the_lowest_shards_map() {
+        let line = |name: &str, shard: u16, op: &str, p: u32, v: u64| {
+            format!("{name}{{shard=\"{shard}\",operator=\"{op}\",partition=\"{p}\"}} {v}\n")
+        };
+        let (inv, own) = ("styx_partition_invocations_total", "styx_partition_owner");
+        let mut after = String::from("# TYPE styx_partition_owner gauge\n");
+        for shard in [1u16, 0] {
+            after += &line(own, shard, "account", 0, 0);
+            // Shard 1 has seen partition 1 move to it, shard 0 not yet.
+            after += &line(own, shard, "account", 1, u64::from(shard));
+            after += &line(own, shard, "other", 0, 1);
+        }
+        after += &line(inv, 0, "account", 0, 10);
+        after += &line(inv, 1, "account", 0, 5);
+        after += &line(inv, 0, "account", 1, 7);
+        after += &line(inv, 0, "other", 0, 99);
+        let before = line(inv, 0, "account", 0, 4);
+        let loads = partition_loads(&after, Some(&before), "account").unwrap();
+        let got: Vec<(u32, u16, u64)> = loads.iter().map(|l| (l.partition, l.owner, l.load)).collect();
+        assert_eq!(got, vec![(0, 0, 11), (1, 0, 7)]);
+        let since_start = partition_loads(&after, None, "account").unwrap();
+        assert_eq!(since_start[0].load, 15);
+        assert!(
+            partition_loads(&after, None, "nothing")
+                .unwrap_err()
+                .contains("no partitions of \"nothing\"")
+        );
+    }
 
     #[test]
     fn arguments_encode_like_the_engine() {

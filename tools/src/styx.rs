@@ -33,7 +33,8 @@ enum Command {
     Get(cli::GetArgs),
     /// Print the daemon's shards, epoch, rates, log and snapshot positions.
     Status(cli::StatusArgs),
-    /// Move a partition to another shard: `styx rebalance OP PARTITION SHARD`.
+    /// Move a partition to another shard: `styx rebalance OP PARTITION SHARD`,
+    /// or those that even out the shards' load: `styx rebalance OP --auto`.
     Rebalance(cli::RebalanceArgs),
     /// Read commands from stdin (call, get, status, ping) on one connection.
     Repl(cli::ReplArgs),

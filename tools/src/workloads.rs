@@ -107,6 +107,7 @@ impl Knobs {
             zipf: None,
             partitions: PARTITIONS,
             api: styx_bench::Api::default(),
+            hot_shard: None,
         })
     }
 

@@ -559,3 +559,86 @@ fn rebalance_moves_partitions_while_transfers_run_and_survives_restarts() {
     assert_eq!(balances(&d, keys), after, "after kill -9");
     assert_eq!(after.values().sum::<i64>(), keys as i64 * START);
 }
+
+/// `styx rebalance --auto` moves load off the shard that carries it, by
+/// the per-partition counts the daemon publishes on its metrics address.
+#[test]
+fn rebalance_auto_moves_load_off_the_busy_shard() {
+    let dir = data_dir("rebalance-auto");
+    let d = Daemon::start(styxd(), &dir, &["--shards", "2"]);
+    let keys = 40;
+    load(&d, keys);
+    // Transfers among the accounts shard 0 owns (by the default map) only.
+    let partitions = styx_tools::apps::PARTITIONS;
+    let hot: Vec<u64> = (0..keys)
+        .filter(|k| styx_engine::partition_owner(Key::from(*k).partition(partitions), 2) == 0)
+        .collect();
+    assert!(hot.len() >= 4, "{hot:?}");
+    let mut c = d.connect();
+    let n = 400u64;
+    for seq in 0..n {
+        let i = (seq as usize) % hot.len();
+        let creditor = hot[(i + 1 + (seq as usize) % (hot.len() - 1)) % hot.len()];
+        c.send(request(
+            9,
+            seq + 1,
+            "account",
+            "transfer",
+            Key::from(hot[i]),
+            Payload::encode(&(creditor, 1i64)),
+        ));
+    }
+    for _ in 0..n {
+        let f = c.recv().unwrap();
+        assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+    }
+    let before = balances(&d, keys);
+    // The counts are published every 100 ms.
+    std::thread::sleep(Duration::from_millis(300));
+    let metrics = d.metrics.clone().expect("a metrics address");
+    let auto = |extra: &[&str]| {
+        let mut args = vec![
+            "rebalance",
+            "--connect",
+            &d.addr,
+            "--metrics",
+            &metrics,
+            "account",
+            "--auto",
+            "--window-s",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        styx(&args)
+    };
+    let (code, out) = auto(&["--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("would move partition") && out.contains("to shard 1"),
+        "{out}"
+    );
+    assert!(!out.contains("moved partition"), "{out}");
+    let (code, out) = auto(&[]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("moved partition") && out.contains("to shard 1"), "{out}");
+    // Counted since the start, the load now sits on both shards: nothing
+    // more to move.
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, out) = auto(&["--dry-run"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains(": 0 moves"), "{out}");
+    assert_eq!(balances(&d, keys), before);
+    let (code, out) = styx(&[
+        "rebalance",
+        "--connect",
+        &d.addr,
+        "--metrics",
+        &metrics,
+        "nothing",
+        "--auto",
+        "--window-s",
+        "0",
+    ]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("no partitions of \"nothing\""), "{out}");
+}

@@ -214,6 +214,9 @@ struct Machine {
     /// Messages of a later stage than ours, in arrival order.
     deferred: VecDeque<(ShardId, Message)>,
     stats: Stats,
+    /// Invocations run here per operator and partition (both phases):
+    /// the load a rebalance evens out (`balance::plan`).
+    partition_invocations: Vec<Vec<u64>>,
     record: Option<EpochRecord>,
 }
 
@@ -253,6 +256,10 @@ impl Shard {
         let map = PartitionMap::new(&app, n_shards);
         let store = Store::new(&app, id, &map);
         let tasks = Tasks::new(&app);
+        let partition_invocations = app
+            .operators()
+            .map(|(_, op)| vec![0; op.partitions() as usize])
+            .collect();
         let epoch_cap = if config.epoch_txns_adaptive {
             config.epoch_txns_max.min(crate::config::EPOCH_TXNS_START)
         } else {
@@ -285,6 +292,7 @@ impl Shard {
                 running: 0,
                 deferred: VecDeque::new(),
                 stats: Stats::default(),
+                partition_invocations,
                 record: None,
             },
             seq: lifecycle::Sequencer::new(epoch_cap),
@@ -323,6 +331,13 @@ impl Shard {
 
     pub fn stats(&self) -> Stats {
         self.m.stats
+    }
+
+    /// Invocations of `op`'s functions run on this shard so far, per
+    /// partition (a partition this shard never owned counts 0): the load
+    /// `balance::plan` evens out.
+    pub fn partition_invocations(&self, op: crate::OpId) -> &[u64] {
+        &self.m.partition_invocations[op.0 as usize]
     }
 
     /// A one-line account of the shard's machine, for diagnosing a stuck run.

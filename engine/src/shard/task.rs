@@ -78,6 +78,7 @@ impl Tasks {
 impl Shard {
     pub(super) fn on_invoke(&mut self, inv: Invoke) {
         self.m.stats.invocations += 1;
+        self.m.partition_invocations[inv.function.op.0 as usize][inv.partition as usize] += 1;
         match inv.phase {
             Phase::Fallback => self.admit_fallback(inv),
             // Phase 1 records what it touches; phase 3 runs alone in the
