@@ -58,6 +58,13 @@ pub struct Config {
     pub snapshot_interval_us: u64,
     /// Record per-epoch outcomes and serialization edges (for tests).
     pub record_history: bool,
+    /// Entities of a moving partition its old owner copies to the new one
+    /// at each epoch's end (the background copy: a partition of n entities
+    /// switches about n / this epochs after its move). Larger moves faster
+    /// and lengthens those epochs' ends. When a move switches depends on
+    /// it, so replay switches at the same epoch only with the same value
+    /// (the state does not depend on it).
+    pub move_share_entities: usize,
 }
 
 impl Default for Config {
@@ -72,6 +79,7 @@ impl Default for Config {
             durability: Durability::None,
             snapshot_interval_us: 0,
             record_history: false,
+            move_share_entities: 4_096,
         }
     }
 }

@@ -114,8 +114,11 @@ pub enum Message {
         /// logic: their accesses do not count as reservations.
         aborted: Vec<Tid>,
         /// Partition moves the sender sequenced this epoch: every shard
-        /// applies every shard's at the epoch's end, in tid order.
+        /// decides every shard's at the epoch's end, in tid order.
         moves: Vec<(Tid, crate::partition_map::Move)>,
+        /// Partitions moving away from the sender whose copy it has sent:
+        /// every shard switches them at the epoch's end.
+        switches: Vec<(crate::OpId, u32)>,
     },
     /// Conflict flags the sender found for the keys it owns.
     Flags {
@@ -164,15 +167,18 @@ pub enum Message {
     Durable {
         epoch: Epoch,
     },
-    /// Entities of `partition` of `op`, which moved from the sender to the
-    /// receiver at the end of `epoch`, in key order; `last` ends the
-    /// partition. The receiver installs them before it starts the next
-    /// epoch.
+    /// Entities of `partition` of `op`, which moves from the sender to the
+    /// receiver, taken at the end of `epoch`. Before the switch (`last`
+    /// false) a share of the background copy, which the receiver stages;
+    /// `last` marks the switch's delta (the entities written during the
+    /// copy, and `deleted`, those deleted): the receiver installs the copy
+    /// with the delta over it before it starts the next epoch.
     Install {
         epoch: Epoch,
         op: crate::OpId,
         partition: u32,
         entities: Vec<(crate::Key, crate::Value)>,
+        deleted: Vec<crate::Key>,
         last: bool,
     },
 }

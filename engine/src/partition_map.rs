@@ -8,9 +8,19 @@
 //! the same map at every epoch, live, in replay and after recovery; the
 //! version counts the epochs that changed it.
 //!
+//! A move does not switch at once: its partition is copied to the new
+//! owner in the background over the following epochs while the old owner
+//! keeps serving it (see `shard::moves`), and the map switches at the end
+//! of the epoch in which the old owner announces, in its `Done1`, that the
+//! copy is sent. The map therefore also holds the moves under way (one per
+//! partition) and the moves queued behind them (a partition moved again
+//! before its switch moves again after it, in the order decided). All of it
+//! is a function of the log, so every shard holds the same.
+//!
 //! A snapshot carries the map as the partitions that differ from the
 //! default rule (empty for a map never changed), so a restored shard knows
 //! the map of the snapshot's epoch and replays later moves from the log.
+//! No snapshot is taken while a move is under way, so it never needs them.
 
 use crate::app::App;
 use crate::codec::Payload;
@@ -93,12 +103,29 @@ impl Move {
     }
 }
 
-/// Each operator's partition → shard, and how many epochs changed it.
+/// A move under way: partition `partition` of `op` is being copied from
+/// `from`, which still owns it, to `to`, since the end of epoch `since`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Moving {
+    pub tid: Tid,
+    pub op: OpId,
+    pub partition: u32,
+    pub from: ShardId,
+    pub to: ShardId,
+    pub since: crate::ids::Epoch,
+}
+
+/// Each operator's partition → shard, how many moves changed it, and the
+/// moves under way.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PartitionMap {
     n_shards: u16,
     version: u64,
     owners: Vec<Vec<ShardId>>,
+    /// Moves being copied, in the order they started.
+    moving: Vec<Moving>,
+    /// Moves decided while their partition was moving, in decided order.
+    queued: Vec<(Tid, Move)>,
 }
 
 impl PartitionMap {
@@ -113,6 +140,8 @@ impl PartitionMap {
             n_shards,
             version: 0,
             owners,
+            moving: Vec::new(),
+            queued: Vec::new(),
         }
     }
 
@@ -122,9 +151,76 @@ impl PartitionMap {
         self.owners[op.0 as usize][partition as usize]
     }
 
-    /// How many epochs changed the map.
+    /// How many moves changed the map (a move to the partition's owner
+    /// changes nothing).
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// The moves under way, in the order they started.
+    pub fn moving(&self) -> &[Moving] {
+        &self.moving
+    }
+
+    /// Whether a move is under way or queued.
+    pub fn is_moving(&self) -> bool {
+        !self.moving.is_empty() || !self.queued.is_empty()
+    }
+
+    /// At the end of `epoch`, before its switches: queues the epoch's moves
+    /// (in tid order, behind those already queued) and starts every queued
+    /// move whose partition is not moving, in queue order; a move to the
+    /// partition's owner is dropped. Returns the moves started. Moves must
+    /// have passed [`Move::check`].
+    pub fn decide(&mut self, epoch: crate::ids::Epoch, moves: &mut [(Tid, Move)]) -> Vec<Moving> {
+        moves.sort_unstable();
+        self.queued.extend_from_slice(moves);
+        let mut started = Vec::new();
+        let mut i = 0;
+        while i < self.queued.len() {
+            let (tid, m) = self.queued[i];
+            assert!(m.to < self.n_shards, "move to shard {} of {}", m.to, self.n_shards);
+            if self.moving.iter().any(|g| (g.op, g.partition) == (m.op, m.partition)) {
+                i += 1;
+                continue;
+            }
+            self.queued.remove(i);
+            let from = self.owner(m.op, m.partition);
+            if from == m.to {
+                continue;
+            }
+            let g = Moving {
+                tid,
+                op: m.op,
+                partition: m.partition,
+                from,
+                to: m.to,
+                since: epoch,
+            };
+            self.moving.push(g);
+            started.push(g);
+        }
+        started
+    }
+
+    /// Switches the moves of `partitions` (their old owners announced the
+    /// copy complete): each partition's owner becomes its move's target.
+    /// Returns those moves, in `(op, partition)` order.
+    pub fn switch(&mut self, partitions: &mut [(OpId, u32)]) -> Vec<Moving> {
+        partitions.sort_unstable();
+        let mut switched = Vec::new();
+        for &(op, partition) in partitions.iter() {
+            let at = self
+                .moving
+                .iter()
+                .position(|g| (g.op, g.partition) == (op, partition))
+                .unwrap_or_else(|| panic!("switch of partition {partition} of operator {}, not moving", op.0));
+            let g = self.moving.remove(at);
+            self.owners[op.0 as usize][partition as usize] = g.to;
+            self.version += 1;
+            switched.push(g);
+        }
+        switched
     }
 
     /// The partitions of `op` that `shard` owns.
@@ -136,38 +232,26 @@ impl PartitionMap {
             .map(|(p, _)| p as u32)
     }
 
-    /// Applies one epoch's moves, in tid order (a partition moved twice in
-    /// an epoch ends where the last move sends it), and returns the
-    /// transfers: `(op, partition, from, to)` for every partition whose
-    /// owner changed, sorted. Moves must have passed [`Move::check`].
-    pub fn apply(&mut self, moves: &mut [(Tid, Move)]) -> Vec<(OpId, u32, ShardId, ShardId)> {
+    /// Applies one epoch's moves at once, in tid order, as if each had
+    /// been copied and switched before the next began: the map the engine
+    /// holds once every move of the log has switched (a partition moved
+    /// twice ends where the last move sends it). For checks against a log.
+    pub fn apply(&mut self, moves: &mut [(Tid, Move)]) {
         moves.sort_unstable();
-        // Where each moved partition's entities are: its owner before the
-        // epoch's moves.
-        let mut transfers: Vec<(OpId, u32, ShardId)> = moves
-            .iter()
-            .map(|(_, m)| (m.op, m.partition, self.owner(m.op, m.partition)))
-            .collect();
         for (_, m) in moves.iter() {
             assert!(m.to < self.n_shards, "move to shard {} of {}", m.to, self.n_shards);
-            self.owners[m.op.0 as usize][m.partition as usize] = m.to;
+            let owner = &mut self.owners[m.op.0 as usize][m.partition as usize];
+            if *owner != m.to {
+                *owner = m.to;
+                self.version += 1;
+            }
         }
-        if !moves.is_empty() {
-            self.version += 1;
-        }
-        // A partition moved away and back within the epoch did not move.
-        transfers.sort_unstable();
-        transfers.dedup();
-        transfers
-            .into_iter()
-            .map(|(op, p, from)| (op, p, from, self.owner(op, p)))
-            .filter(|(_, _, from, to)| from != to)
-            .collect()
     }
 
     /// What a snapshot keeps: the version and the partitions off the
     /// default rule, `(op, partition, shard)`.
     pub(crate) fn to_meta(&self) -> (u64, Vec<(u16, u32, u16)>) {
+        assert!(!self.is_moving(), "a snapshot while partitions move");
         let mut moved = Vec::new();
         for (op, owners) in self.owners.iter().enumerate() {
             for (p, s) in owners.iter().enumerate() {
@@ -230,11 +314,37 @@ mod tests {
             partition,
             to,
         };
-        // Partition 0 of `a` goes 0 → 2 → 1; partition 1 goes away and back.
+        // Partition 0 of `a` goes 0 → 2 → 1; partition 1 goes away and back
+        // (two moves, each counted).
         let mut moves = vec![(9, mv(0, 0, 1)), (5, mv(0, 0, 2)), (6, mv(0, 1, 0)), (7, mv(0, 1, 1))];
-        let transfers = map.apply(&mut moves);
-        assert_eq!(transfers, vec![(OpId(0), 0, 0, 1)]);
-        assert_eq!(map.version(), 1);
+        let mut engine = map.clone();
+        map.apply(&mut moves);
+        assert_eq!((map.owner(OpId(0), 0), map.owner(OpId(0), 1)), (1, 1));
+        assert_eq!(map.version(), 4);
+        // The engine copies the first move of each partition, queues the
+        // second behind it, and reaches the same map once all switched.
+        let started = engine.decide(4, &mut moves);
+        assert_eq!(
+            started
+                .iter()
+                .map(|g| (g.tid, g.partition, g.from, g.to))
+                .collect::<Vec<_>>(),
+            vec![(5, 0, 0, 2), (6, 1, 1, 0)]
+        );
+        assert_eq!(engine.owner(OpId(0), 0), 0, "no switch before the copy");
+        let switched = engine.switch(&mut [(OpId(0), 1), (OpId(0), 0)]);
+        assert_eq!(switched.iter().map(|g| g.partition).collect::<Vec<_>>(), vec![0, 1]);
+        let started = engine.decide(7, &mut []);
+        assert_eq!(
+            started
+                .iter()
+                .map(|g| (g.tid, g.partition, g.from, g.to, g.since))
+                .collect::<Vec<_>>(),
+            vec![(7, 1, 0, 1, 7), (9, 0, 2, 1, 7)]
+        );
+        engine.switch(&mut [(OpId(0), 0), (OpId(0), 1)]);
+        assert!(!engine.is_moving());
+        assert_eq!(engine, map);
         let (version, moved) = map.to_meta();
         assert_eq!(PartitionMap::from_meta(&app, 3, version, &moved).unwrap(), map);
         assert!(PartitionMap::from_meta(&app, 3, 1, &[(0, 0, 3)]).is_err());

@@ -122,6 +122,11 @@ pub(crate) struct Store {
     /// partition's table: the first of their slots (they run to the end
     /// of the slab) and, per slot, its partition's number across operators.
     staged: Option<(u32, Vec<u32>)>,
+    /// Partitions being copied here by moves under way, each indexed by a
+    /// table of its own: their entries are in the slab but in no owned
+    /// partition's table, not live and not dirty, so nothing sees them
+    /// until [`Store::install_incoming`].
+    incoming: Vec<(OpId, u32, HashTable<u32>)>,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -149,6 +154,7 @@ impl Store {
             dirty: Vec::new(),
             saved: Vec::new(),
             staged: None,
+            incoming: Vec::new(),
         };
         for (op_id, op) in app.operators() {
             let partitions = (0..op.partitions()).map(|_| None).collect();
@@ -313,6 +319,92 @@ impl Store {
                 self.free.push(slot);
             }
         }
+    }
+
+    /// The slots of a partition's entities that hold a value, in the
+    /// table's order (not a stable order: see [`Store::entity_at`]).
+    pub fn live_slots(&self, op: OpId, partition: u32) -> Vec<u32> {
+        self.partition(op, partition)
+            .map
+            .iter()
+            .copied()
+            .filter(|slot| self.entries[*slot as usize].value.is_some())
+            .collect()
+    }
+
+    /// The entity at `slot` if it is one of `partition` of `op` and holds a
+    /// value (a slot taken earlier may since have been freed and reused).
+    pub fn entity_at(&self, slot: u32, op: OpId, partition: u32) -> Option<(&Key, &Value)> {
+        let e = self.entries.get(slot as usize)?;
+        if self.meta[slot as usize].op != op.0 {
+            return None;
+        }
+        let partitions = self.operators[op.0 as usize].partitions.len() as u32;
+        match (&e.key, &e.value) {
+            (Some(k), Some(v)) if k.partition(partitions) == partition => Some((k, v)),
+            _ => None,
+        }
+    }
+
+    /// Adds an entity to the incoming copy of `partition` of `op` (a move
+    /// to this shard under way): in the slab, invisible until installed. A
+    /// key staged again takes the later value.
+    pub fn stage_incoming(&mut self, op: OpId, partition: u32, key: Key, value: Value) {
+        let at = match self.incoming.iter().position(|(o, p, _)| (*o, *p) == (op, partition)) {
+            Some(at) => at,
+            None => {
+                self.incoming.push((op, partition, HashTable::new()));
+                self.incoming.len() - 1
+            }
+        };
+        let hash = key.hash64();
+        let entries = &self.entries;
+        let found = self.incoming[at]
+            .2
+            .find(table_hash(hash), |s| entries[*s as usize].key.as_ref() == Some(&key))
+            .copied();
+        if let Some(slot) = found {
+            self.entries[slot as usize].value = Some(value);
+            return;
+        }
+        let slot = self.allocate(op, Some(key));
+        self.entries[slot as usize].value = Some(value);
+        let entries = &self.entries;
+        self.incoming[at].2.insert_unique(table_hash(hash), slot, |s| {
+            table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64())
+        });
+    }
+
+    /// Makes the incoming copy of `partition` of `op` part of the store
+    /// (its move switched): live, and dirty for the next snapshot. With no
+    /// table for the partition here, the copy's table becomes it whole;
+    /// otherwise (the partition was here before and left tombstones) its
+    /// entities go in one by one.
+    pub fn install_incoming(&mut self, op: OpId, partition: u32) {
+        let Some(at) = self.incoming.iter().position(|(o, p, _)| (*o, *p) == (op, partition)) else {
+            self.ensure_partition(op, partition);
+            return;
+        };
+        let (_, _, table) = self.incoming.swap_remove(at);
+        if self.has_partition(op, partition) {
+            for slot in table {
+                let key = self.entries[slot as usize].key.take().expect("an incoming entity");
+                let value = self.entries[slot as usize].value.take();
+                self.free.push(slot);
+                let to = self.slot(op, partition, &key, key.hash64());
+                self.set(to, value);
+            }
+            return;
+        }
+        for &slot in &table {
+            let m = &mut self.meta[slot as usize];
+            debug_assert_eq!(m.marks, 0);
+            m.marks = DIRTY;
+            self.dirty.push(slot);
+        }
+        self.live += table.len();
+        let pseudo = self.allocate(op, None);
+        self.operators[op.0 as usize].partitions[partition as usize] = Some(Partition { map: table, pseudo });
     }
 
     /// The entities of a partition with a value, in key order.

@@ -42,6 +42,28 @@ fn entities(input: &mut &[u8]) -> Result<Vec<(Key, Value)>, WireError> {
     Ok(out)
 }
 
+/// An `Install`'s deleted keys: a count, then each key.
+fn keys(input: &mut &[u8]) -> Result<Vec<Key>, WireError> {
+    // Each takes at least a key length: 2 bytes.
+    let count = counted(input, 2)?;
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        out.push(key(input)?);
+    }
+    Ok(out)
+}
+
+/// A `Done1`'s switches: a count, then `(op, partition)` each.
+fn switches(input: &mut &[u8]) -> Result<Vec<(OpId, u32)>, WireError> {
+    // Each takes 6 bytes: a count past that is a lie.
+    let count = counted(input, 6)?;
+    let mut out = Vec::with_capacity(count);
+    for _ in 0..count {
+        out.push((OpId(u16::decode(input)?), u32::decode(input)?));
+    }
+    Ok(out)
+}
+
 /// Messages in one encoded batch at most: a batch is what one shard step
 /// produced for one peer, bounded by the epoch size times the fan-out.
 pub const BATCH_MESSAGES_MAX: usize = 1 << 22;
@@ -160,6 +182,7 @@ fn encode_message(m: &Message, w: &mut Writer) {
             lc,
             aborted,
             moves,
+            switches,
         } => {
             DONE1.encode(w);
             epoch.encode(w);
@@ -171,6 +194,11 @@ fn encode_message(m: &Message, w: &mut Writer) {
                 m.op.0.encode(w);
                 m.partition.encode(w);
                 m.to.encode(w);
+            }
+            (switches.len() as u32).encode(w);
+            for (op, partition) in switches {
+                op.0.encode(w);
+                partition.encode(w);
             }
         }
         Message::Flags { epoch, flags } => {
@@ -228,6 +256,7 @@ fn encode_message(m: &Message, w: &mut Writer) {
             op,
             partition,
             entities,
+            deleted,
             last,
         } => {
             INSTALL.encode(w);
@@ -239,6 +268,11 @@ fn encode_message(m: &Message, w: &mut Writer) {
                 (key.as_bytes().len() as u16).encode(w);
                 w.put(key.as_bytes());
                 value.to_vec().encode(w);
+            }
+            (deleted.len() as u32).encode(w);
+            for key in deleted {
+                (key.as_bytes().len() as u16).encode(w);
+                w.put(key.as_bytes());
             }
             last.encode(w);
         }
@@ -358,6 +392,7 @@ impl Decoder {
                 lc: u64::decode(input)?,
                 aborted: Vec::<Tid>::decode(input)?,
                 moves: self.moves(input)?,
+                switches: switches(input)?,
             },
             FLAGS => Message::Flags {
                 epoch: Epoch::decode(input)?,
@@ -406,6 +441,7 @@ impl Decoder {
                 op: OpId(u16::decode(input)?),
                 partition: u32::decode(input)?,
                 entities: entities(input)?,
+                deleted: keys(input)?,
                 last: bool::decode(input)?,
             },
             t => return Err(DecodeError::Tag(t).into()),
@@ -547,6 +583,7 @@ mod tests {
                         to: 2,
                     },
                 )],
+                switches: vec![(OpId(1), 4), (OpId(0), 9)],
             },
             Message::Flags {
                 epoch: 5,
@@ -581,6 +618,7 @@ mod tests {
                 op: OpId(0),
                 partition: 3,
                 entities: vec![(Key::from(7u64), Value::from_bytes(&[1, 2, 3]))],
+                deleted: vec![Key::from(8u64), Key::from("gone")],
                 last: true,
             },
         ]

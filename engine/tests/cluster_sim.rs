@@ -274,6 +274,8 @@ impl Cluster {
         config.snapshot_interval_us = [250, 1_500][rng.below(2) as usize];
         config.epoch_gather_us = 30;
         config.step_messages_max = [2, 8, 64][rng.below(3) as usize];
+        // Moves copy over several epochs, or in one.
+        config.move_share_entities = [1, 3, 4_096][(seed % 3) as usize];
         let fsync_busy = [0.0, 0.3, 0.7, 0.9][rng.below(4) as usize];
         let remote_delay_us_max = [20, 200, 1_000][rng.below(3) as usize];
         let acks = rng.chance(0.5);

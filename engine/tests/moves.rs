@@ -42,6 +42,9 @@ fn bank_under_moves(shards: u16, seed: u64) -> u64 {
     let mut config = test_config(8);
     config.epoch_gather_us = 30;
     config.step_messages_max = [2, 8, 64][(seed % 3) as usize];
+    // A background copy of one entity an epoch, a few, or all at once:
+    // transfers write into partitions while they are copied.
+    config.move_share_entities = [1, 2, 4_096][(seed / 3 % 3) as usize];
     let mut rng = Rng::new(seed);
     let mut sim = Sim::new(app.clone(), config.clone(), shards, seed);
     let initial = accounts(ACCOUNTS, START_BALANCE);
@@ -321,4 +324,74 @@ fn a_large_partition_moves_in_chunks() {
     sim.submit(0, 2, transfer(&app, 1, 2, 5)).unwrap();
     let checked = run_and_check(&mut sim, &app, config.limits, &initial);
     assert_eq!(checked.committed, 3);
+}
+
+/// Entities created and deleted in partitions while their background copy
+/// runs (one entity an epoch, so copies span many epochs): the delta
+/// carries both, so the state after every move switched equals the serial
+/// oracle's, nothing deleted comes back on the new owner and nothing
+/// created is lost; every entity is where the map says.
+#[test]
+fn creates_and_deletes_during_a_copy_reach_the_new_owner() {
+    swarm(seeds(0..SEEDS), |seed| {
+        let at = format!("seed {seed}");
+        let mut app = styx_engine::App::new("kv");
+        let kv = app.operator("kv", 4);
+        app.function(kv, "put", |ctx, v: u64| async move {
+            ctx.put(&v)?;
+            Ok(())
+        });
+        app.function(kv, "del", |ctx, (): ()| async move {
+            ctx.delete()?;
+            Ok(())
+        });
+        let app = std::sync::Arc::new(app);
+        let put = app.resolve("kv", "put").unwrap();
+        let del = app.resolve("kv", "del").unwrap();
+        let mut config = test_config(8);
+        config.epoch_gather_us = 30;
+        config.move_share_entities = 1 + (seed % 2) as usize;
+        let shards = 2 + (seed % 2) as u16;
+        let mut sim = Sim::new(app.clone(), config.clone(), shards, seed);
+        let initial: Vec<_> = (0..60u64)
+            .map(|k| {
+                (
+                    kv,
+                    styx_engine::Key::from(k),
+                    styx_engine::Value::encode(&k, &mut Default::default()).unwrap(),
+                )
+            })
+            .collect();
+        for (op, k, v) in &initial {
+            sim.load(*op, k, Some(v.clone()));
+        }
+        let mut rng = Rng::new(seed);
+        for token in 0..400u64 {
+            let request = if rng.chance(0.05) {
+                move_to(rng.below(4) as u32, rng.below(u64::from(shards)) as ShardId)
+            } else {
+                let key = styx_engine::Key::from(rng.below(120));
+                let (function, args) = if rng.chance(0.4) {
+                    (del, Payload::encode(&()))
+                } else {
+                    (put, Payload::encode(&rng.below(1_000)))
+                };
+                Request {
+                    function,
+                    address: Address::Entity(key),
+                    args,
+                    client: None,
+                }
+            };
+            sim.submit(rng.below(u64::from(shards)) as ShardId, token, request)
+                .unwrap_or_else(|e| panic!("{at}: submit refused: {e}"));
+            for _ in 0..rng.below(20) {
+                sim.step();
+            }
+        }
+        run_and_check(&mut sim, &app, config.limits, &initial);
+        assert_placed_by_log(&sim, &at);
+        let version = sim.shard(0).partition_map().version();
+        assert!(version > 0, "{at}: the map never changed");
+    });
 }

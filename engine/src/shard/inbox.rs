@@ -72,7 +72,13 @@ impl Shard {
         match msg {
             Message::Invoke(inv) => self.on_invoke(inv),
             Message::Reply(reply) => self.on_reply(reply),
-            Message::Done1 { lc, aborted, moves, .. } => self.on_done1(lc, aborted, moves),
+            Message::Done1 {
+                lc,
+                aborted,
+                moves,
+                switches,
+                ..
+            } => self.on_done1(lc, aborted, moves, switches),
             Message::Flags { flags, .. } => self.on_flags(flags),
             Message::Finish {
                 tid, commit, serial, ..
@@ -105,8 +111,9 @@ impl Shard {
                 op,
                 partition,
                 entities,
+                deleted,
                 last,
-            } => self.on_install(epoch, op, partition, entities, last),
+            } => self.on_install(epoch, op, partition, entities, deleted, last),
         }
     }
 

@@ -127,7 +127,8 @@ impl Shard {
         match &self.seq.replay {
             Some(q) => !q.is_empty(),
             None => {
-                !self.seq.pending.is_empty()
+                // A move under way needs epochs to copy in, load or not.
+                (!self.seq.pending.is_empty() || self.exec.map.borrow().is_moving())
                     && (self.m.epoch == 0
                         || self.m.now_us >= self.seq.last_start_us.saturating_add(self.config.epoch_gather_us)
                         || self.seq.pending.len() >= self.seq.epoch_cap)
@@ -313,8 +314,12 @@ impl Shard {
         self.seq.lc = self.seq.lc.max(self.check.lc_max);
         let snapshot = std::mem::take(&mut self.snap.vote);
         // The map switches here, before the snapshot: a snapshot after this
-        // epoch holds the new map and every entity where it says.
+        // epoch holds the new map and every entity where it says. None is
+        // taken while a move is under way (its copy is only in memory: see
+        // `moves`); every shard holds the same map, so all skip alike, and
+        // the vote comes again after the switch.
         let ready = self.switch_partitions(epoch);
+        let snapshot = snapshot && !self.exec.map.borrow().is_moving();
         if ready && snapshot {
             self.begin_snapshot(epoch);
         }

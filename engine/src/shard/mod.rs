@@ -374,6 +374,7 @@ impl Shard {
             && self.gate.held.is_empty()
             && self.seq.replay.as_ref().is_none_or(VecDeque::is_empty)
             && !self.moves.is_waiting()
+            && !self.exec.map.borrow().is_moving()
     }
 
     /// Checks a request before it is accepted: the function exists, runs on

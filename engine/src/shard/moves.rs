@@ -1,39 +1,52 @@
-//! Partition moves: the map switch at an epoch's end and the transfer of a
-//! moved partition's entities (stop-and-copy at the boundary).
+//! Partition moves: a background copy to the new owner over several
+//! epochs, then the switch of the map and the delta at one epoch's end.
 //!
 //! A move is a request (`partition_map::Move::request`): its coordinator
 //! seals it into its batch like a transaction (so it is logged and replayed,
 //! and answered exactly once), does not run it, and lists it in its `Done1`.
 //! Every shard therefore knows every move of the epoch before the epoch
-//! ends, and at the end applies them all, in tid order, to its map. Then:
+//! ends, and at the end decides them all, in tid order, on its map
+//! (`PartitionMap::decide`: a partition already moving queues the move).
+//! A move started at the end of epoch E then goes:
 //!
-//! - the old owner sends the partition's entities (`Install`, in chunks)
-//!   and deletes them from its store: the deletes are ordinary writes, so
-//!   a snapshot being copied saves the old values first, and the next
-//!   snapshot of this shard holds tombstones — its chain can never bring
-//!   the entities back;
-//! - the new owner waits, before it snapshots or starts the next epoch,
-//!   until every partition coming to it is complete, then installs them in
-//!   (operator, partition) order: ordinary writes again, so its next
-//!   snapshot holds them. Messages of the next epoch wait meanwhile.
+//! - *Copy.* The old owner, still owning and serving the partition, lists
+//!   its live slots at E's end and sends `Config::move_share_entities` of
+//!   them at the end of E and of each later epoch (`Install`, not `last`).
+//!   It also records every key of the partition its epochs touch from E + 1
+//!   on (a superset of those written or deleted). The new owner stages the
+//!   entities in its slab, indexed apart from its partitions: nothing sees
+//!   them (`Store::stage_incoming`).
+//! - *Switch.* The end of the epoch in which the last share was sent makes
+//!   the old owner announce the switch in its next `Done1`; at that epoch's
+//!   end (S) every shard switches the map (`PartitionMap::switch`). The old
+//!   owner sends the delta — the current value or deletion of every key it
+//!   recorded — and deletes the partition (ordinary writes, so its next
+//!   snapshot holds tombstones); the new owner waits, before it snapshots
+//!   or starts the next epoch (messages of S + 1 wait meanwhile), for the
+//!   delta, then installs the staged copy with the delta over it. A key
+//!   written after its share was taken is in the delta, so the installed
+//!   partition is the old owner's state at S's end.
 //!
-//! So the switch is at the epoch boundary on every shard: no invocation of
-//! the next epoch runs before the moved partition is in place, every one
-//! of this epoch ran at the old owner, and a snapshot after the epoch has
-//! both the new map and the entities where it says (recovery restores the
-//! map from the snapshot and replays later moves from the log).
+//! So the pause at the switch is the delta and the table's adoption, not
+//! the partition. Every step is a function of the log: when the switch
+//! comes depends only on the partition's live entities at E's end, so
+//! replay switches at the same epoch. No snapshot is taken while a move is
+//! under way (every shard holds the same map, so all skip alike): the
+//! staged copy and the recorded keys live only in memory, and recovery
+//! from a snapshot before E replays the whole move.
 //!
-//! Invariants: installs of an epoch arrive only after this shard sent its
-//! `Done2` for it (the old owner sends them once the epoch ended there), and
-//! none of a later epoch arrive before this shard started it; the shard
-//! never starts an epoch while a transfer to it is incomplete.
+//! Invariants: shares of a copy arrive in the order sent (links are FIFO
+//! and one shard sends them); a delta of epoch S arrives only after this
+//! shard sent its `Done2` for S, and no message of S + 1 is handled before
+//! it is installed; the shard never starts an epoch while a delta to it is
+//! missing.
 
 use super::Shard;
 use crate::codec::Payload;
-use crate::ids::{Epoch, OpId, Tid};
+use crate::ids::{Epoch, OpId, ShardId, Tid};
 use crate::key::Key;
 use crate::message::Message;
-use crate::partition_map::Move;
+use crate::partition_map::{Move, Moving};
 use crate::value::Value;
 
 /// Entities in one `Install` message at most, and the key and value bytes
@@ -42,14 +55,32 @@ use crate::value::Value;
 pub(super) const INSTALL_ENTITIES_MAX: usize = 4_096;
 pub(super) const INSTALL_BYTES_MAX: usize = 1 << 20;
 
-/// One `Install` message's content.
-struct Chunk {
+/// A partition this shard is copying away (it still owns it).
+struct Outgoing {
     op: OpId,
     partition: u32,
-    entities: Vec<(Key, Value)>,
+    to: ShardId,
+    /// Its live slots at the move's start, sent in this order.
+    slots: Vec<u32>,
+    /// How many of `slots` were sent.
+    cursor: usize,
+    /// Keys of the partition touched since the move started: the delta.
+    touched: Vec<Key>,
+    /// The switch was announced in a `Done1`.
+    announced: bool,
 }
 
-/// The rest of an epoch's end, held while transfers to this shard arrive.
+/// A delta's deletions for a partition coming here, kept until installed
+/// (its entities are staged in the store as they arrive).
+struct Incoming {
+    op: OpId,
+    partition: u32,
+    deleted: Vec<Key>,
+    /// The delta's last message arrived.
+    complete: bool,
+}
+
+/// The rest of an epoch's end, held while deltas to this shard arrive.
 #[derive(Clone, Copy)]
 struct Held {
     epoch: Epoch,
@@ -57,18 +88,19 @@ struct Held {
     any_pending: bool,
 }
 
-/// Moves of the current epoch and transfers in flight to this shard.
+/// Moves of the current epoch and copies in flight from and to this shard.
 pub(super) struct Moves {
     /// Moves this shard sequenced this epoch, for its `Done1`.
     pub(super) sealed: Vec<(Tid, Move)>,
     /// Every shard's moves of this epoch (from the `Done1`s).
     pub(super) decided: Vec<(Tid, Move)>,
-    /// Partitions coming to this shard at this boundary …
+    /// Partitions whose copy every shard announced sent (from the
+    /// `Done1`s): they switch at this epoch's end.
+    pub(super) switches: Vec<(OpId, u32)>,
+    outgoing: Vec<Outgoing>,
+    incoming: Vec<Incoming>,
+    /// Partitions switching to this shard at this boundary …
     expected: usize,
-    /// … and how many of them arrived whole.
-    complete: usize,
-    /// Their chunks, in arrival order (FIFO per sender).
-    arrived: Vec<Chunk>,
     held: Option<Held>,
 }
 
@@ -77,9 +109,10 @@ impl Moves {
         Moves {
             sealed: Vec::new(),
             decided: Vec::new(),
+            switches: Vec::new(),
+            outgoing: Vec::new(),
+            incoming: Vec::new(),
             expected: 0,
-            complete: 0,
-            arrived: Vec::new(),
             held: None,
         }
     }
@@ -89,21 +122,44 @@ impl Moves {
         self.held.is_some()
     }
 
-    /// For `Shard::describe`: transfers coming in.
+    /// For `Shard::describe`: copies out and in.
     pub(super) fn describe(&self) -> String {
         format!(
-            "moves: {} partitions in of {} ({} chunks), {}",
-            self.complete,
+            "moves: {} out ({} of {} entities sent), {} in ({} complete, {} expected), {}",
+            self.outgoing.len(),
+            self.outgoing.iter().map(|o| o.cursor).sum::<usize>(),
+            self.outgoing.iter().map(|o| o.slots.len()).sum::<usize>(),
+            self.incoming.len(),
+            self.incoming.iter().filter(|i| i.complete).count(),
             self.expected,
-            self.arrived.len(),
             if self.is_waiting() { "waiting" } else { "not waiting" }
         )
+    }
+
+    fn incoming(&mut self, op: OpId, partition: u32) -> &mut Incoming {
+        let at = match self
+            .incoming
+            .iter()
+            .position(|i| (i.op, i.partition) == (op, partition))
+        {
+            Some(at) => at,
+            None => {
+                self.incoming.push(Incoming {
+                    op,
+                    partition,
+                    deleted: Vec::new(),
+                    complete: false,
+                });
+                self.incoming.len() - 1
+            }
+        };
+        &mut self.incoming[at]
     }
 }
 
 impl Shard {
     /// A move request sealed into this epoch: it runs nothing; its outcome
-    /// is `()` and the switch happens at the epoch's end.
+    /// is `()` and the copy starts at the epoch's end.
     pub(super) fn seal_move(&mut self, tid: Tid, m: Move) {
         self.moves.sealed.push((tid, m));
     }
@@ -113,95 +169,206 @@ impl Shard {
         Payload::encode(&())
     }
 
-    /// At the end of `epoch`: applies the epoch's moves to the map, sends
-    /// away the partitions that left, and installs those that came if all
-    /// are here. Returns whether the epoch's end may go on now (else the
-    /// rest waits in `held` for the installs: see [`Shard::hold_boundary`]).
+    /// For this shard's `Done1`: the partitions whose copy it has sent and
+    /// not yet announced (they switch at this epoch's end).
+    pub(super) fn copies_sent(&mut self) -> Vec<(OpId, u32)> {
+        let mut out = Vec::new();
+        for o in &mut self.moves.outgoing {
+            if o.cursor == o.slots.len() && !o.announced {
+                o.announced = true;
+                out.push((o.op, o.partition));
+            }
+        }
+        out
+    }
+
+    /// At the end of `epoch`: records the keys the epoch touched in
+    /// partitions copying away, starts the moves that may start, switches
+    /// the partitions announced (the old owner sends the delta and deletes,
+    /// the new one expects it), and sends every copy's next share. Returns
+    /// whether the epoch's end may go on now (else the rest waits in
+    /// `held` for the deltas: see [`Shard::hold_boundary`]).
     pub(super) fn switch_partitions(&mut self, epoch: Epoch) -> bool {
-        if self.moves.decided.is_empty() {
+        if !self.exec.map.borrow().is_moving() && self.moves.decided.is_empty() {
+            debug_assert!(self.moves.switches.is_empty());
             return true;
         }
+        self.record_touched();
+        // Decided before the switches: a move of a partition switching now
+        // queues and starts at the next epoch's end, from its new owner,
+        // which has installed it by then.
         let mut decided = std::mem::take(&mut self.moves.decided);
-        let transfers = self.exec.map.borrow_mut().apply(&mut decided);
+        let started = self.exec.map.borrow_mut().decide(epoch, &mut decided);
         let id = self.exec.id;
-        for &(op, partition, from, to) in &transfers {
-            if from == id {
-                self.send_partition(epoch, op, partition, to);
+        for g in started.iter().filter(|g| g.from == id) {
+            let slots = self.exec.st.borrow().store.live_slots(g.op, g.partition);
+            self.moves.outgoing.push(Outgoing {
+                op: g.op,
+                partition: g.partition,
+                to: g.to,
+                slots,
+                cursor: 0,
+                touched: Vec::new(),
+                announced: false,
+            });
+        }
+        let mut switches = std::mem::take(&mut self.moves.switches);
+        let switched = self.exec.map.borrow_mut().switch(&mut switches);
+        for g in &switched {
+            if g.from == id {
+                self.send_delta(epoch, g);
             }
-            if to == id {
+            if g.to == id {
                 self.moves.expected += 1;
             }
         }
+        self.send_shares(epoch);
         self.try_install()
     }
 
-    /// Sends the entities of a partition that moved to `to`, in chunks of
-    /// at most [`INSTALL_ENTITIES_MAX`] entities and about
-    /// [`INSTALL_BYTES_MAX`] bytes, the last marked (one, empty, for an
-    /// empty partition), and deletes them here (tombstones until a snapshot
-    /// copied them).
-    fn send_partition(&mut self, epoch: Epoch, op: OpId, partition: u32, to: crate::ShardId) {
-        let mut guard = self.exec.st.borrow_mut();
-        let st = &mut *guard;
-        let rows = st.store.scan(op, partition);
-        let mut entities = Vec::new();
-        let mut bytes = 0;
-        for (i, (key, slot)) in rows.iter().enumerate() {
-            let value = st.store.entries[*slot as usize].value.clone();
-            let value = value.expect("a scan returns live entities");
-            bytes += key.as_bytes().len() + value.len();
-            entities.push((key.clone(), value));
-            let last = i + 1 == rows.len();
-            if last || entities.len() == INSTALL_ENTITIES_MAX || bytes >= INSTALL_BYTES_MAX {
-                let chunk = std::mem::take(&mut entities);
-                bytes = 0;
-                let msg = Message::Install {
-                    epoch,
-                    op,
-                    partition,
-                    entities: chunk,
-                    last,
-                };
-                self.exec.route(st, to, msg);
+    /// Keys of the epoch's touched table in partitions copying away: they
+    /// go again, with their value at the switch, in the delta.
+    fn record_touched(&mut self) {
+        if self.moves.outgoing.is_empty() {
+            return;
+        }
+        let st = self.exec.st.borrow();
+        for t in &st.tables.touched {
+            let Some(key) = &t.key else { continue };
+            if let Some(o) = self
+                .moves
+                .outgoing
+                .iter_mut()
+                .find(|o| (o.op, o.partition) == (t.op, t.partition))
+            {
+                o.touched.push(key.clone());
             }
         }
-        if rows.is_empty() {
-            let msg = Message::Install {
-                epoch,
-                op,
-                partition,
-                entities: Vec::new(),
-                last: true,
-            };
-            self.exec.route(st, to, msg);
+    }
+
+    /// Sends each copy's next `Config::move_share_entities` slots (those
+    /// still holding an entity of the partition: one deleted or reused
+    /// since was touched, so the delta carries it).
+    fn send_shares(&mut self, epoch: Epoch) {
+        let share = self.config.move_share_entities.max(1);
+        let mut guard = self.exec.st.borrow_mut();
+        let st = &mut *guard;
+        for o in &mut self.moves.outgoing {
+            if o.cursor == o.slots.len() {
+                continue;
+            }
+            let end = (o.cursor + share).min(o.slots.len());
+            let mut entities = Vec::new();
+            let mut bytes = 0;
+            for &slot in &o.slots[o.cursor..end] {
+                let Some((key, value)) = st.store.entity_at(slot, o.op, o.partition) else {
+                    continue;
+                };
+                bytes += key.as_bytes().len() + value.len();
+                entities.push((key.clone(), value.clone()));
+                if entities.len() == INSTALL_ENTITIES_MAX || bytes >= INSTALL_BYTES_MAX {
+                    bytes = 0;
+                    let msg = install(
+                        epoch,
+                        o.op,
+                        o.partition,
+                        std::mem::take(&mut entities),
+                        Vec::new(),
+                        false,
+                    );
+                    self.exec.route(st, o.to, msg);
+                }
+            }
+            o.cursor = end;
+            if !entities.is_empty() {
+                let msg = install(epoch, o.op, o.partition, entities, Vec::new(), false);
+                self.exec.route(st, o.to, msg);
+            }
         }
-        for (_, slot) in rows {
+    }
+
+    /// At the switch of `g`, moving away from here: sends the delta (the
+    /// current value, or the deletion, of every key touched during the
+    /// copy; the last message marked) and deletes the partition here
+    /// (tombstones until a snapshot copied them).
+    fn send_delta(&mut self, epoch: Epoch, g: &Moving) {
+        let at = self
+            .moves
+            .outgoing
+            .iter()
+            .position(|o| (o.op, o.partition) == (g.op, g.partition))
+            .expect("a partition switching away is being copied");
+        let o = self.moves.outgoing.swap_remove(at);
+        assert_eq!(o.cursor, o.slots.len(), "switch before the copy was sent");
+        let mut touched = o.touched;
+        touched.sort_unstable();
+        touched.dedup();
+        let mut guard = self.exec.st.borrow_mut();
+        let st = &mut *guard;
+        let mut entities = Vec::new();
+        let mut deleted = Vec::new();
+        let mut bytes = 0;
+        for key in touched {
+            match st.store.find(o.op, o.partition, &key, key.hash64()) {
+                Some(slot) if st.store.entries[slot as usize].value.is_some() => {
+                    let value = st.store.entries[slot as usize].value.clone().expect("a value");
+                    bytes += key.as_bytes().len() + value.len();
+                    entities.push((key, value));
+                }
+                _ => {
+                    bytes += key.as_bytes().len();
+                    deleted.push(key);
+                }
+            }
+            if entities.len() + deleted.len() == INSTALL_ENTITIES_MAX || bytes >= INSTALL_BYTES_MAX {
+                bytes = 0;
+                let msg = install(
+                    epoch,
+                    o.op,
+                    o.partition,
+                    std::mem::take(&mut entities),
+                    std::mem::take(&mut deleted),
+                    false,
+                );
+                self.exec.route(st, o.to, msg);
+            }
+        }
+        let msg = install(epoch, o.op, o.partition, entities, deleted, true);
+        self.exec.route(st, o.to, msg);
+        for slot in st.store.live_slots(o.op, o.partition) {
             st.store.set(slot, None);
         }
     }
 
-    /// An `Install` chunk arrived: kept until every partition coming here
-    /// at this boundary is whole, then installed.
+    /// An `Install` arrived: a share of a copy is staged; a delta's
+    /// deletions are kept, and its last message completes the partition,
+    /// installed once every partition switching here at this boundary is.
     pub(super) fn on_install(
         &mut self,
         epoch: Epoch,
         op: OpId,
         partition: u32,
         entities: Vec<(Key, Value)>,
+        deleted: Vec<Key>,
         last: bool,
     ) {
-        assert_eq!(
-            epoch, self.m.epoch,
-            "partition {partition} of operator {} moved at the end of epoch {epoch}, arrived in {}",
-            op.0, self.m.epoch
+        assert!(
+            epoch <= self.m.epoch,
+            "partition {partition} of operator {} sent at the end of epoch {epoch}, arrived in {}",
+            op.0,
+            self.m.epoch
         );
-        self.moves.arrived.push(Chunk {
-            op,
-            partition,
-            entities,
-        });
+        {
+            let mut st = self.exec.st.borrow_mut();
+            for (key, value) in entities {
+                st.store.stage_incoming(op, partition, key, value);
+            }
+        }
+        let incoming = self.moves.incoming(op, partition);
+        incoming.deleted.extend(deleted);
         if last {
-            self.moves.complete += 1;
+            assert_eq!(epoch, self.m.epoch, "a delta of epoch {epoch} in {}", self.m.epoch);
+            incoming.complete = true;
         }
         if self.moves.held.is_some() && self.try_install() {
             let held = self.moves.held.take().expect("held");
@@ -210,35 +377,38 @@ impl Shard {
         }
     }
 
-    /// Installs the partitions moving here if all are whole; returns whether
-    /// nothing more is expected.
+    /// Installs the partitions switching here if all are complete; returns
+    /// whether nothing more is expected.
     fn try_install(&mut self) -> bool {
-        if self.moves.complete < self.moves.expected {
+        let complete = self.moves.incoming.iter().filter(|i| i.complete).count();
+        if complete < self.moves.expected {
             return false;
         }
         assert_eq!(
-            self.moves.complete, self.moves.expected,
-            "more partitions arrived than moved here"
+            complete, self.moves.expected,
+            "more deltas arrived than partitions switched here"
         );
-        // By partition, each one's chunks in the order sent: the same
-        // store whatever order the senders' links delivered in.
-        let mut arrived = std::mem::take(&mut self.moves.arrived);
-        arrived.sort_by_key(|c| (c.op, c.partition));
+        // By partition: the same store whatever order the deltas came in.
+        let (mut done, rest): (Vec<Incoming>, Vec<Incoming>) = std::mem::take(&mut self.moves.incoming)
+            .into_iter()
+            .partition(|i| i.complete);
+        self.moves.incoming = rest;
+        done.sort_by_key(|i| (i.op, i.partition));
         let mut guard = self.exec.st.borrow_mut();
         let st = &mut *guard;
-        for chunk in arrived {
-            st.store.ensure_partition(chunk.op, chunk.partition);
-            for (key, value) in chunk.entities {
-                let slot = st.store.slot(chunk.op, chunk.partition, &key, key.hash64());
-                st.store.set(slot, Some(value));
+        for i in done {
+            st.store.install_incoming(i.op, i.partition);
+            for key in i.deleted {
+                if let Some(slot) = st.store.find(i.op, i.partition, &key, key.hash64()) {
+                    st.store.set(slot, None);
+                }
             }
         }
         self.moves.expected = 0;
-        self.moves.complete = 0;
         true
     }
 
-    /// The epoch's end waits for partitions moving here.
+    /// The epoch's end waits for partitions switching here.
     pub(super) fn hold_boundary(&mut self, epoch: Epoch, snapshot: bool, any_pending: bool) {
         assert!(self.moves.held.is_none());
         self.moves.held = Some(Held {
@@ -246,5 +416,23 @@ impl Shard {
             snapshot,
             any_pending,
         });
+    }
+}
+
+fn install(
+    epoch: Epoch,
+    op: OpId,
+    partition: u32,
+    entities: Vec<(Key, Value)>,
+    deleted: Vec<Key>,
+    last: bool,
+) -> Message {
+    Message::Install {
+        epoch,
+        op,
+        partition,
+        entities,
+        deleted,
+        last,
     }
 }

@@ -81,15 +81,23 @@ impl Shard {
                 _ => None,
             })
             .collect();
+        let switches = self.copies_sent();
         self.exec.broadcast(Message::Done1 {
             epoch: self.m.epoch,
             lc: self.seq.lc,
             aborted,
             moves: std::mem::take(&mut self.moves.sealed),
+            switches,
         });
     }
 
-    pub(super) fn on_done1(&mut self, lc: u64, aborted: Vec<Tid>, moves: Vec<(Tid, Move)>) {
+    pub(super) fn on_done1(
+        &mut self,
+        lc: u64,
+        aborted: Vec<Tid>,
+        moves: Vec<(Tid, Move)>,
+        switches: Vec<(crate::OpId, u32)>,
+    ) {
         self.check.done1 += 1;
         self.check.lc_max = self.check.lc_max.max(lc);
         self.check.aborted.extend(aborted);
@@ -100,6 +108,7 @@ impl Shard {
                 .unwrap_or_else(|e| panic!("move of tid {tid} from a peer: {e}"));
             self.moves.decided.push((tid, m));
         }
+        self.moves.switches.extend(switches);
         self.check_done1();
     }
 
