@@ -7,7 +7,7 @@
 //! the driver: it submits each move as a request (`Move::request`, the
 //! same one `styx rebalance` sends) and notes when it is answered. The
 //! new owner's generator watches its map; as soon as the map names it (at
-//! the end of the move's epoch) it submits a probe, a `__get` of a key of
+//! the end of the epoch its background copy completed) it submits a probe, a `__get` of a key of
 //! the moved partition, which is sequenced into a later epoch and so is
 //! served by the new owner once the partition is installed. So a move
 //! yields three times from its submission: answered (the move's epoch is
@@ -134,7 +134,7 @@ pub struct MoveRecord {
     pub at_ms: f64,
     /// The move's answer: its epoch is durable on every shard.
     pub answered_ms: Option<f64>,
-    /// The new owner's map names it (the end of the move's epoch there).
+    /// The new owner's map names it (the switch, after the copy).
     pub switched_ms: Option<f64>,
     /// A read of the partition submitted at the new owner once switched is
     /// answered: the new owner serves it.

@@ -50,8 +50,10 @@ pub struct Move {
 impl Move {
     /// The request that asks for this move. It is sequenced, logged and
     /// answered like a transaction (with `()` once its epoch is durable,
-    /// exactly once when it carries a client seq); the switch happens at the
-    /// end of the epoch it is sequenced in.
+    /// exactly once when it carries a client seq). The copy starts at the
+    /// end of the epoch it is sequenced in, and the partition switches a
+    /// few epochs later, once copied (see `shard::moves`): the answer says
+    /// the move is decided and durable, not yet switched.
     pub fn request(self) -> Request {
         Request {
             function: FnId {

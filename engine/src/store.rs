@@ -377,16 +377,25 @@ impl Store {
 
     /// Makes the incoming copy of `partition` of `op` part of the store
     /// (its move switched): live, and dirty for the next snapshot. With no
-    /// table for the partition here, the copy's table becomes it whole;
-    /// otherwise (the partition was here before and left tombstones) its
-    /// entities go in one by one.
+    /// table for the partition here, or an empty one, the copy's table
+    /// becomes it whole; otherwise (the partition was here before and its
+    /// tombstones wait for a snapshot) its entities go in one by one.
     pub fn install_incoming(&mut self, op: OpId, partition: u32) {
         let Some(at) = self.incoming.iter().position(|(o, p, _)| (*o, *p) == (op, partition)) else {
             self.ensure_partition(op, partition);
             return;
         };
         let (_, _, table) = self.incoming.swap_remove(at);
-        if self.has_partition(op, partition) {
+        let here = self.operators[op.0 as usize].partitions[partition as usize]
+            .as_ref()
+            .map(|p| (p.map.len(), p.pseudo));
+        if let Some((0, pseudo)) = here {
+            // Here before, its tombstones all reclaimed: adopt the copy's
+            // table under the old pseudo-entry.
+            self.adopt(op, partition, table, pseudo);
+            return;
+        }
+        if here.is_some() {
             for slot in table {
                 let key = self.entries[slot as usize].key.take().expect("an incoming entity");
                 let value = self.entries[slot as usize].value.take();
@@ -396,6 +405,13 @@ impl Store {
             }
             return;
         }
+        let pseudo = self.allocate(op, None);
+        self.adopt(op, partition, table, pseudo);
+    }
+
+    /// Makes `table`'s entries, staged and invisible, the partition's: live
+    /// and dirty for the next snapshot.
+    fn adopt(&mut self, op: OpId, partition: u32, table: HashTable<u32>, pseudo: u32) {
         for &slot in &table {
             let m = &mut self.meta[slot as usize];
             debug_assert_eq!(m.marks, 0);
@@ -403,7 +419,6 @@ impl Store {
             self.dirty.push(slot);
         }
         self.live += table.len();
-        let pseudo = self.allocate(op, None);
         self.operators[op.0 as usize].partitions[partition as usize] = Some(Partition { map: table, pseudo });
     }
 

@@ -387,8 +387,9 @@ pub fn get(a: GetArgs) -> ExitCode {
 }
 
 /// `styx rebalance`: moves one partition to another shard. The move is
-/// sequenced like a transaction and takes effect at the end of its epoch;
-/// it commits with `()` (a move to the shard that owns it already changes
+/// sequenced like a transaction; the partition is copied in the background
+/// from the end of its epoch and switches once copied (a few epochs: see
+/// `/metrics` `styx_partition_owner`); it commits with `()` (a move to the shard that owns it already changes
 /// nothing), or aborts when the shard, operator or partition does not exist.
 pub fn rebalance(a: RebalanceArgs) -> ExitCode {
     if a.auto {

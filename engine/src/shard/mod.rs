@@ -526,8 +526,8 @@ impl Shard {
         partition_owner(key.partition(app.operator_info(op).partitions()), n_shards)
     }
 
-    /// The partition map now (it changes at the end of an epoch that
-    /// sequenced a move).
+    /// The partition map now (owners change at the end of the epoch in
+    /// which a move's copy completes; the moves under way are in it too).
     pub fn partition_map(&self) -> PartitionMap {
         self.exec.map.borrow().clone()
     }
