@@ -57,6 +57,9 @@ const ACCEPT_WARN_INTERVAL: Duration = Duration::from_secs(1);
 pub const HTTP_CONNECTIONS_MAX: usize = 64;
 /// An HTTP client has this long to send its request head.
 pub const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// A client past `HTTP_CONNECTIONS_MAX` has this long to send its request
+/// head before it gets its 503 anyway.
+const HTTP_BUSY_DRAIN: Duration = Duration::from_millis(200);
 /// Bytes of an HTTP request head read at most.
 const HTTP_HEAD_LEN_MAX: usize = 4096;
 /// How often the totals behind STATUS's rates are sampled.
@@ -661,6 +664,14 @@ async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
         };
         if open.get() >= HTTP_CONNECTIONS_MAX {
             glommio::spawn_local(async move {
+                // Read the request first (briefly): closing with it unread
+                // would reset the connection, and the client could lose
+                // the 503 or fail writing its request.
+                let drain = async {
+                    glommio::timer::sleep(HTTP_BUSY_DRAIN).await;
+                    None
+                };
+                let _ = futures_lite::future::or(read_head(&mut stream), drain).await;
                 let _ = stream
                     .write_all(&http_response("503 Service Unavailable", "text/plain", "busy\n"))
                     .await;
