@@ -346,10 +346,13 @@ impl Store {
         }
     }
 
-    /// Adds an entity to the incoming copy of `partition` of `op` (a move
+    /// Adds entities to the incoming copy of `partition` of `op` (a move
     /// to this shard under way): in the slab, invisible until installed. A
     /// key staged again takes the later value.
-    pub fn stage_incoming(&mut self, op: OpId, partition: u32, key: Key, value: Value) {
+    pub fn stage_incoming(&mut self, op: OpId, partition: u32, entities: Vec<(Key, Value)>) {
+        if entities.is_empty() {
+            return;
+        }
         let at = match self.incoming.iter().position(|(o, p, _)| (*o, *p) == (op, partition)) {
             Some(at) => at,
             None => {
@@ -357,22 +360,27 @@ impl Store {
                 self.incoming.len() - 1
             }
         };
-        let hash = key.hash64();
-        let entries = &self.entries;
-        let found = self.incoming[at]
-            .2
-            .find(table_hash(hash), |s| entries[*s as usize].key.as_ref() == Some(&key))
-            .copied();
-        if let Some(slot) = found {
+        let mut table = std::mem::take(&mut self.incoming[at].2);
+        for (key, value) in entities {
+            let hash = key.hash64();
+            let entries = &self.entries;
+            let found = table
+                .find(table_hash(hash), |s| entries[*s as usize].key.as_ref() == Some(&key))
+                .copied();
+            let slot = match found {
+                Some(slot) => slot,
+                None => {
+                    let slot = self.allocate(op, Some(key));
+                    let entries = &self.entries;
+                    table.insert_unique(table_hash(hash), slot, |s| {
+                        table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64())
+                    });
+                    slot
+                }
+            };
             self.entries[slot as usize].value = Some(value);
-            return;
         }
-        let slot = self.allocate(op, Some(key));
-        self.entries[slot as usize].value = Some(value);
-        let entries = &self.entries;
-        self.incoming[at].2.insert_unique(table_hash(hash), slot, |s| {
-            table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64())
-        });
+        self.incoming[at].2 = table;
     }
 
     /// Makes the incoming copy of `partition` of `op` part of the store

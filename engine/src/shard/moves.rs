@@ -42,6 +42,7 @@
 //! missing.
 
 use super::Shard;
+use super::exec::{Exec, ExecState};
 use crate::codec::Payload;
 use crate::ids::{Epoch, OpId, ShardId, Tid};
 use crate::key::Key;
@@ -258,32 +259,14 @@ impl Shard {
                 continue;
             }
             let end = (o.cursor + share).min(o.slots.len());
-            let mut entities = Vec::new();
-            let mut bytes = 0;
+            let mut out = Outbox::new(epoch, o.op, o.partition, o.to);
             for &slot in &o.slots[o.cursor..end] {
-                let Some((key, value)) = st.store.entity_at(slot, o.op, o.partition) else {
-                    continue;
-                };
-                bytes += key.as_bytes().len() + value.len();
-                entities.push((key.clone(), value.clone()));
-                if entities.len() == INSTALL_ENTITIES_MAX || bytes >= INSTALL_BYTES_MAX {
-                    bytes = 0;
-                    let msg = install(
-                        epoch,
-                        o.op,
-                        o.partition,
-                        std::mem::take(&mut entities),
-                        Vec::new(),
-                        false,
-                    );
-                    self.exec.route(st, o.to, msg);
+                if let Some((key, value)) = st.store.entity_at(slot, o.op, o.partition) {
+                    out.entity(key.clone(), value.clone(), &self.exec, st);
                 }
             }
             o.cursor = end;
-            if !entities.is_empty() {
-                let msg = install(epoch, o.op, o.partition, entities, Vec::new(), false);
-                self.exec.route(st, o.to, msg);
-            }
+            out.flush(false, &self.exec, st);
         }
     }
 
@@ -305,36 +288,18 @@ impl Shard {
         touched.dedup();
         let mut guard = self.exec.st.borrow_mut();
         let st = &mut *guard;
-        let mut entities = Vec::new();
-        let mut deleted = Vec::new();
-        let mut bytes = 0;
+        let mut out = Outbox::new(epoch, o.op, o.partition, o.to);
         for key in touched {
-            match st.store.find(o.op, o.partition, &key, key.hash64()) {
-                Some(slot) if st.store.entries[slot as usize].value.is_some() => {
-                    let value = st.store.entries[slot as usize].value.clone().expect("a value");
-                    bytes += key.as_bytes().len() + value.len();
-                    entities.push((key, value));
-                }
-                _ => {
-                    bytes += key.as_bytes().len();
-                    deleted.push(key);
-                }
-            }
-            if entities.len() + deleted.len() == INSTALL_ENTITIES_MAX || bytes >= INSTALL_BYTES_MAX {
-                bytes = 0;
-                let msg = install(
-                    epoch,
-                    o.op,
-                    o.partition,
-                    std::mem::take(&mut entities),
-                    std::mem::take(&mut deleted),
-                    false,
-                );
-                self.exec.route(st, o.to, msg);
+            let value = st
+                .store
+                .find(o.op, o.partition, &key, key.hash64())
+                .and_then(|slot| st.store.entries[slot as usize].value.clone());
+            match value {
+                Some(value) => out.entity(key, value, &self.exec, st),
+                None => out.deleted(key, &self.exec, st),
             }
         }
-        let msg = install(epoch, o.op, o.partition, entities, deleted, true);
-        self.exec.route(st, o.to, msg);
+        out.flush(true, &self.exec, st);
         for slot in st.store.live_slots(o.op, o.partition) {
             st.store.set(slot, None);
         }
@@ -358,12 +323,7 @@ impl Shard {
             op.0,
             self.m.epoch
         );
-        {
-            let mut st = self.exec.st.borrow_mut();
-            for (key, value) in entities {
-                st.store.stage_incoming(op, partition, key, value);
-            }
-        }
+        self.exec.st.borrow_mut().store.stage_incoming(op, partition, entities);
         let incoming = self.moves.incoming(op, partition);
         incoming.deleted.extend(deleted);
         if last {
@@ -419,20 +379,67 @@ impl Shard {
     }
 }
 
-fn install(
+/// `Install` messages of one partition to one shard, cut at
+/// [`INSTALL_ENTITIES_MAX`] items or about [`INSTALL_BYTES_MAX`] bytes.
+struct Outbox {
     epoch: Epoch,
     op: OpId,
     partition: u32,
+    to: ShardId,
     entities: Vec<(Key, Value)>,
     deleted: Vec<Key>,
-    last: bool,
-) -> Message {
-    Message::Install {
-        epoch,
-        op,
-        partition,
-        entities,
-        deleted,
-        last,
+    bytes: usize,
+}
+
+impl Outbox {
+    fn new(epoch: Epoch, op: OpId, partition: u32, to: ShardId) -> Outbox {
+        Outbox {
+            epoch,
+            op,
+            partition,
+            to,
+            entities: Vec::new(),
+            deleted: Vec::new(),
+            bytes: 0,
+        }
+    }
+
+    fn entity(&mut self, key: Key, value: Value, exec: &Exec, st: &mut ExecState) {
+        self.bytes += key.as_bytes().len() + value.len();
+        self.entities.push((key, value));
+        self.cut(exec, st);
+    }
+
+    fn deleted(&mut self, key: Key, exec: &Exec, st: &mut ExecState) {
+        self.bytes += key.as_bytes().len();
+        self.deleted.push(key);
+        self.cut(exec, st);
+    }
+
+    fn cut(&mut self, exec: &Exec, st: &mut ExecState) {
+        if self.entities.len() + self.deleted.len() == INSTALL_ENTITIES_MAX || self.bytes >= INSTALL_BYTES_MAX {
+            self.send(false, exec, st);
+        }
+    }
+
+    /// Sends what is left: always when `last` (it ends the partition),
+    /// else only if anything is.
+    fn flush(mut self, last: bool, exec: &Exec, st: &mut ExecState) {
+        if last || !(self.entities.is_empty() && self.deleted.is_empty()) {
+            self.send(last, exec, st);
+        }
+    }
+
+    fn send(&mut self, last: bool, exec: &Exec, st: &mut ExecState) {
+        self.bytes = 0;
+        let msg = Message::Install {
+            epoch: self.epoch,
+            op: self.op,
+            partition: self.partition,
+            entities: std::mem::take(&mut self.entities),
+            deleted: std::mem::take(&mut self.deleted),
+            last,
+        };
+        exec.route(st, self.to, msg);
     }
 }
