@@ -2,7 +2,8 @@
 //! consistency conditions of clause 3.3.2 hold, every request is answered
 //! once, NewOrders naming an unused item roll back without a trace, stock
 //! counters match the committed order lines exactly, and the whole run
-//! equals serial execution in the engine's order.
+//! equals serial execution in the engine's order — also while every
+//! table's partitions move between shards.
 
 mod common;
 
@@ -10,11 +11,21 @@ use common::*;
 use std::collections::BTreeMap;
 use styx_bench::tpcc::schema::*;
 use styx_bench::tpcc::{self, Functions, Generator, Mix, NewOrderReply, PaymentReply, Scale, Txn};
-use styx_engine::{AbortKind, Key, OpId, Outcome, Value};
+use styx_engine::rng::Rng;
+use styx_engine::sim::Sim;
+use styx_engine::{AbortKind, Key, Move, OpId, Outcome, ShardId, Value};
 
 const PARTITIONS: u32 = 8;
 
 fn run(seed: u64, shards: u16, scale: Scale, mix: Mix, requests: usize) {
+    run_moving(seed, shards, scale, mix, requests, 0.0);
+}
+
+/// [`run`], with a share `move_chance` of the requests a move of a random
+/// partition of a random table to a random shard, copied a few entities
+/// an epoch or all at once, so NewOrders and Payments write into
+/// partitions while they are copied and switched.
+fn run_moving(seed: u64, shards: u16, scale: Scale, mix: Mix, requests: usize, move_chance: f64) {
     let app = tpcc::app(PARTITIONS);
     let functions = Functions::of(&app);
     let t = Tables::of(&app);
@@ -28,13 +39,48 @@ fn run(seed: u64, shards: u16, scale: Scale, mix: Mix, requests: usize) {
     let mut generator = Generator::new(functions, scale, seed);
     generator.mix = mix;
     let txns: Vec<Txn> = (0..requests).map(|_| generator.next_txn()).collect();
-    let reqs: Vec<_> = txns.iter().map(|t| t.request(&functions)).collect();
-    let mut run = simulate(&app, &initial, &reqs, shards, seed, 100, 80);
+    // The requests: the transactions, with moves in between.
+    let tables: Vec<OpId> = app.operators().map(|(op, _)| op).collect();
+    let mut rng = Rng::new(seed ^ 0x6d6f7665);
+    let mut reqs = Vec::with_capacity(requests);
+    let mut txn_of = Vec::with_capacity(requests);
+    for (i, txn) in txns.iter().enumerate() {
+        while move_chance > 0.0 && rng.chance(move_chance) {
+            let m = Move {
+                op: tables[rng.below(tables.len() as u64) as usize],
+                partition: rng.below(u64::from(PARTITIONS)) as u32,
+                to: rng.below(u64::from(shards)) as ShardId,
+            };
+            reqs.push(m.request());
+            txn_of.push(None);
+        }
+        reqs.push(txn.request(&functions));
+        txn_of.push(Some(i));
+    }
+    let mut config = sim_config(100);
+    config.move_share_entities = [3, 50, 4_096][(seed % 3) as usize];
+    let mut run = simulate_with(&app, &initial, &reqs, shards, seed, config, 80);
+    let moves = txn_of.iter().filter(|t| t.is_none()).count();
+    for (i, outcome) in run.outcomes.iter().enumerate() {
+        if txn_of[i].is_none() {
+            assert!(matches!(outcome, Outcome::Committed(_)), "move {i}: {outcome:?}");
+        }
+    }
+    if move_chance > 0.0 {
+        assert!(moves > 0, "seed {seed}: no move");
+        assert_placed(&run.sim, &format!("seed {seed}, {shards} shards"));
+    }
+    let outcomes: Vec<&Outcome> = run
+        .outcomes
+        .iter()
+        .zip(&txn_of)
+        .filter_map(|(o, t)| t.map(|_| o))
+        .collect();
 
     // Replies: valid NewOrders and all Payments commit; the others roll back.
     let mut orders: BTreeMap<(u32, u8, u32), usize> = BTreeMap::new();
     let (mut rolled_back, mut payments) = (0, 0);
-    for (i, (txn, outcome)) in txns.iter().zip(&run.outcomes).enumerate() {
+    for (i, (txn, outcome)) in txns.iter().zip(outcomes).enumerate() {
         match (txn, outcome) {
             (Txn::NewOrder(o), Outcome::Committed(p)) if !txn.names_unused_item(scale.items) => {
                 let (o_id, total): NewOrderReply = p.decode().unwrap();
@@ -129,7 +175,21 @@ fn run(seed: u64, shards: u16, scale: Scale, mix: Mix, requests: usize) {
 
     // And the run equals serial execution.
     let checked = run.check_serial(&app, &initial);
-    assert_eq!(checked.committed + checked.aborted, requests);
+    assert_eq!(checked.committed + checked.aborted, requests + moves);
+}
+
+/// Every shard holds the same map, moved at least once, and every entity
+/// lives on the shard it names.
+fn assert_placed(sim: &Sim, at: &str) {
+    let map = sim.shard(0).partition_map();
+    assert!(map.version() > 0, "{at}: the map never changed");
+    for s in 0..sim.n_shards() {
+        let shard = sim.shard(s);
+        assert_eq!(shard.partition_map(), map, "{at}: shard {s} holds another map");
+        shard.for_each_entity(|op, key, _| {
+            assert_eq!(shard.owner_now(op, key), s, "{at}: {key} of {op:?} on shard {s}");
+        });
+    }
 }
 
 fn encode<T: styx_engine::Store>(v: &T) -> Value {
@@ -190,6 +250,24 @@ fn remote_lines_rollbacks_and_one_hot_warehouse() {
     swarm(seeds(100..104), |seed| {
         let (shards, warehouses) = CASES[(seed % 4) as usize];
         run(seed, shards, Scale::small(warehouses), mix, 600);
+    });
+}
+
+#[test]
+fn partitions_move_back_and_forth_while_orders_and_payments_run() {
+    // Every table's partitions move between 2 or 3 shards, copied 3 or 50
+    // entities an epoch or all at once (seed % 3), on one hot warehouse
+    // and on two.
+    swarm(seeds(200..206), |seed| {
+        let shards = 2 + (seed / 3 % 2) as u16;
+        let warehouses = 1 + (seed % 2) as u32;
+        let mix = Mix {
+            invalid_item: 5,
+            remote_line: 10,
+            remote_payment: 30,
+            ..Mix::default()
+        };
+        run_moving(seed, shards, Scale::small(warehouses), mix, 600, 0.03);
     });
 }
 

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::{Sim, test_config};
-use styx_engine::{App, CallLimits, Key, OpId, Outcome, Reply, Request, Value};
+use styx_engine::{App, CallLimits, Config, Key, OpId, Outcome, Reply, Request, Value};
 
 #[allow(unused_imports)] // Each test binary uses its part.
 pub use styx_engine::oracle::{Checked, State, check_run};
@@ -43,9 +43,36 @@ pub fn simulate(
     epoch_txns_max: usize,
     burst_max: u64,
 ) -> Run {
+    simulate_with(
+        app,
+        initial,
+        requests,
+        shards,
+        seed,
+        sim_config(epoch_txns_max),
+        burst_max,
+    )
+}
+
+/// The simulator's configuration [`simulate`] uses: epochs of up to
+/// `epoch_txns_max` transactions that gather a burst.
+pub fn sim_config(epoch_txns_max: usize) -> Config {
     let mut config = test_config(epoch_txns_max);
     // Let bursts gather into one epoch, so that transactions contend.
     config.epoch_gather_us = 200;
+    config
+}
+
+/// [`simulate`] with a configuration of the caller's.
+pub fn simulate_with(
+    app: &Arc<App>,
+    initial: &[(OpId, Key, Value)],
+    requests: &[Request],
+    shards: u16,
+    seed: u64,
+    config: Config,
+    burst_max: u64,
+) -> Run {
     let limits = config.limits;
     let mut sim = Sim::new(app.clone(), config, shards, seed);
     for (op, k, v) in initial {
