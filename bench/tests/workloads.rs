@@ -1,7 +1,8 @@
 //! Every workload run in-process for a moment on the production runtime,
 //! closed and open loop, with its invariants checked on the final state;
 //! TPC-C, movie and travel under both APIs (typed entities and closures);
-//! YCSB-T while partitions move back and forth, and rebalanced.
+//! YCSB-T and TPC-C while partitions move back and forth, YCSB-T
+//! rebalanced.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -171,6 +172,29 @@ fn ycsbt_keeps_every_balance_while_partitions_move() {
     assert_eq!((back.moves.len(), back.windows.len()), (4, 6));
     let path_back: Vec<(u32, u16, u16)> = back.moves.iter().map(|mv| (mv.partition, mv.from, mv.to)).collect();
     assert_eq!(path_back, path);
+}
+
+/// TPC-C while the partitions of STOCK (written by every NewOrder line)
+/// and of DISTRICT_NEXT_O_ID (every NewOrder's order id) move back and
+/// forth: every move is served by its new owner and the consistency
+/// conditions hold at the end.
+#[test]
+fn tpcc_keeps_every_condition_while_partitions_move() {
+    for table in [tpcc::schema::STOCK, tpcc::schema::DISTRICT_NEXT_O_ID] {
+        let mut p = params(Load::Closed { in_flight: 1 });
+        p.moves = Some(Plan::back_and_forth(
+            table,
+            2,
+            4,
+            6,
+            Duration::from_millis(220),
+            Duration::from_millis(40),
+        ));
+        let r = runner::run(Arc::new(tpcc(Api::Typed)), &p).unwrap();
+        let m = moved(&r);
+        assert_eq!(m.moves.len(), 6, "{table}: {m:?}");
+        assert!(r.committed > 0, "{table}: nothing committed");
+    }
 }
 
 /// A skew onto shard 0, rebalanced by the shards' per-partition counts:

@@ -7,6 +7,7 @@
 //!                   [--moves N --move-every-ms M]   … while partitions move
 //!                   [--hot-shard S --rebalance-after S] … a skew, rebalanced
 //! styx bench tpcc   [--warehouses W] [--scale spec|small] …
+//!                   [--move-table T --moves N …]    … while T's partitions move
 //! styx bench movie  [--users N] [--movies N] …      Deathstar movie review
 //! styx bench travel [--hotels N] [--geo-partitions P] …
 //! styx bench plot --input results.jsonl --out docs/
@@ -169,6 +170,13 @@ struct YcsbtArgs {
     /// ranks go to its accounts first), a skew for --rebalance-after.
     #[arg(long)]
     hot_shard: Option<u16>,
+    #[command(flatten)]
+    moves: MoveArgs,
+}
+
+/// Partitions moved while a workload runs in-process.
+#[derive(Args)]
+struct MoveArgs {
     /// In-process: move this many partitions while the workload runs
     /// (partition p to the shard after its owner, cycling over
     /// --move-partitions: on two shards, back and forth), and report the
@@ -214,6 +222,11 @@ struct TpccArgs {
     /// Partitions of every table.
     #[arg(long, default_value_t = PARTITIONS)]
     partitions: u32,
+    /// The table whose partitions --moves and --rebalance-after move.
+    #[arg(long, default_value = tpcc::schema::STOCK)]
+    move_table: String,
+    #[command(flatten)]
+    moves: MoveArgs,
 }
 
 #[derive(Args)]
@@ -276,7 +289,15 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 return usage("--load deposits over the wire: it needs --connect");
             }
             let deposit_keys = w.load.then_some(w.keys);
-            let plan = match move_plan(&w, &run) {
+            if w.hot_shard
+                .is_some_and(|s| s >= run.shards.unwrap_or_else(default_shards))
+            {
+                return usage("--hot-shard must name one of the shards");
+            }
+            if w.hot_shard.is_some() && w.zipf.is_none() {
+                return usage("--hot-shard places the Zipf ranks: it needs --zipf");
+            }
+            let plan = match move_plan(styx_bench::ycsbt::OPERATOR, w.partitions, &w.moves, &run) {
                 Ok(plan) => plan,
                 Err(e) => return usage(&e),
             };
@@ -310,7 +331,17 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 load_seed: 1,
                 api: run.api,
             };
-            execute(workload, run, 1, None, None)
+            if !tpcc::schema::TABLES.contains(&w.move_table.as_str()) {
+                return usage(&format!(
+                    "--move-table must be one of {}",
+                    tpcc::schema::TABLES.join(", ")
+                ));
+            }
+            let plan = match move_plan(&w.move_table, w.partitions, &w.moves, &run) {
+                Ok(plan) => plan,
+                Err(e) => return usage(&e),
+            };
+            execute(workload, run, 1, None, plan)
         }
         BenchCommand::Movie { run, workload: w } => {
             if w.users == 0 || w.movies == 0 {
@@ -369,17 +400,11 @@ fn default_shards() -> u16 {
     runner::Params::default().shards
 }
 
-/// YCSB-T's moves: back and forth (`--moves`) or one rebalance.
-fn move_plan(w: &YcsbtArgs, run: &RunArgs) -> Result<Option<Plan>, String> {
-    let operator = styx_bench::ycsbt::OPERATOR;
+/// The moves of `operator`'s `partitions` partitions: back and forth
+/// (`--moves`) or one rebalance.
+fn move_plan(operator: &str, partitions: u32, w: &MoveArgs, run: &RunArgs) -> Result<Option<Plan>, String> {
     let shards = run.shards.unwrap_or_else(default_shards);
     let wanted = w.moves > 0 || w.rebalance_after.is_some();
-    if w.hot_shard.is_some_and(|s| s >= shards) {
-        return Err(format!("--hot-shard must name one of the {shards} shards"));
-    }
-    if w.hot_shard.is_some() && w.zipf.is_none() {
-        return Err("--hot-shard places the Zipf ranks: it needs --zipf".into());
-    }
     if !wanted {
         return Ok(None);
     }
@@ -398,8 +423,8 @@ fn move_plan(w: &YcsbtArgs, run: &RunArgs) -> Result<Option<Plan>, String> {
     match (w.moves, w.rebalance_after) {
         (0, Some(after)) => Ok(Some(Plan::rebalance(operator, into_window(after)?))),
         (moves, None) => {
-            if w.move_partitions == 0 || w.move_partitions > w.partitions {
-                return Err(format!("--move-partitions must be in 1..={}", w.partitions));
+            if w.move_partitions == 0 || w.move_partitions > partitions {
+                return Err(format!("--move-partitions must be in 1..={partitions}"));
             }
             if moves > styx_bench::moves::STEPS_MAX || w.move_every_ms == 0 {
                 return Err(format!(

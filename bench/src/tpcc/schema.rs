@@ -74,6 +74,20 @@ pub const STOCK: &str = "stock";
 pub const ORDER: &str = "order";
 pub const ORDER_LINE: &str = "order_line";
 pub const NEW_ORDER: &str = "new_order";
+/// Every table's name.
+pub const TABLES: [&str; 11] = [
+    WAREHOUSE,
+    DISTRICT,
+    DISTRICT_NEXT_O_ID,
+    CUSTOMER,
+    CUSTOMER_BY_NAME,
+    HISTORY,
+    ITEM,
+    STOCK,
+    ORDER,
+    ORDER_LINE,
+    NEW_ORDER,
+];
 
 /// The operator of every table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
