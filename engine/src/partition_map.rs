@@ -105,6 +105,10 @@ impl Move {
     }
 }
 
+/// A map as a snapshot keeps it: version, partitions off the default rule
+/// `(op, partition, shard)`, queued moves `(tid, op, partition, shard)`.
+pub(crate) type MapMeta = (u64, Vec<(u16, u32, u16)>, Vec<(Tid, u16, u32, u16)>);
+
 /// A move under way: partition `partition` of `op` is being copied from
 /// `from`, which still owns it, to `to`, since the end of epoch `since`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -169,15 +173,31 @@ impl PartitionMap {
         !self.moving.is_empty() || !self.queued.is_empty()
     }
 
+    /// Whether a move is being copied (a snapshot must wait: the copy is
+    /// only in memory). Queued moves do not count: a snapshot keeps them.
+    pub fn is_copying(&self) -> bool {
+        !self.moving.is_empty()
+    }
+
+    /// The moves decided but not started, in decided order.
+    pub fn queued(&self) -> &[(Tid, Move)] {
+        &self.queued
+    }
+
     /// At the end of `epoch`, before its switches: queues the epoch's moves
-    /// (in tid order, behind those already queued) and starts every queued
-    /// move whose partition is not moving, in queue order; a move to the
-    /// partition's owner is dropped. Returns the moves started. Moves must
-    /// have passed [`Move::check`].
-    pub fn decide(&mut self, epoch: crate::ids::Epoch, moves: &mut [(Tid, Move)]) -> Vec<Moving> {
+    /// (in tid order, behind those already queued) and, unless `hold`,
+    /// starts every queued move whose partition is not moving, in queue
+    /// order; a move to the partition's owner is dropped. Returns the moves
+    /// started. Moves must have passed [`Move::check`]. (`hold`: a snapshot
+    /// is due, and waits for the copies under way; starting more would
+    /// starve it.)
+    pub fn decide(&mut self, epoch: crate::ids::Epoch, moves: &mut [(Tid, Move)], hold: bool) -> Vec<Moving> {
         moves.sort_unstable();
         self.queued.extend_from_slice(moves);
         let mut started = Vec::new();
+        if hold {
+            return started;
+        }
         let mut i = 0;
         while i < self.queued.len() {
             let (tid, m) = self.queued[i];
@@ -250,10 +270,22 @@ impl PartitionMap {
         }
     }
 
-    /// What a snapshot keeps: the version and the partitions off the
-    /// default rule, `(op, partition, shard)`.
-    pub(crate) fn to_meta(&self) -> (u64, Vec<(u16, u32, u16)>) {
-        assert!(!self.is_moving(), "a snapshot while partitions move");
+    /// The map once every queued move has been copied and switched, one
+    /// after the other (none may be copying): what [`PartitionMap::apply`]
+    /// of the log's moves makes. For checks against a log.
+    pub fn settled(&self) -> PartitionMap {
+        assert!(!self.is_copying(), "settled while partitions are copied");
+        let mut map = self.clone();
+        let mut queued = std::mem::take(&mut map.queued);
+        map.apply(&mut queued);
+        map
+    }
+
+    /// What a snapshot keeps: the version, the partitions off the default
+    /// rule, `(op, partition, shard)`, and the queued moves, `(tid, op,
+    /// partition, shard)`.
+    pub(crate) fn to_meta(&self) -> MapMeta {
+        assert!(!self.is_copying(), "a snapshot while partitions are copied");
         let mut moved = Vec::new();
         for (op, owners) in self.owners.iter().enumerate() {
             for (p, s) in owners.iter().enumerate() {
@@ -262,19 +294,20 @@ impl PartitionMap {
                 }
             }
         }
-        (self.version, moved)
+        let queued = self
+            .queued
+            .iter()
+            .map(|(tid, m)| (*tid, m.op.0, m.partition, m.to))
+            .collect();
+        (self.version, moved, queued)
     }
 
     /// The map a snapshot kept (see [`PartitionMap::to_meta`]); an error
     /// names an entry outside the application or the shards.
-    pub(crate) fn from_meta(
-        app: &App,
-        n_shards: u16,
-        version: u64,
-        moved: &[(u16, u32, u16)],
-    ) -> Result<PartitionMap, String> {
+    pub(crate) fn from_meta(app: &App, n_shards: u16, meta: &MapMeta) -> Result<PartitionMap, String> {
+        let (version, moved, queued) = meta;
         let mut map = PartitionMap::new(app, n_shards);
-        map.version = version;
+        map.version = *version;
         for &(op, partition, to) in moved {
             let m = Move {
                 op: OpId(op),
@@ -283,6 +316,15 @@ impl PartitionMap {
             }
             .check(app, n_shards)?;
             map.owners[op as usize][partition as usize] = m.to;
+        }
+        for &(tid, op, partition, to) in queued {
+            let m = Move {
+                op: OpId(op),
+                partition,
+                to,
+            }
+            .check(app, n_shards)?;
+            map.queued.push((tid, m));
         }
         Ok(map)
     }
@@ -304,7 +346,7 @@ mod tests {
         let map = PartitionMap::new(&app(), 3);
         assert_eq!(map.owner(OpId(0), 7), 1);
         assert_eq!(map.owner(OpId(1), 2), 2);
-        assert_eq!(map.to_meta(), (0, vec![]));
+        assert_eq!(map.to_meta(), (0, vec![], vec![]));
     }
 
     #[test]
@@ -325,7 +367,7 @@ mod tests {
         assert_eq!(map.version(), 4);
         // The engine copies the first move of each partition, queues the
         // second behind it, and reaches the same map once all switched.
-        let started = engine.decide(4, &mut moves);
+        let started = engine.decide(4, &mut moves, false);
         assert_eq!(
             started
                 .iter()
@@ -336,7 +378,7 @@ mod tests {
         assert_eq!(engine.owner(OpId(0), 0), 0, "no switch before the copy");
         let switched = engine.switch(&mut [(OpId(0), 1), (OpId(0), 0)]);
         assert_eq!(switched.iter().map(|g| g.partition).collect::<Vec<_>>(), vec![0, 1]);
-        let started = engine.decide(7, &mut []);
+        let started = engine.decide(7, &mut [], false);
         assert_eq!(
             started
                 .iter()
@@ -347,9 +389,46 @@ mod tests {
         engine.switch(&mut [(OpId(0), 0), (OpId(0), 1)]);
         assert!(!engine.is_moving());
         assert_eq!(engine, map);
-        let (version, moved) = map.to_meta();
-        assert_eq!(PartitionMap::from_meta(&app, 3, version, &moved).unwrap(), map);
-        assert!(PartitionMap::from_meta(&app, 3, 1, &[(0, 0, 3)]).is_err());
+        let meta = map.to_meta();
+        assert_eq!(PartitionMap::from_meta(&app, 3, &meta).unwrap(), map);
+        assert!(PartitionMap::from_meta(&app, 3, &(1, vec![(0, 0, 3)], vec![])).is_err());
+        assert!(PartitionMap::from_meta(&app, 3, &(1, vec![], vec![(4, 0, 9, 1)])).is_err());
+    }
+
+    /// A due snapshot holds new moves: they queue, the copies under way
+    /// finish, the snapshot keeps the queue, and the moves start after it
+    /// (from a restored map as from the live one).
+    #[test]
+    fn a_due_snapshot_holds_new_moves_in_the_queue() {
+        let app = app();
+        let mut map = PartitionMap::new(&app, 3);
+        let mv = |op, partition, to| Move {
+            op: OpId(op),
+            partition,
+            to,
+        };
+        assert_eq!(map.decide(1, &mut [(1, mv(0, 0, 1))], false).len(), 1);
+        // Due: the new move waits, the copy goes on and switches.
+        assert!(map.decide(2, &mut [(2, mv(1, 2, 0))], true).is_empty());
+        map.switch(&mut [(OpId(0), 0)]);
+        assert!(map.is_moving() && !map.is_copying());
+        assert_eq!(map.queued(), &[(2, mv(1, 2, 0))]);
+        let meta = map.to_meta();
+        assert_eq!(meta, (1, vec![(0, 0, 1)], vec![(2, 1, 2, 0)]));
+        let mut restored = PartitionMap::from_meta(&app, 3, &meta).unwrap();
+        assert_eq!(restored, map);
+        // Settled, the queue is applied: what the log's moves make.
+        let mut log = PartitionMap::new(&app, 3);
+        log.apply(&mut [(1, mv(0, 0, 1)), (2, mv(1, 2, 0))]);
+        assert_eq!(restored.settled(), log);
+        for m in [&mut map, &mut restored] {
+            let started = m.decide(3, &mut [], false);
+            assert_eq!(
+                started.iter().map(|g| (g.tid, g.op, g.from, g.to)).collect::<Vec<_>>(),
+                vec![(2, OpId(1), 2, 0)]
+            );
+        }
+        assert_eq!(map, restored);
     }
 
     #[test]

@@ -302,6 +302,8 @@ struct Counts {
     replayed_moves: usize,
     /// Recovered with a move's copy under way and finished it.
     finished_copies: usize,
+    /// Restored a snapshot that kept moves queued (held while it was due).
+    from_queued_snapshot: usize,
 }
 
 /// Crashes after the first `k` disk events (`disks` holds what they left),
@@ -357,6 +359,9 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
     assert_placed(&rec, &map_of_log(&live.app, shards, snapshot_batches), &at);
     if rec.shard(0).partition_map().version() > 0 {
         counts.from_moved_snapshot += 1;
+    }
+    if !rec.shard(0).partition_map().queued().is_empty() {
+        counts.from_queued_snapshot += 1;
     }
     assert_eq!(restart.plan.replay_to, last, "{at}: recovery replays to another epoch");
     if snapshot > 0 {
@@ -572,7 +577,10 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
 /// interval follow from `i`.
 fn crash_everywhere(shards: u16, moves: bool) {
     let seed_of = |i: u64| i * 10 + u64::from(shards);
-    swarm(seeds_of(0..SEEDS, seed_of), |seed| {
+    let seeds = seeds_of(0..SEEDS, seed_of);
+    let all_defaults = seeds.len() as u64 >= SEEDS;
+    let mut from_queued_snapshot = 0;
+    swarm(seeds, |seed| {
         let i = seed / 10;
         let live = live_run(
             shards,
@@ -596,7 +604,7 @@ fn crash_everywhere(shards: u16, moves: bool) {
             "seed {seed}, {shards} shards: {} crash points ({} from a snapshot, {} with a partial epoch), \
              up to {} epochs replayed, {} released replies and {} retries checked, \
              {} logged-unanswered recoveries, {} live retries, {} from a snapshot after moves, \
-             {} replaying moves, {} finishing a copy",
+             {} replaying moves, {} finishing a copy, {} from a snapshot with moves queued",
             counts.crash_points,
             counts.from_snapshot,
             counts.partial_epochs,
@@ -608,7 +616,9 @@ fn crash_everywhere(shards: u16, moves: bool) {
             counts.from_moved_snapshot,
             counts.replayed_moves,
             counts.finished_copies,
+            counts.from_queued_snapshot,
         );
+        from_queued_snapshot += counts.from_queued_snapshot;
         if seed == seed_of(i) && i < SEEDS {
             // A default seed reaches the cases it exists for.
             assert!(
@@ -634,6 +644,14 @@ fn crash_everywhere(shards: u16, moves: bool) {
             }
         }
     });
+    if moves && all_defaults {
+        // Snapshots fall due while copies run: some keep the moves queued
+        // behind them, and recover from that queue.
+        assert!(
+            from_queued_snapshot > 0,
+            "no crash restored a snapshot with moves queued"
+        );
+    }
 }
 
 #[test]

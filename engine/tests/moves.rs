@@ -395,3 +395,70 @@ fn creates_and_deletes_during_a_copy_reach_the_new_owner() {
         assert!(version > 0, "{at}: the map never changed");
     });
 }
+
+/// Moves back to back (a queue of them, each copied one entity an epoch,
+/// so some copy is under way for hundreds of epochs) while transfers run
+/// and snapshots fall due: a due snapshot holds the queue until the copies
+/// under way switch, so snapshots are taken between moves instead of
+/// waiting for the last one; the run still matches the serial oracle.
+#[test]
+fn moves_back_to_back_do_not_starve_snapshots() {
+    swarm(seeds(0..4), |seed| {
+        let at = format!("seed {seed}");
+        let app = bank(PARTITIONS);
+        let mut config = test_config(8);
+        config.epoch_gather_us = 30;
+        config.move_share_entities = 1;
+        config.snapshot_interval_us = 500;
+        let mut sim = Sim::new(app.clone(), config.clone(), 2, seed);
+        let initial = accounts(400, START_BALANCE);
+        for (op, k, v) in &initial {
+            sim.load(*op, k, Some(v.clone()));
+        }
+        // Every partition back and forth three times: ~50 entities each,
+        // so ~50 epochs per copy.
+        let mut token = 0;
+        for round in 0..6u16 {
+            for p in 0..PARTITIONS {
+                let to = ((u16::try_from(p).unwrap() + round + 1) % 2) as ShardId;
+                sim.submit(0, token, move_to(p, to)).unwrap();
+                token += 1;
+            }
+        }
+        let mut rng = Rng::new(seed);
+        let (mut manifests, mut while_moving) = (0, 0);
+        let mut steps = 0u64;
+        loop {
+            if token < 2_000 && steps % 5 == 0 {
+                let d = rng.below(400);
+                let c = (d + 1 + rng.below(399)) % 400;
+                sim.submit(rng.below(2) as ShardId, token, transfer(&app, d, c, 1))
+                    .unwrap();
+                token += 1;
+            }
+            let progressed = sim.step();
+            steps += 1;
+            let now = sim
+                .disk_events()
+                .iter()
+                .filter(|e| matches!(e, styx_engine::sim::DiskEvent::Manifest { .. }))
+                .count();
+            if now > manifests {
+                manifests = now;
+                if sim.shard(0).partition_map().is_moving() {
+                    while_moving += 1;
+                }
+            }
+            if !progressed && token >= 2_000 {
+                break;
+            }
+        }
+        assert!(!sim.shard(0).partition_map().is_moving(), "{at}: moves left unfinished");
+        assert!(
+            while_moving >= 3,
+            "{at}: {while_moving} of {manifests} snapshots taken while moves were queued"
+        );
+        run_and_check(&mut sim, &app, config.limits, &initial);
+        assert_placed_by_log(&sim, &at);
+    });
+}

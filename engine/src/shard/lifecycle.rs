@@ -315,11 +315,14 @@ impl Shard {
         let snapshot = std::mem::take(&mut self.snap.vote);
         // The map switches here, before the snapshot: a snapshot after this
         // epoch holds the new map and every entity where it says. None is
-        // taken while a move is under way (its copy is only in memory: see
+        // taken while a copy is under way (it is only in memory: see
         // `moves`); every shard holds the same map, so all skip alike, and
-        // the vote comes again after the switch.
-        let ready = self.switch_partitions(epoch);
-        let snapshot = snapshot && !self.exec.map.borrow().is_moving();
+        // the vote comes again every epoch. Meanwhile no move starts (the
+        // vote holds them in the queue, which the snapshot keeps) until
+        // the copies under way switch and the snapshot is taken, so moves
+        // one after the other cannot starve snapshots.
+        let ready = self.switch_partitions(epoch, snapshot);
+        let snapshot = snapshot && !self.exec.map.borrow().is_copying();
         if ready && snapshot {
             self.begin_snapshot(epoch);
         }

@@ -184,12 +184,13 @@ impl Shard {
     }
 
     /// At the end of `epoch`: records the keys the epoch touched in
-    /// partitions copying away, starts the moves that may start, switches
+    /// partitions copying away, starts the moves that may start (none if
+    /// `hold`, a snapshot is due, and a copy is under way), switches
     /// the partitions announced (the old owner sends the delta and deletes,
     /// the new one expects it), and sends every copy's next share. Returns
     /// whether the epoch's end may go on now (else the rest waits in
     /// `held` for the deltas: see [`Shard::hold_boundary`]).
-    pub(super) fn switch_partitions(&mut self, epoch: Epoch) -> bool {
+    pub(super) fn switch_partitions(&mut self, epoch: Epoch, hold: bool) -> bool {
         if !self.exec.map.borrow().is_moving() && self.moves.decided.is_empty() {
             debug_assert!(self.moves.switches.is_empty());
             return true;
@@ -199,7 +200,12 @@ impl Shard {
         // queues and starts at the next epoch's end, from its new owner,
         // which has installed it by then.
         let mut decided = std::mem::take(&mut self.moves.decided);
-        let started = self.exec.map.borrow_mut().decide(epoch, &mut decided);
+        // A due snapshot waits for the copies under way; holding the queue
+        // meanwhile bounds the wait by one copy. With none under way the
+        // queue starts (and the snapshot waits for those): snapshots due
+        // every epoch cannot starve moves either.
+        let hold = hold && self.exec.map.borrow().is_copying();
+        let started = self.exec.map.borrow_mut().decide(epoch, &mut decided, hold);
         let id = self.exec.id;
         for g in started.iter().filter(|g| g.from == id) {
             let slots = self.exec.st.borrow().store.live_slots(g.op, g.partition);

@@ -24,7 +24,7 @@ use crate::codec::Payload;
 use crate::config::SnapshotChunk;
 use crate::ids::Epoch;
 use crate::key::{Key, partition_of};
-use crate::partition_map::PartitionMap;
+use crate::partition_map::{MapMeta, PartitionMap};
 use crate::value::Value;
 
 /// Entities a step copies into the running snapshot: bounds the pause.
@@ -32,15 +32,18 @@ pub(super) const SNAPSHOT_SLOTS_PER_STEP: usize = 512;
 /// Entities per snapshot chunk handed to the driver.
 const SNAPSHOT_CHUNK_ENTRIES_MAX: usize = 16_384;
 /// Version of the machine state in a snapshot's `meta`: 3 added the
-/// partition map.
-const META_VERSION: u8 = 3;
+/// partition map, 4 its queued moves.
+const META_VERSION: u8 = 4;
+/// The version before the queued moves: none were queued.
+const META_VERSION_NO_QUEUE: u8 = 3;
 /// The version before the partition map: such a snapshot has the default
 /// map (partitions could not move then).
 const META_VERSION_DEFAULT_MAP: u8 = 2;
 
 /// A snapshot's machine state: version, epoch, sequencer counter, client
-/// table, partition map (its version and the partitions off the default).
-type Meta = (u8, Epoch, u64, Vec<ClientMeta>, (u64, Vec<(u16, u32, u16)>));
+/// table, partition map (its version, the partitions off the default, the
+/// moves queued).
+type Meta = (u8, Epoch, u64, Vec<ClientMeta>, MapMeta);
 
 /// A snapshot being copied.
 struct Snapshotting {
@@ -157,19 +160,22 @@ impl Shard {
             .to_vec()
     }
 
-    /// Decodes a snapshot's machine state, of this version or the one before.
+    /// Decodes a snapshot's machine state, of this version or the two
+    /// before.
     fn decode_meta(meta: &[u8]) -> Result<Meta, crate::DecodeError> {
+        type MetaNoQueue = (u8, Epoch, u64, Vec<ClientMeta>, (u64, Vec<(u16, u32, u16)>));
         let payload = Payload::from_bytes(meta);
-        match payload.decode::<Meta>() {
-            Ok(m) if m.0 == META_VERSION => Ok(m),
-            Ok(m) => Err(crate::DecodeError::Tag(m.0)),
-            Err(e) => match payload.decode::<(u8, Epoch, u64, Vec<ClientMeta>)>() {
-                Ok((META_VERSION_DEFAULT_MAP, epoch, lc, clients)) => {
-                    Ok((META_VERSION_DEFAULT_MAP, epoch, lc, clients, (0, Vec::new())))
-                }
-                Ok((version, ..)) => Err(crate::DecodeError::Tag(version)),
-                Err(_) => Err(e),
-            },
+        // The leading version byte says which layout follows.
+        let version = *meta.first().ok_or(crate::DecodeError::Short { expected: 1 })?;
+        match version {
+            META_VERSION => payload.decode::<Meta>(),
+            META_VERSION_NO_QUEUE => payload
+                .decode::<MetaNoQueue>()
+                .map(|(v, epoch, lc, clients, (version, moved))| (v, epoch, lc, clients, (version, moved, Vec::new()))),
+            META_VERSION_DEFAULT_MAP => payload
+                .decode::<(u8, Epoch, u64, Vec<ClientMeta>)>()
+                .map(|(v, epoch, lc, clients)| (v, epoch, lc, clients, (0, Vec::new(), Vec::new()))),
+            v => Err(crate::DecodeError::Tag(v)),
         }
     }
 
@@ -178,9 +184,9 @@ impl Shard {
     /// Replay the logged epochs after it with [`Shard::replay`].
     pub fn restore(&mut self, meta: &[u8]) -> Result<Epoch, crate::DecodeError> {
         assert_eq!(self.m.epoch, 0, "restore into a shard that already ran");
-        let (_, epoch, lc, clients, (map_version, moved)) = Shard::decode_meta(meta)?;
-        let map = PartitionMap::from_meta(&self.exec.app, self.exec.n_shards, map_version, &moved)
-            .map_err(crate::DecodeError::Invalid)?;
+        let (_, epoch, lc, clients, map) = Shard::decode_meta(meta)?;
+        let map =
+            PartitionMap::from_meta(&self.exec.app, self.exec.n_shards, &map).map_err(crate::DecodeError::Invalid)?;
         self.install_map(map)?;
         self.clients.restore(clients);
         self.m.epoch = epoch;
@@ -259,5 +265,45 @@ impl Shard {
     pub fn reserve_entities(&mut self, entities: usize) {
         assert_eq!(self.m.stage, Stage::Idle, "reserve while an epoch runs");
         self.exec.st.borrow_mut().store.reserve(entities);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Snapshots of the two versions before still restore: without a map
+    /// (the default one), and without queued moves (none queued).
+    #[test]
+    fn metas_of_earlier_versions_decode() {
+        let clients: Vec<ClientMeta> = vec![(7, 3, 2, vec![])];
+        let bytes = |p: Payload| p.as_bytes().to_vec();
+        let v2 = bytes(Payload::encode(&(
+            META_VERSION_DEFAULT_MAP,
+            9u64,
+            40u64,
+            clients.clone(),
+        )));
+        assert_eq!(
+            Shard::decode_meta(&v2).unwrap(),
+            (2, 9, 40, clients.clone(), (0, vec![], vec![]))
+        );
+        let moved = vec![(0u16, 1u32, 1u16)];
+        let v3 = bytes(Payload::encode(&(
+            META_VERSION_NO_QUEUE,
+            9u64,
+            40u64,
+            clients.clone(),
+            (2u64, moved.clone()),
+        )));
+        assert_eq!(
+            Shard::decode_meta(&v3).unwrap(),
+            (3, 9, 40, clients.clone(), (2, moved.clone(), vec![]))
+        );
+        let meta: Meta = (META_VERSION, 9, 40, clients, (2, moved, vec![(5, 0, 2, 0)]));
+        assert_eq!(Shard::decode_meta(&bytes(Payload::encode(&meta))).unwrap(), meta);
+        assert!(matches!(Shard::decode_meta(&[9]), Err(crate::DecodeError::Tag(9))));
+        assert!(Shard::decode_meta(&[]).is_err());
+        assert!(Shard::decode_meta(&v3[..v3.len() - 1]).is_err(), "a torn meta");
     }
 }
