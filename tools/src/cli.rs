@@ -26,7 +26,7 @@ use std::io::{BufRead, IsTerminal, Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use styx_engine::{Address, Key, Payload};
 use styx_net::client::{Client, ConnectOptions, Error as ClientError, Options, Outcome};
 use styx_tools::schema_json::{self, ClientSchema, FunctionInfo, parse_hex};
@@ -116,13 +116,43 @@ pub struct RebalanceArgs {
     /// the mean.
     #[arg(long, default_value_t = 0.05)]
     tolerance: f64,
-    /// With --auto: the daemon's metrics address [default: the client
-    /// port + 1].
+    /// The daemon's metrics address, where the switch is watched and
+    /// --auto reads its counts [default: the client port + 1].
     #[arg(long)]
     metrics: Option<String>,
     /// With --auto: print the plan, move nothing.
     #[arg(long)]
     dry_run: bool,
+    /// Return once the move is decided and durable, without waiting for
+    /// the partition's copy and switch.
+    #[arg(long)]
+    no_wait: bool,
+    /// Seconds to wait for each switch before giving up (the move stays
+    /// decided and switches later).
+    #[arg(long, default_value_t = 60.0)]
+    wait_s: f64,
+}
+
+impl RebalanceArgs {
+    /// The metrics address: given, or beside the client address.
+    fn metrics(&self) -> Result<String, String> {
+        match &self.metrics {
+            Some(m) => Ok(m.clone()),
+            None => metrics_beside(&self.connect.connect)
+                .ok_or_else(|| format!("no metrics address: give --metrics for {}", self.connect.connect)),
+        }
+    }
+
+    /// Where and how long to watch for a switch, unless --no-wait.
+    fn watch(&self) -> Result<Option<(String, Duration)>, String> {
+        if self.no_wait {
+            return Ok(None);
+        }
+        if !(self.wait_s > 0.0 && self.wait_s.is_finite()) {
+            return Err("--wait-s must be positive".into());
+        }
+        Ok(Some((self.metrics()?, Duration::from_secs_f64(self.wait_s))))
+    }
 }
 
 /// Partitions a rebalance moves at most.
@@ -387,10 +417,12 @@ pub fn get(a: GetArgs) -> ExitCode {
 }
 
 /// `styx rebalance`: moves one partition to another shard. The move is
-/// sequenced like a transaction; the partition is copied in the background
-/// from the end of its epoch and switches once copied (a few epochs: see
-/// `/metrics` `styx_partition_owner`); it commits with `()` (a move to the shard that owns it already changes
-/// nothing), or aborts when the shard, operator or partition does not exist.
+/// sequenced like a transaction; it commits with `()` once decided and
+/// durable (a move to the shard that owns it already changes nothing), or
+/// aborts when the shard, operator or partition does not exist. The
+/// partition is then copied in the background and switches once copied;
+/// unless `--no-wait`, the command watches every shard's map on the
+/// metrics address (`styx_partition_owner`) until it has.
 pub fn rebalance(a: RebalanceArgs) -> ExitCode {
     if a.auto {
         return rebalance_auto(a);
@@ -399,14 +431,30 @@ pub fn rebalance(a: RebalanceArgs) -> ExitCode {
         a.partition.expect("clap requires it"),
         a.shard.expect("clap requires it"),
     );
+    let watch = match a.watch() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     finish(on_client(move || async move {
         let client = client(&a.connect)?;
-        move_partition(&client, &a.operator, partition, shard).await?;
+        move_partition(&client, &a.operator, partition, shard, watch.as_ref()).await?;
         Ok(ExitCode::SUCCESS)
     }))
 }
 
-async fn move_partition(client: &Client, operator: &str, partition: u32, shard: u16) -> Result<(), String> {
+/// Moves `partition` of `operator` to `shard`; with `watch`, waits (on
+/// that metrics address, at most that long) until it has switched.
+async fn move_partition(
+    client: &Client,
+    operator: &str,
+    partition: u32,
+    shard: u16,
+    watch: Option<&(String, Duration)>,
+) -> Result<(), String> {
+    let start = Instant::now();
     let outcome = client
         .call_address(
             operator,
@@ -415,14 +463,72 @@ async fn move_partition(client: &Client, operator: &str, partition: u32, shard: 
             Payload::encode(&shard),
         )
         .await;
-    match outcome {
-        Ok(Outcome::Committed { tid, .. }) => {
-            println!("moved partition {partition} of {operator} to shard {shard} (tid {tid})");
-            Ok(())
+    let tid = match outcome {
+        Ok(Outcome::Committed { tid, .. }) => tid,
+        Ok(Outcome::Aborted { abort, .. }) => return Err(format!("move refused: {}", abort.message())),
+        Err(e) => return Err(e.to_string()),
+    };
+    let decided = start.elapsed();
+    let Some((metrics, timeout)) = watch else {
+        println!(
+            "moved partition {partition} of {operator} to shard {shard} (tid {tid}): decided in {:.1} ms, \
+             switches once copied",
+            ms(decided)
+        );
+        return Ok(());
+    };
+    let deadline = start + *timeout;
+    loop {
+        let owners = partition_owners(&http_get(metrics, "/metrics")?, operator, partition);
+        if !owners.is_empty() && owners.iter().all(|o| *o == shard) {
+            println!(
+                "moved partition {partition} of {operator} to shard {shard} (tid {tid}): decided in {:.1} ms, \
+                 switched within {:.1} ms",
+                ms(decided),
+                ms(start.elapsed())
+            );
+            return Ok(());
         }
-        Ok(Outcome::Aborted { abort, .. }) => Err(format!("move refused: {}", abort.message())),
-        Err(e) => Err(e.to_string()),
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the move of partition {partition} of {operator} to shard {shard} (tid {tid}) is decided and \
+                 durable, but the shards' maps {owners:?} did not switch within {:.1} s (see `styx status`)",
+                timeout.as_secs_f64()
+            ));
+        }
+        std::thread::sleep(SWITCH_POLL);
     }
+}
+
+/// How often `styx rebalance` reads the metrics while it waits for a
+/// switch (the daemon publishes them every 100 ms).
+const SWITCH_POLL: Duration = Duration::from_millis(25);
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1_000.0
+}
+
+/// Every shard's owner of `partition` of `operator` in a `/metrics` text.
+fn partition_owners(text: &str, operator: &str, partition: u32) -> Vec<u16> {
+    metric_samples(text, "styx_partition_owner", operator)
+        .filter(|(_, p, _)| *p == partition)
+        .map(|(_, _, owner)| owner as u16)
+        .collect()
+}
+
+/// The samples `name{shard="S",operator="O",partition="P"} V` of
+/// `operator` in a `/metrics` text, as `(S, P, V)`.
+fn metric_samples<'a>(text: &'a str, name: &'a str, operator: &'a str) -> impl Iterator<Item = (u16, u32, u64)> + 'a {
+    text.lines().filter_map(move |line| {
+        let rest = line.strip_prefix(name)?.strip_prefix("{shard=\"")?;
+        let (shard, rest) = rest.split_once("\",operator=\"")?;
+        let (op, rest) = rest.split_once("\",partition=\"")?;
+        let (partition, value) = rest.split_once("\"} ")?;
+        if op != operator {
+            return None;
+        }
+        Some((shard.parse().ok()?, partition.parse().ok()?, value.trim().parse().ok()?))
+    })
 }
 
 /// `styx rebalance --auto`: reads the per-partition counts twice,
@@ -432,12 +538,15 @@ fn rebalance_auto(a: RebalanceArgs) -> ExitCode {
         eprintln!("error: --window-s and --tolerance must not be negative");
         return ExitCode::from(2);
     }
+    let watch = match a.watch() {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     finish(on_client(move || async move {
-        let metrics = match &a.metrics {
-            Some(m) => m.clone(),
-            None => metrics_beside(&a.connect.connect)
-                .ok_or_else(|| format!("no metrics address: give --metrics for {}", a.connect.connect))?,
-        };
+        let metrics = a.metrics()?;
         let client = client(&a.connect)?;
         let shards = client.status().await.map_err(|e| e.to_string())?.shards;
         let loads = if a.window_s > 0.0 {
@@ -478,7 +587,9 @@ fn rebalance_auto(a: RebalanceArgs) -> ExitCode {
                     m.partition, a.operator, m.to
                 );
             } else {
-                move_partition(&client, &a.operator, m.partition, m.to).await?;
+                // One at a time: each waits for its switch (unless
+                // --no-wait), so the next is planned against a settled map.
+                move_partition(&client, &a.operator, m.partition, m.to, watch.as_ref()).await?;
             }
         }
         Ok(ExitCode::SUCCESS)
@@ -493,21 +604,8 @@ fn partition_loads(
     before: Option<&str>,
     operator: &str,
 ) -> Result<Vec<styx_engine::balance::Load>, String> {
-    // `name{shard="S",operator="O",partition="P"} V`
-    fn samples<'a>(text: &'a str, name: &'a str, operator: &'a str) -> impl Iterator<Item = (u16, u32, u64)> + 'a {
-        text.lines().filter_map(move |line| {
-            let rest = line.strip_prefix(name)?.strip_prefix("{shard=\"")?;
-            let (shard, rest) = rest.split_once("\",operator=\"")?;
-            let (op, rest) = rest.split_once("\",partition=\"")?;
-            let (partition, value) = rest.split_once("\"} ")?;
-            if op != operator {
-                return None;
-            }
-            Some((shard.parse().ok()?, partition.parse().ok()?, value.trim().parse().ok()?))
-        })
-    }
     let mut owners: std::collections::BTreeMap<u32, (u16, u16)> = std::collections::BTreeMap::new();
-    for (shard, partition, owner) in samples(text, "styx_partition_owner", operator) {
+    for (shard, partition, owner) in metric_samples(text, "styx_partition_owner", operator) {
         let e = owners.entry(partition).or_insert((shard, owner as u16));
         if shard < e.0 {
             *e = (shard, owner as u16);
@@ -520,7 +618,7 @@ fn partition_loads(
     }
     let count = |text: &str| {
         let mut c: std::collections::BTreeMap<u32, u64> = std::collections::BTreeMap::new();
-        for (_, partition, v) in samples(text, "styx_partition_invocations_total", operator) {
+        for (_, partition, v) in metric_samples(text, "styx_partition_invocations_total", operator) {
             *c.entry(partition).or_default() += v;
         }
         c

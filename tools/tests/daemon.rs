@@ -482,16 +482,31 @@ fn graceful_shutdown_leaves_a_directory_that_restarts_with_the_same_state() {
     assert_eq!(balances(&d2, keys), before, "the retry applied nothing");
 }
 
-/// Runs `styx rebalance` against `d`.
+/// Runs `styx rebalance` against `d`, waiting for the switch on its
+/// metrics address.
 fn rebalance(d: &Daemon, operator: &str, partition: u32, shard: u16) -> (i32, String) {
     styx(&[
         "rebalance",
         "--connect",
         &d.addr,
+        "--metrics",
+        d.metrics.as_deref().expect("a metrics address"),
         operator,
         &partition.to_string(),
         &shard.to_string(),
     ])
+}
+
+/// Every shard's owner of `partition` of `account`, from `d`'s metrics.
+fn owners(d: &Daemon, partition: u32) -> Vec<u16> {
+    let text = d.http_get("/metrics");
+    let prefix = "styx_partition_owner{shard=\"";
+    let needle = format!("\",operator=\"account\",partition=\"{partition}\"}} ");
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.split_once(&needle))
+        .map(|(_, v)| v.trim().parse().unwrap())
+        .collect()
 }
 
 #[test]
@@ -528,9 +543,15 @@ fn rebalance_moves_partitions_while_transfers_run_and_survives_restarts() {
     let running = transfers(d.addr.clone(), 7);
     for round in 0..2u16 {
         for p in 0..16u32 {
-            let (code, out) = rebalance(&d, "account", p, ((p as u16) + 1 + round) % 2);
+            let to = ((p as u16) + 1 + round) % 2;
+            let (code, out) = rebalance(&d, "account", p, to);
             assert_eq!(code, 0, "{out}");
-            assert!(out.contains("moved partition"), "{out}");
+            assert!(
+                out.contains("moved partition") && out.contains("switched within"),
+                "{out}"
+            );
+            // It returned once every shard's map says so.
+            assert_eq!(owners(&d, p), vec![to, to], "{out}");
         }
     }
     running.join().unwrap();
@@ -548,6 +569,15 @@ fn rebalance_moves_partitions_while_transfers_run_and_survives_restarts() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("nothing"), "{out}");
     assert_eq!(balances(&d, keys), before);
+    // --no-wait answers once the move is decided; the switch follows.
+    let (code, out) = styx(&["rebalance", "--connect", &d.addr, "--no-wait", "account", "20", "1"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("switches once copied"), "{out}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while owners(&d, 20) != vec![1, 1] {
+        assert!(std::time::Instant::now() < deadline, "partition 20 never switched");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     // The moved map survives a clean restart, then moves and a kill -9.
     assert!(d.terminate().success());
