@@ -132,7 +132,12 @@ pub fn load_each(app: &App, scale: &Scale, seed: u64, mut emit: impl FnMut(OpId,
         for i in 1..=scale.items {
             let stock = Stock {
                 quantity: uniform(&mut rng, 10, 100) as i32,
-                dist: std::array::from_fn(|_| a_string(&mut rng, 24, 24)),
+                dist: std::array::from_fn(|_| {
+                    a_string(&mut rng, 24, 24)
+                        .into_bytes()
+                        .try_into()
+                        .expect("24 characters of ASCII")
+                }),
                 ytd: 0,
                 order_cnt: 0,
                 remote_cnt: 0,

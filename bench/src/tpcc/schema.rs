@@ -224,12 +224,16 @@ pub struct Item {
     pub data: String,
 }
 
+/// S_DIST_xx: CHAR(24).
+pub type DistInfo = [u8; 24];
+
 #[styx::entity(name = "stock", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Stock {
     pub quantity: i32,
-    /// S_DIST_01 ..= S_DIST_10.
-    pub dist: [String; DISTRICTS as usize],
+    /// S_DIST_01 ..= S_DIST_10: CHAR(24), fixed width, so a read neither
+    /// validates nor allocates ten strings.
+    pub dist: [DistInfo; DISTRICTS as usize],
     pub ytd: u32,
     pub order_cnt: u32,
     pub remote_cnt: u32,

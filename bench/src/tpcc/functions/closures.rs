@@ -103,9 +103,8 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
             .checked_sub(1)
             .filter(|d| *d < usize::from(DISTRICTS))
             .ok_or_else(|| Abort::new(format!("no district {}", o.d_id)))?;
-        let dist_info = std::mem::take(&mut s.dist[district]);
+        let dist_info = String::from_utf8_lossy(&s.dist[district]).into_owned();
         let original = s.data.contains("ORIGINAL");
-        s.dist[district].clone_from(&dist_info);
         ctx.put(&s)?;
         Ok(Some((dist_info, original)))
     });
