@@ -334,6 +334,14 @@ impl PartitionMap {
 mod tests {
     use super::*;
 
+    fn mv(op: u16, partition: u32, to: ShardId) -> Move {
+        Move {
+            op: OpId(op),
+            partition,
+            to,
+        }
+    }
+
     fn app() -> App {
         let mut app = App::new("t");
         app.operator("a", 8);
@@ -353,11 +361,6 @@ mod tests {
     fn apply_reports_net_transfers_in_order() {
         let app = app();
         let mut map = PartitionMap::new(&app, 3);
-        let mv = |op, partition, to| Move {
-            op: OpId(op),
-            partition,
-            to,
-        };
         // Partition 0 of `a` goes 0 → 2 → 1; partition 1 goes away and back
         // (two moves, each counted).
         let mut moves = vec![(9, mv(0, 0, 1)), (5, mv(0, 0, 2)), (6, mv(0, 1, 0)), (7, mv(0, 1, 1))];
@@ -402,11 +405,6 @@ mod tests {
     fn a_due_snapshot_holds_new_moves_in_the_queue() {
         let app = app();
         let mut map = PartitionMap::new(&app, 3);
-        let mv = |op, partition, to| Move {
-            op: OpId(op),
-            partition,
-            to,
-        };
         assert_eq!(map.decide(1, &mut [(1, mv(0, 0, 1))], false).len(), 1);
         // Due: the new move waits, the copy goes on and switches.
         assert!(map.decide(2, &mut [(2, mv(1, 2, 0))], true).is_empty());
@@ -434,11 +432,6 @@ mod tests {
     #[test]
     fn bad_moves_are_refused() {
         let app = app();
-        let mv = |op, partition, to| Move {
-            op: OpId(op),
-            partition,
-            to,
-        };
         assert!(mv(0, 7, 2).check(&app, 3).is_ok());
         assert!(mv(2, 0, 0).check(&app, 3).unwrap_err().contains("no operator 2"));
         assert!(mv(1, 3, 0).check(&app, 3).unwrap_err().contains("3 partitions"));

@@ -424,13 +424,6 @@ pub fn get(a: GetArgs) -> ExitCode {
 /// unless `--no-wait`, the command watches every shard's map on the
 /// metrics address (`styx_partition_owner`) until it has.
 pub fn rebalance(a: RebalanceArgs) -> ExitCode {
-    if a.auto {
-        return rebalance_auto(a);
-    }
-    let (partition, shard) = (
-        a.partition.expect("clap requires it"),
-        a.shard.expect("clap requires it"),
-    );
     let watch = match a.watch() {
         Ok(w) => w,
         Err(e) => {
@@ -438,6 +431,13 @@ pub fn rebalance(a: RebalanceArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if a.auto {
+        return rebalance_auto(a, watch);
+    }
+    let (partition, shard) = (
+        a.partition.expect("clap requires it"),
+        a.shard.expect("clap requires it"),
+    );
     finish(on_client(move || async move {
         let client = client(&a.connect)?;
         move_partition(&client, &a.operator, partition, shard, watch.as_ref()).await?;
@@ -533,18 +533,11 @@ fn metric_samples<'a>(text: &'a str, name: &'a str, operator: &'a str) -> impl I
 
 /// `styx rebalance --auto`: reads the per-partition counts twice,
 /// `--window-s` apart, plans, and moves one partition at a time.
-fn rebalance_auto(a: RebalanceArgs) -> ExitCode {
+fn rebalance_auto(a: RebalanceArgs, watch: Option<(String, Duration)>) -> ExitCode {
     if !(a.window_s >= 0.0 && a.window_s.is_finite() && a.tolerance >= 0.0) {
         eprintln!("error: --window-s and --tolerance must not be negative");
         return ExitCode::from(2);
     }
-    let watch = match a.watch() {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
     finish(on_client(move || async move {
         let metrics = a.metrics()?;
         let client = client(&a.connect)?;

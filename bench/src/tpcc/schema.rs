@@ -412,22 +412,7 @@ mod tests {
             OrderLines::NAME,
             NewOrderRow::NAME,
         ];
-        assert_eq!(
-            names,
-            [
-                WAREHOUSE,
-                DISTRICT,
-                DISTRICT_NEXT_O_ID,
-                CUSTOMER,
-                CUSTOMER_BY_NAME,
-                HISTORY,
-                ITEM,
-                STOCK,
-                ORDER,
-                ORDER_LINE,
-                NEW_ORDER
-            ]
-        );
+        assert_eq!(names, TABLES);
         let archive = |v: &dyn Fn(&mut styx_engine::Scratch) -> Value| v(&mut Default::default()).to_vec();
         for ids in [vec![], vec![7u32], vec![3, 1, 2999]] {
             let bare = archive(&|s| Value::encode(&ids, s).unwrap());
