@@ -181,9 +181,10 @@ fn scan_page(ctx: &Ctx, after: Option<&[u8]>, limit: u32) -> Result<ScanPage, Ab
     let mut page = Vec::new();
     let mut bytes = 0usize;
     let mut more = false;
-    ctx.scan_raw(|key, value| {
+    // One more than the page holds tells whether more follow.
+    ctx.scan_raw_after(after, limit + 1, |key, value| {
         let key = key.as_bytes();
-        if more || after.is_some_and(|a| key <= a) {
+        if more {
             return;
         }
         // Two u32 lengths and the bytes, as the result encodes them.

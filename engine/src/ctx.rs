@@ -68,8 +68,17 @@ pub(crate) trait Host {
     fn written_since(&self, frame: &Frame, mark: u32) -> bool;
     /// Issues child call number `child` of `frame`.
     fn call(&self, frame: &Frame, child: u32, function: FnId, address: Address, args: Payload, sync: bool);
-    /// Scans the frame's partition in key order.
-    fn scan(&self, frame: &Frame, f: &mut dyn FnMut(&Key, &Value)) -> Result<(), Abort>;
+    /// Scans the frame's partition in key order: the first `at_most`
+    /// entities whose key bytes sort after `after` (every entity with
+    /// `None`, `usize::MAX`). Either way the scan reads the whole partition
+    /// (a write anywhere in it conflicts), the bounds only save the work.
+    fn scan(
+        &self,
+        frame: &Frame,
+        after: Option<&[u8]>,
+        at_most: usize,
+        f: &mut dyn FnMut(&Key, &Value),
+    ) -> Result<(), Abort>;
 }
 
 /// The result of one child call, filled in by the host.
@@ -386,7 +395,7 @@ impl Ctx {
     pub fn scan<T: Load>(&self, mut f: impl FnMut(&Key, &T::Archived)) -> Result<(), Abort> {
         self.require_partition()?;
         let mut failure = None;
-        self.frame.host.scan(&self.frame, &mut |key, value| {
+        self.frame.host.scan(&self.frame, None, usize::MAX, &mut |key, value| {
             if failure.is_none()
                 && let Err(e) = value.read::<T, ()>(|a| f(key, a))
             {
@@ -415,11 +424,23 @@ impl Ctx {
 
     /// [`Ctx::scan`] with each entity's state as archive bytes (for tools
     /// that do not know the operator's state type).
-    pub fn scan_raw(&self, mut f: impl FnMut(&Key, &[u8])) -> Result<(), Abort> {
+    pub fn scan_raw(&self, f: impl FnMut(&Key, &[u8])) -> Result<(), Abort> {
+        self.scan_raw_after(None, usize::MAX, f)
+    }
+
+    /// [`Ctx::scan_raw`] of the first `at_most` entities whose key bytes
+    /// sort after `after` (a page of a scan). It reads, and conflicts, like
+    /// a scan of the whole partition, but costs a page, not a sort of it.
+    pub fn scan_raw_after(
+        &self,
+        after: Option<&[u8]>,
+        at_most: usize,
+        mut f: impl FnMut(&Key, &[u8]),
+    ) -> Result<(), Abort> {
         self.require_partition()?;
-        self.frame
-            .host
-            .scan(&self.frame, &mut |key, value| value.with_aligned(|bytes| f(key, bytes)))
+        self.frame.host.scan(&self.frame, after, at_most, &mut |key, value| {
+            value.with_aligned(|bytes| f(key, bytes))
+        })
     }
 
     /// Calls `op.function` on entity `key` and returns its result.

@@ -399,7 +399,13 @@ impl Host for Txn {
         frame.calls.borrow_mut()[child as usize].result = Some(result);
     }
 
-    fn scan(&self, frame: &Frame, f: &mut dyn FnMut(&Key, &Value)) -> Result<(), Abort> {
+    fn scan(
+        &self,
+        frame: &Frame,
+        after: Option<&[u8]>,
+        at_most: usize,
+        f: &mut dyn FnMut(&Key, &Value),
+    ) -> Result<(), Abort> {
         let op = frame.function.op;
         let partitions = self.app.operator_info(op).partitions();
         let rows: BTreeMap<Key, Value> = self
@@ -408,9 +414,10 @@ impl Host for Txn {
             .entities
             .iter()
             .filter(|e| e.op == op && e.key.partition(partitions) == frame.partition)
+            .filter(|e| after.is_none_or(|a| e.key.as_bytes() > a))
             .filter_map(|e| Some((e.key.clone(), e.value.clone()?)))
             .collect();
-        for (k, v) in &rows {
+        for (k, v) in rows.iter().take(at_most) {
             f(k, v);
         }
         Ok(())

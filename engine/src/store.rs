@@ -90,16 +90,75 @@ pub(crate) struct Entry {
 
 const _: () = assert!(std::mem::size_of::<Entry>() == 64);
 
-/// A partition's index: slots found by their key's stable hash, keys
-/// compared in the slab (4 bytes a bucket: at 1M keys the index is ~10 MB
-/// instead of ~66 MB with keys in the buckets). The table uses the hash's
-/// high half: the low bits chose the partition, so they are nearly constant
-/// within it.
-pub(crate) struct Partition {
-    pub map: HashTable<u32>,
-    /// The pseudo-entry standing for the whole partition.
-    pub pseudo: u32,
+mod partition {
+    use hashbrown::HashTable;
+
+    /// A partition's index: slots found by their key's stable hash, keys
+    /// compared in the slab (4 bytes a bucket: at 1M keys the index is ~10 MB
+    /// instead of ~66 MB with keys in the buckets). The table uses the hash's
+    /// high half: the low bits chose the partition, so they are nearly
+    /// constant within it.
+    pub(crate) struct Partition {
+        /// Changed only through [`Partition::map_mut`] (this module keeps
+        /// it private), which drops `order`.
+        map: HashTable<u32>,
+        /// The pseudo-entry standing for the whole partition.
+        pub pseudo: u32,
+        /// The table's slots in key order, made by a scan and kept until a
+        /// key comes or goes (a value's change leaves it valid: scans skip
+        /// entries without one), so the pages of a dump each find their
+        /// place in it instead of sorting the partition again. 4 bytes an
+        /// entity, only for partitions scanned since their last insert or
+        /// removal.
+        order: Option<Vec<u32>>,
+    }
+
+    impl Partition {
+        pub fn new(map: HashTable<u32>, pseudo: u32) -> Partition {
+            Partition {
+                map,
+                pseudo,
+                order: None,
+            }
+        }
+
+        #[inline]
+        pub fn map(&self) -> &HashTable<u32> {
+            &self.map
+        }
+
+        /// The table, to change: the key order is made again at the next
+        /// scan.
+        #[inline]
+        pub fn map_mut(&mut self) -> &mut HashTable<u32> {
+            self.order = None;
+            &mut self.map
+        }
+
+        /// The table's slots sorted by their key bytes (`key` reads a
+        /// slot's key in the slab), made now if no scan made it since the
+        /// last change. The sort compares the keys' first 8 bytes as one
+        /// big-endian number, zero-padded (an order that agrees with the
+        /// bytes' wherever it is strict), held beside the slot, and reads
+        /// the keys in the slab only on a tie, not in the sort's random
+        /// order for every comparison.
+        pub fn order<'a>(&mut self, key: impl Fn(u32) -> &'a [u8]) -> &[u32] {
+            let map = &self.map;
+            self.order.get_or_insert_with(|| {
+                let prefix = |k: &[u8]| {
+                    let mut b = [0u8; 8];
+                    let n = k.len().min(8);
+                    b[..n].copy_from_slice(&k[..n]);
+                    u64::from_be_bytes(b)
+                };
+                let mut keyed: Vec<(u64, u32)> = map.iter().map(|s| (prefix(key(*s)), *s)).collect();
+                keyed.sort_unstable_by(|a, b| a.0.cmp(&b.0).then_with(|| key(a.1).cmp(key(b.1))));
+                keyed.into_iter().map(|(_, s)| s).collect()
+            })
+        }
+    }
 }
+pub(crate) use partition::Partition;
 
 struct OperatorStore {
     partitions: Vec<Option<Partition>>,
@@ -120,8 +179,9 @@ pub(crate) struct Store {
     saved: Vec<(OpId, Key, Option<Value>)>,
     /// Entities loaded in bulk ([`Store::stage`]) but not yet in their
     /// partition's table: the first of their slots (they run to the end
-    /// of the slab) and, per slot, its partition's number across operators.
-    staged: Option<(u32, Vec<u32>)>,
+    /// of the slab) and, per slot, its partition's number across operators
+    /// and its key's stable hash.
+    staged: Option<(u32, Vec<u32>, Vec<u64>)>,
     /// Partitions being copied here by moves under way, each indexed by a
     /// table of its own: their entries are in the slab but in no owned
     /// partition's table, not live and not dirty, so nothing sees them
@@ -175,10 +235,7 @@ impl Store {
             return;
         }
         let pseudo = self.allocate(op, None);
-        self.operators[op.0 as usize].partitions[partition as usize] = Some(Partition {
-            map: HashTable::new(),
-            pseudo,
-        });
+        self.operators[op.0 as usize].partitions[partition as usize] = Some(Partition::new(HashTable::new(), pseudo));
     }
 
     /// Whether this shard has a table for `partition` of `op`.
@@ -225,7 +282,7 @@ impl Store {
         let part = self.operators[op.0 as usize].partitions[partition as usize]
             .as_mut()
             .expect("partition is owned by this shard");
-        part.map.insert_unique(table_hash(hash), slot, |s| {
+        part.map_mut().insert_unique(table_hash(hash), slot, |s| {
             table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64())
         });
         slot
@@ -235,7 +292,7 @@ impl Store {
     pub fn find(&self, op: OpId, partition: u32, key: &Key, hash: u64) -> Option<u32> {
         let entries = &self.entries;
         self.partition(op, partition)
-            .map
+            .map()
             .find(table_hash(hash), |s| entries[*s as usize].key.as_ref() == Some(key))
             .copied()
     }
@@ -309,7 +366,7 @@ impl Store {
             .as_mut()
             .expect("partition is owned by this shard");
         if let Ok(found) = part
-            .map
+            .map_mut()
             .find_entry(h, |s| entries[*s as usize].key.as_ref() == Some(key))
         {
             let slot = *found.get();
@@ -325,7 +382,7 @@ impl Store {
     /// table's order (not a stable order: see [`Store::entity_at`]).
     pub fn live_slots(&self, op: OpId, partition: u32) -> Vec<u32> {
         self.partition(op, partition)
-            .map
+            .map()
             .iter()
             .copied()
             .filter(|slot| self.entries[*slot as usize].value.is_some())
@@ -396,7 +453,7 @@ impl Store {
         let (_, _, table) = self.incoming.swap_remove(at);
         let here = self.operators[op.0 as usize].partitions[partition as usize]
             .as_ref()
-            .map(|p| (p.map.len(), p.pseudo));
+            .map(|p| (p.map().len(), p.pseudo));
         if let Some((0, pseudo)) = here {
             // Here before, its tombstones all reclaimed: adopt the copy's
             // table under the old pseudo-entry.
@@ -427,20 +484,28 @@ impl Store {
             self.dirty.push(slot);
         }
         self.live += table.len();
-        self.operators[op.0 as usize].partitions[partition as usize] = Some(Partition { map: table, pseudo });
+        self.operators[op.0 as usize].partitions[partition as usize] = Some(Partition::new(table, pseudo));
     }
 
-    /// The entities of a partition with a value, in key order.
-    pub fn scan(&self, op: OpId, partition: u32) -> Vec<(Key, u32)> {
-        let mut out: Vec<(Key, u32)> = self
-            .partition(op, partition)
-            .map
+    /// The slots of a partition's entities with a value, in key order: the
+    /// first `at_most` whose key bytes sort after `after` (all of them with
+    /// `None`, `usize::MAX`). The partition is sorted once and the order
+    /// kept until a key comes or goes, so a page costs a binary search and
+    /// the page, not a sort of the partition.
+    pub fn scan(&mut self, op: OpId, partition: u32, after: Option<&[u8]>, at_most: usize) -> Vec<u32> {
+        let entries = &self.entries;
+        let key = |slot: u32| entries[slot as usize].key.as_ref().expect("entity entry").as_bytes();
+        let part = self.operators[op.0 as usize].partitions[partition as usize]
+            .as_mut()
+            .expect("partition is owned by this shard");
+        let order = part.order(key);
+        let start = after.map_or(0, |a| order.partition_point(|s| key(*s) <= a));
+        order[start..]
             .iter()
-            .filter(|slot| self.entries[**slot as usize].value.is_some())
-            .map(|s| (self.entries[*s as usize].key.clone().expect("entity entry"), *s))
-            .collect();
-        out.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        out
+            .copied()
+            .filter(|slot| entries[*slot as usize].value.is_some())
+            .take(at_most)
+            .collect()
     }
 
     /// Every live entity of every owned partition: `(op, partition, key, value)`.
@@ -448,7 +513,7 @@ impl Store {
         self.operators.iter().enumerate().flat_map(move |(op, store)| {
             store.partitions.iter().enumerate().flat_map(move |(p, part)| {
                 part.iter().flat_map(move |part| {
-                    part.map.iter().filter_map(move |slot| {
+                    part.map().iter().filter_map(move |slot| {
                         let e = &self.entries[*slot as usize];
                         match (&e.key, &e.value) {
                             (Some(k), Some(v)) => Some((OpId(op as u16), p as u32, k, v)),
@@ -501,7 +566,7 @@ impl Store {
         let part = self.operators[op.0 as usize].partitions[partition as usize]
             .as_mut()
             .expect("partition is owned by this shard");
-        let found = part.map.entry(
+        let found = part.map_mut().entry(
             table_hash(hash),
             |s| entries[*s as usize].key.as_ref() == Some(key),
             |s| table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64()),
@@ -549,11 +614,16 @@ impl Store {
     /// table in one go. Inserted one by one, in key order, millions of
     /// entities hit every partition's table at random, a cache and TLB miss
     /// each; a partition at a time, its table stays in cache.
-    pub fn stage(&mut self, op: OpId, partition: u32, key: Key, value: Value) {
+    /// `hash` is the key's stable hash (the caller has it: it chose the
+    /// partition), kept so that indexing reads neither the key nor the slab
+    /// unless a table's probe meets a likely equal key.
+    pub fn stage(&mut self, op: OpId, partition: u32, key: Key, hash: u64, value: Value) {
+        debug_assert_eq!(hash, key.hash64());
         let first = self.entries.len() as u32;
         let group = self.groups_before(op) + partition;
-        let (_, groups) = self.staged.get_or_insert_with(|| (first, Vec::new()));
+        let (_, groups, hashes) = self.staged.get_or_insert_with(|| (first, Vec::new(), Vec::new()));
         groups.push(group);
+        hashes.push(hash);
         assert!(self.entries.len() < ENTRIES_PER_SHARD_MAX, "shard entry slab is full");
         self.entries.push(Entry {
             key: Some(key),
@@ -579,7 +649,7 @@ impl Store {
     /// staged twice, or already present, the last value wins, as with
     /// [`Store::load_snapshot`]).
     pub fn index_staged(&mut self) {
-        let Some((first, groups)) = self.staged.take() else {
+        let Some((first, groups, hashes)) = self.staged.take() else {
             return;
         };
         assert_eq!(
@@ -612,44 +682,49 @@ impl Store {
         for i in 0..total {
             start[i + 1] += start[i];
         }
-        let mut order = vec![0u32; groups.len()];
+        // Each group's slots with their hashes, a group after another (its
+        // end is then in `start`).
+        let mut order = vec![(0u64, 0u32); groups.len()];
         for (i, g) in groups.iter().enumerate() {
             let at = &mut start[*g as usize];
-            order[*at as usize] = first + i as u32;
+            order[*at as usize] = (hashes[i], first + i as u32);
             *at += 1;
         }
-        drop(groups);
-        for slot in order {
-            let op = OpId(self.meta[slot as usize].op);
-            let key = self.entries[slot as usize].key.as_ref().expect("a staged entity");
-            let hash = key.hash64();
-            let partition = (hash % self.operators[op.0 as usize].partitions.len() as u64) as u32;
-            let entries = &self.entries;
-            let part = self.operators[op.0 as usize].partitions[partition as usize]
-                .as_mut()
-                .expect("partition is owned by this shard");
-            let found = part.map.entry(
-                table_hash(hash),
-                |s| entries[*s as usize].key == entries[slot as usize].key,
-                |s| table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64()),
-            );
-            match found {
-                hashbrown::hash_table::Entry::Vacant(v) => {
-                    v.insert(slot);
-                }
-                hashbrown::hash_table::Entry::Occupied(o) => {
-                    // The key was there already: its slot takes the value,
-                    // this one is freed.
-                    let old = *o.get();
-                    assert_eq!(self.meta[old as usize].marks & PENDING, 0, "load during a snapshot");
-                    let value = self.entries[slot as usize].value.take();
-                    self.entries[slot as usize].key = None;
-                    self.free.push(slot);
-                    if self.entries[old as usize].value.is_some() {
-                        self.live -= 1;
+        drop((groups, hashes));
+        let (mut group, mut begin) = (0, 0);
+        for op in 0..self.operators.len() {
+            for partition in 0..self.operators[op].partitions.len() {
+                let end = start[group] as usize;
+                for &(hash, slot) in &order[begin..end] {
+                    let entries = &self.entries;
+                    let part = self.operators[op].partitions[partition]
+                        .as_mut()
+                        .expect("partition is owned by this shard");
+                    let found = part.map_mut().entry(
+                        table_hash(hash),
+                        |s| entries[*s as usize].key == entries[slot as usize].key,
+                        |s| table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64()),
+                    );
+                    match found {
+                        hashbrown::hash_table::Entry::Vacant(v) => {
+                            v.insert(slot);
+                        }
+                        hashbrown::hash_table::Entry::Occupied(o) => {
+                            // The key was there already: its slot takes the
+                            // value, this one is freed.
+                            let old = *o.get();
+                            assert_eq!(self.meta[old as usize].marks & PENDING, 0, "load during a snapshot");
+                            let value = self.entries[slot as usize].value.take();
+                            self.entries[slot as usize].key = None;
+                            self.free.push(slot);
+                            if self.entries[old as usize].value.is_some() {
+                                self.live -= 1;
+                            }
+                            self.entries[old as usize].value = value;
+                        }
                     }
-                    self.entries[old as usize].value = value;
                 }
+                (group, begin) = (group + 1, end);
             }
         }
     }
@@ -676,7 +751,7 @@ impl Store {
             .iter_mut()
             .flat_map(|o| o.partitions.iter_mut().flatten())
         {
-            part.map.reserve(per_partition, |s| {
+            part.map_mut().reserve(per_partition, |s| {
                 table_hash(entries[*s as usize].key.as_ref().expect("entity entry").hash64())
             });
         }
@@ -699,6 +774,60 @@ impl Store {
     pub fn reset_generations(&mut self) {
         for e in &mut self.entries {
             e.generation = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// A bounded scan is the same page as sorting the whole partition,
+    /// dropping keys up to `after` and taking `at_most`; deleted entities
+    /// (tombstones) never show, and keys added or removed after a scan
+    /// (which keeps the partition's key order) show in the next.
+    #[test]
+    fn a_bounded_scan_is_a_page_of_the_sorted_partition() {
+        let mut app = App::new("t");
+        let op = app.operator("a", 1);
+        let map = PartitionMap::new(&app, 1);
+        let mut store = Store::new(&app, 0, &map);
+        let mut rng = Rng::new(7);
+        let mut live = std::collections::BTreeSet::new();
+        for round in 0..4 {
+            // Keys of 1..=9 bytes from a small alphabet: shared prefixes,
+            // keys that are prefixes of others, ties in the first 8 bytes.
+            for _ in 0..300 {
+                let len = 1 + rng.below(if round % 2 == 0 { 4 } else { 9 }) as usize;
+                let key: Vec<u8> = (0..len).map(|_| rng.below(3) as u8).collect();
+                let value = (rng.below(4) > 0).then(|| Value::from_bytes(&key));
+                match &value {
+                    Some(_) => live.insert(key.clone()),
+                    None => live.remove(&key),
+                };
+                store.load(op, 0, &Key::from_bytes(&key), value, round % 2 == 0);
+            }
+            let sorted: Vec<Vec<u8>> = live.iter().cloned().collect();
+            let mut afters: Vec<Option<Vec<u8>>> = vec![None, Some(vec![]), Some(vec![9])];
+            afters.extend(sorted.iter().step_by(7).map(|k| Some(k.clone())));
+            afters.push(Some(vec![1, 2, 2, 2, 2, 2, 2, 2, 2, 2]));
+            for after in &afters {
+                for at_most in [0, 1, 2, 5, 64, usize::MAX] {
+                    let expected: Vec<Vec<u8>> = sorted
+                        .iter()
+                        .filter(|k| after.as_ref().is_none_or(|a| k.as_slice() > a.as_slice()))
+                        .take(at_most)
+                        .cloned()
+                        .collect();
+                    let slots = store.scan(op, 0, after.as_deref(), at_most);
+                    let got: Vec<Vec<u8>> = slots
+                        .into_iter()
+                        .map(|s| store.entries[s as usize].key.as_ref().unwrap().as_bytes().to_vec())
+                        .collect();
+                    assert_eq!(got, expected, "round {round}, after {after:?}, at most {at_most}");
+                }
+            }
         }
     }
 }

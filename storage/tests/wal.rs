@@ -562,3 +562,101 @@ fn random_damage_yields_a_prefix_or_an_error() {
         "{errors} errors, {torn} torn, {prefixes} clean"
     );
 }
+
+/// What a reader yields, with paths cut to file names (a reader from memory
+/// knows only those).
+type Outcome = (
+    Vec<Batch>,
+    Option<String>,
+    Option<(String, u64, String, u64, u64, usize)>,
+);
+
+fn outcome(mut r: Reader, wal_dir: &Path) -> Outcome {
+    let dir = format!("{}/", wal_dir.display());
+    let mut batches = Vec::new();
+    let mut error = None;
+    for b in r.by_ref() {
+        match b {
+            Ok(b) => batches.push(b),
+            Err(e) => error = Some(e.to_string().replace(&dir, "")),
+        }
+    }
+    let t = r.truncation().map(|t| {
+        let name = t.path.file_name().unwrap().to_string_lossy().into_owned();
+        (
+            name,
+            t.offset,
+            t.reason.clone(),
+            t.bytes_dropped,
+            t.records_dropped,
+            t.files_removed.len(),
+        )
+    });
+    (batches, error, t)
+}
+
+/// A segment is read up to its last chunk with data when the rest is zeros
+/// (not allocated whole): what it yields (batches, torn tail, corruption)
+/// is the same as reading every byte, with data after megabytes of zeros,
+/// records across chunk boundaries and files cut anywhere.
+#[test]
+fn reading_the_used_part_of_a_segment_yields_what_reading_it_whole_does() {
+    let root = fresh_dir("wal-used-part");
+    let options = Options {
+        segment_bytes: 4 << 20,
+        fsync: FsyncMode::Epoch,
+        zero_fill: true,
+    };
+    let all = batches(21, 1..=80, 40, 500);
+    let dir = write_log(DataDir::open(&root).unwrap(), all.clone(), options, true);
+    let wal_dir = dir.wal_dir();
+    let path = only_segment(&wal_dir);
+    let original = fs::read(&path).unwrap();
+    let used = records_at(&original).last().copied().unwrap() as usize + 1024;
+    assert!(
+        used > 1 << 20 && original.len() == 4 << 20,
+        "records span chunks, zeros follow"
+    );
+    let (whole, _, torn) = outcome(Reader::open(&wal_dir, SHARD, 0).unwrap(), &wal_dir);
+    assert_eq!((whole.len(), torn), (all.len(), None));
+    let mut rng = Rng::new(22);
+    let (mut torn, mut errors) = (0, 0);
+    for case in 0..120 {
+        let mut bad = original.clone();
+        match case % 4 {
+            0 => {
+                let at = rng.below(used as u64) as usize;
+                bad[at] ^= 1 + rng.below(255) as u8;
+            }
+            // A byte in the zeros: near the records, or megabytes later.
+            1 => {
+                let at = used + rng.below((bad.len() - used) as u64) as usize;
+                bad[at] = 1 + rng.below(255) as u8;
+            }
+            2 => bad.truncate(rng.below(bad.len() as u64) as usize),
+            _ => {
+                // A record's worth of zeros at a chunk boundary.
+                let at = (1 << 20) - rng.below(4096) as usize;
+                bad[at..at + 4096].fill(0);
+            }
+        }
+        fs::write(&path, &bad).unwrap();
+        let from_file = outcome(Reader::open(&wal_dir, SHARD, 0).unwrap(), &wal_dir);
+        let segment = wal::segments(&wal_dir, SHARD).unwrap()[0].first_epoch;
+        let from_memory = outcome(Reader::from_memory(SHARD, 0, vec![(segment, bad.clone())]), &wal_dir);
+        assert!(from_file.0 == from_memory.0, "case {case}: other batches");
+        assert_eq!(
+            (&from_file.1, &from_file.2),
+            (&from_memory.1, &from_memory.2),
+            "case {case}"
+        );
+        assert!(
+            from_file.0[..] == all[..from_file.0.len()],
+            "case {case}: not a prefix of the log"
+        );
+        torn += usize::from(from_file.2.is_some());
+        errors += usize::from(from_file.1.is_some());
+    }
+    fs::write(&path, &original).unwrap();
+    assert!(torn > 0 && errors > 0, "{torn} torn, {errors} errors");
+}

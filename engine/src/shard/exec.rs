@@ -174,43 +174,61 @@ impl Host for Exec {
         self.route(&mut st, owner, msg);
     }
 
-    fn scan(&self, frame: &Frame, f: &mut dyn FnMut(&Key, &Value)) -> Result<(), Abort> {
+    fn scan(
+        &self,
+        frame: &Frame,
+        after: Option<&[u8]>,
+        at_most: usize,
+        f: &mut dyn FnMut(&Key, &Value),
+    ) -> Result<(), Abort> {
         let rows: Vec<(Key, Value)> = {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
             let phase = st.phase;
             let op = frame.function.op;
             st.tables.accesses[phase.index()][frame.access.get() as usize].read = true;
-            let mut rows: Vec<(Key, Option<Value>)> = st
-                .store
-                .scan(op, frame.partition)
-                .into_iter()
-                .map(|(k, slot)| (k, st.store.entries[slot as usize].value.clone()))
-                .collect();
-            // Read your own writes: overlay this transaction's buffered
-            // writes to entities of the partition.
+            // Read your own writes: this transaction's buffered writes to
+            // entities of the partition past `after`, overlaid below.
+            let mut own: Vec<(&Key, Option<&Value>)> = Vec::new();
             if let Some(txn) = st.tables.txn(frame.tid) {
                 let mut at = st.tables.head(phase, txn);
                 while at != NO_INDEX {
                     let a = &st.tables.accesses[phase.index()][at as usize];
                     let t = &st.tables.touched[a.touched as usize];
-                    if let (Some(key), true) = (&t.key, t.op == op && t.partition == frame.partition) {
-                        let new = match &a.write {
-                            Write::None => None,
-                            Write::Put(v) => Some(Some(v.clone())),
-                            Write::Delete => Some(None),
-                        };
-                        if let Some(new) = new {
-                            match rows.binary_search_by(|r| r.0.cmp(key)) {
-                                Ok(i) => rows[i].1 = new,
-                                Err(i) => rows.insert(i, (key.clone(), new)),
-                            }
+                    if let (Some(key), true) = (&t.key, t.op == op && t.partition == frame.partition)
+                        && after.is_none_or(|after| key.as_bytes() > after)
+                    {
+                        match &a.write {
+                            Write::None => {}
+                            Write::Put(v) => own.push((key, Some(v))),
+                            Write::Delete => own.push((key, None)),
                         }
                     }
                     at = a.next;
                 }
             }
-            rows.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))).collect()
+            // Each own write hides at most one stored entity, so the first
+            // `at_most` rows are among the first `at_most + own` stored.
+            let stored = st
+                .store
+                .scan(op, frame.partition, after, at_most.saturating_add(own.len()));
+            let mut rows: Vec<(&Key, Option<&Value>)> = stored
+                .into_iter()
+                .map(|slot| {
+                    let e = &st.store.entries[slot as usize];
+                    (e.key.as_ref().expect("entity entry"), e.value.as_ref())
+                })
+                .collect();
+            for (key, new) in own {
+                match rows.binary_search_by(|r| r.0.cmp(key)) {
+                    Ok(i) => rows[i].1 = new,
+                    Err(i) => rows.insert(i, (key, new)),
+                }
+            }
+            rows.into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k.clone(), v.clone())))
+                .take(at_most)
+                .collect()
         };
         for (k, v) in &rows {
             f(k, v);

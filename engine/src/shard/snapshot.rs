@@ -210,7 +210,7 @@ impl Shard {
             for p in 0..info.partitions() {
                 if map.owner(op, p) == id {
                     st.store.ensure_partition(op, p);
-                } else if st.store.has_partition(op, p) && !st.store.scan(op, p).is_empty() {
+                } else if st.store.has_partition(op, p) && !st.store.scan(op, p, None, 1).is_empty() {
                     return Err(crate::DecodeError::Invalid(format!(
                         "shard {id}'s snapshot holds partition {p} of {}, which shard {} owns",
                         info.name(),
@@ -250,8 +250,9 @@ impl Shard {
         let result = {
             let mut st = self.exec.st.borrow_mut();
             load(&mut |op, key, value| {
-                let partition = partition_of(key.hash64(), app.operator_info(op).partitions());
-                st.store.stage(op, partition, key, value);
+                let hash = key.hash64();
+                let partition = partition_of(hash, app.operator_info(op).partitions());
+                st.store.stage(op, partition, key, hash, value);
             })
         };
         self.exec.st.borrow_mut().store.index_staged();

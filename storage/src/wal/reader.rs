@@ -76,9 +76,67 @@ pub struct RecordInfo {
 
 struct Current {
     index: usize,
+    /// The segment's bytes, or the first of them when every byte after
+    /// those is known to be zero (`len` says how many there are in all).
     bytes: Vec<u8>,
+    /// The segment's length: a prefix `bytes` is padded with zeros on
+    /// demand, so a record reaching past it reads as it would in the file.
+    len: u64,
     alignment: u64,
     pos: u64,
+}
+
+impl Current {
+    /// Makes `bytes[..upto]` readable (`upto <= len`).
+    fn pad_to(&mut self, upto: u64) {
+        debug_assert!(upto <= self.len);
+        if upto as usize > self.bytes.len() {
+            self.bytes.resize(upto as usize, 0);
+        }
+    }
+}
+
+/// Bytes read at a time by [`read_used`].
+const READ_CHUNK: usize = 1 << 20;
+
+/// A segment's bytes up to the last chunk of [`READ_CHUNK`] that holds a
+/// nonzero byte, and the file's length, when the rest is all zeros (it is
+/// checked through one reused buffer); else the whole file. A log segment
+/// is preallocated, so most of a recent one is zeros: this reads it without
+/// allocating (and faulting in) the whole segment for them.
+fn read_used(path: &Path) -> std::io::Result<(Vec<u8>, u64)> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    // Chunks into `bytes` until one is all zeros (or the file ends).
+    let mut len = loop {
+        let start = bytes.len();
+        let n = (&mut file).take(READ_CHUNK as u64).read_to_end(&mut bytes)?;
+        if n == 0 {
+            let len = bytes.len() as u64;
+            return Ok((bytes, len));
+        }
+        if all_zero(&bytes[start..]) {
+            bytes.truncate(start);
+            break (start + n) as u64;
+        }
+    };
+    // The rest, a chunk at a time through one buffer: all zeros?
+    let mut chunk = Vec::with_capacity(READ_CHUNK);
+    loop {
+        chunk.clear();
+        let n = (&mut file).take(READ_CHUNK as u64).read_to_end(&mut chunk)?;
+        if n == 0 {
+            return Ok((bytes, len));
+        }
+        if !all_zero(&chunk) {
+            // Data after zeros: damage, examined on the whole file.
+            let bytes = std::fs::read(path)?;
+            let len = bytes.len() as u64;
+            return Ok((bytes, len));
+        }
+        len += n as u64;
+    }
 }
 
 /// Iterates a shard's batches with epochs after a given one, oldest first.
@@ -223,7 +281,13 @@ impl Reader {
     }
 
     fn load(&mut self, index: usize) -> Result<Option<Current>> {
-        let bytes = self.read_segment(index)?;
+        let (bytes, len) = match &self.memory {
+            Some(m) => (m[index].clone(), m[index].len() as u64),
+            None => {
+                let path = &self.segments[index].path;
+                read_used(path).map_err(Error::io("read", path))?
+            }
+        };
         let seg = &self.segments[index];
         let header = match SegmentHeader::decode(&bytes) {
             Ok(h) => h,
@@ -266,6 +330,7 @@ impl Reader {
         Ok(Some(Current {
             index,
             bytes,
+            len,
             alignment,
             pos: alignment,
         }))
@@ -293,11 +358,12 @@ impl Reader {
             };
             let index = cur.index;
             let pos = cur.pos;
-            let len = cur.bytes.len() as u64;
+            let len = cur.len;
             if pos >= len {
                 self.current = None;
                 continue;
             }
+            cur.pad_to(len.min(pos + RECORD_HEADER_BYTES as u64));
             let slot = &cur.bytes[pos as usize..len.min(pos + RECORD_HEADER_BYTES as u64) as usize];
             let header = match RecordHeader::check(slot) {
                 HeaderCheck::Zero => {
@@ -348,6 +414,8 @@ impl Reader {
                 )?;
                 continue;
             }
+            let cur = self.current.as_mut().expect("a segment is open");
+            cur.pad_to(end);
             let body = &cur.bytes[(pos as usize + RECORD_HEADER_BYTES)..end as usize];
             if crc32c(body) != header.body_crc {
                 let alignment = cur.alignment;
@@ -447,7 +515,8 @@ impl Reader {
             let seg = &self.segments[i];
             let bytes = if i == index {
                 match self.current.take() {
-                    Some(c) if c.index == i => c.bytes,
+                    // The whole segment, not a prefix (reads it again).
+                    Some(c) if c.index == i && c.bytes.len() as u64 == c.len => c.bytes,
                     _ => self.read_segment(i)?,
                 }
             } else {
