@@ -122,6 +122,12 @@ pub struct Ycsbt {
     /// by the default rule (all of them rank before any other), so the
     /// load is skewed onto one shard (a rebalance's case).
     pub hot_shard: Option<u16>,
+    /// With `hot_shard`: every generator roots its transfers on that
+    /// shard's accounts (debtors drawn uniformly from them, the requests
+    /// hop there from the other shards' generators), so the roots' work,
+    /// not only the creditors', lands on one shard — clients that favour
+    /// one shard's keys. Creditors stay as `zipf` says.
+    pub hot_roots: bool,
 }
 
 impl Ycsbt {
@@ -182,6 +188,7 @@ impl Workload for Ycsbt {
         p.insert("api".into(), self.api.name().into());
         if let Some(hot) = self.hot_shard {
             p.insert("hot_shard".into(), hot.into());
+            p.insert("hot_roots".into(), self.hot_roots.into());
         }
         p
     }
@@ -205,8 +212,12 @@ impl Workload for Ycsbt {
             self.keys
         );
         let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
+        let roots = match (self.hot_roots, self.hot_shard) {
+            (true, Some(hot)) => hot % shards,
+            _ => shard,
+        };
         let debtors: Vec<u64> = (0..self.keys)
-            .filter(|k| Shard::owner(app, shards, account, &Key::from(*k)) == shard)
+            .filter(|k| Shard::owner(app, shards, account, &Key::from(*k)) == roots)
             .collect();
         let mut workload = ycsbt::Workload::new(self.keys, debtors, self.zipf, seed);
         if let (Some(hot), Some(_)) = (self.hot_shard, self.zipf) {
@@ -712,6 +723,7 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
         partitions: params.partitions,
         api: params.api,
         hot_shard: None,
+        hot_roots: false,
     };
     let p = runner::Params {
         shards: params.shards,
@@ -743,6 +755,7 @@ pub fn serial_tps(keys: u64, zipf: Option<f64>, partitions: u32, time: Duration,
             partitions,
             api,
             hot_shard: None,
+            hot_roots: false,
         },
         time,
         seed,
@@ -804,6 +817,8 @@ mod tests {
             partitions: 2,
             api: Api::Typed,
             hot_shard: None,
+            hot_roots: false,
+        hot_roots: false,
         };
         let app = w.app();
         let mut state = State::new();

@@ -2,7 +2,7 @@
 //! closed and open loop, with its invariants checked on the final state;
 //! TPC-C, movie and travel under both APIs (typed entities and closures);
 //! YCSB-T and TPC-C while partitions move back and forth, YCSB-T
-//! rebalanced.
+//! rebalanced (a Zipf skew of creditors, a skew of roots).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,6 +58,7 @@ fn ycsbt_keeps_every_balance_exact() {
         partitions: 16,
         api: Api::Typed,
         hot_shard: None,
+        hot_roots: false,
     };
     let r = run(w, Load::Closed { in_flight: 200 });
     assert_eq!(r.parameters["keys"], 1_000);
@@ -150,6 +151,7 @@ fn ycsbt_keeps_every_balance_while_partitions_move() {
         partitions: 8,
         api: Api::Typed,
         hot_shard: None,
+        hot_roots: false,
     };
     let mut p = params(Load::Closed { in_flight: 200 });
     p.moves = Some(Plan::back_and_forth(
@@ -207,6 +209,7 @@ fn ycsbt_rebalances_a_load_skewed_onto_one_shard() {
         partitions: 16,
         api: Api::Typed,
         hot_shard: Some(0),
+        hot_roots: false,
     };
     let mut p = params(Load::Closed { in_flight: 200 });
     p.moves = Some(Plan::rebalance(styx_bench::ycsbt::OPERATOR, Duration::from_millis(300)));
@@ -215,4 +218,30 @@ fn ycsbt_rebalances_a_load_skewed_onto_one_shard() {
     assert!(!m.moves.is_empty(), "nothing moved: {m:?}");
     assert_eq!((m.moves[0].from, m.moves[0].to), (0, 1), "{m:?}");
     assert!(m.moves.iter().all(|mv| mv.load > 0), "{m:?}");
+}
+
+/// Every generator roots its transfers on shard 0's accounts (uniform
+/// creditors): the counts the rebalance reads are skewed by the roots
+/// alone, the moves go from shard 0 to shard 1, and every balance stays
+/// exact with the roots hopping from shard 1's generator.
+#[test]
+fn ycsbt_rebalances_roots_skewed_onto_one_shard() {
+    let w = Ycsbt {
+        keys: 2_000,
+        zipf: None,
+        partitions: 16,
+        api: Api::Typed,
+        hot_shard: Some(0),
+        hot_roots: true,
+    };
+    let mut p = params(Load::Closed { in_flight: 200 });
+    p.moves = Some(Plan::rebalance(styx_bench::ycsbt::OPERATOR, Duration::from_millis(300)));
+    let r = runner::run(Arc::new(w), &p).unwrap();
+    let m = moved(&r);
+    assert!(!m.moves.is_empty(), "nothing moved: {m:?}");
+    assert_eq!((m.moves[0].from, m.moves[0].to), (0, 1), "{m:?}");
+    let (before, planned) = (&m.rebalances[0].shard_loads, &m.rebalances[0].planned_shard_loads);
+    assert!(before[0] > 2 * before[1], "the roots skew the counts: {before:?}");
+    let (lo, hi) = (planned[0].min(planned[1]), planned[0].max(planned[1]));
+    assert!(hi * 10 <= lo * 11, "planned within 10%: {planned:?}");
 }

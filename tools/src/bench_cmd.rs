@@ -170,6 +170,11 @@ struct YcsbtArgs {
     /// ranks go to its accounts first), a skew for --rebalance-after.
     #[arg(long)]
     hot_shard: Option<u16>,
+    /// With --hot-shard, in-process: every shard's generator roots its
+    /// transfers on the hot shard's accounts (they hop there), so the
+    /// roots' work lands on one shard; --zipf is then optional.
+    #[arg(long)]
+    hot_roots: bool,
     #[command(flatten)]
     moves: MoveArgs,
 }
@@ -294,8 +299,14 @@ pub fn run(args: BenchArgs) -> ExitCode {
             {
                 return usage("--hot-shard must name one of the shards");
             }
-            if w.hot_shard.is_some() && w.zipf.is_none() {
-                return usage("--hot-shard places the Zipf ranks: it needs --zipf");
+            if w.hot_shard.is_some() && w.zipf.is_none() && !w.hot_roots {
+                return usage("--hot-shard places the Zipf ranks: it needs --zipf (or --hot-roots)");
+            }
+            if w.hot_roots && w.hot_shard.is_none() {
+                return usage("--hot-roots puts the roots on the --hot-shard: it needs one");
+            }
+            if w.hot_roots && run.connect.is_some() {
+                return usage("--hot-roots skews the in-process generators; not with --connect");
             }
             let plan = match move_plan(styx_bench::ycsbt::OPERATOR, w.partitions, &w.moves, &run) {
                 Ok(plan) => plan,
@@ -307,6 +318,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
                 partitions: w.partitions,
                 api: run.api,
                 hot_shard: w.hot_shard,
+                hot_roots: w.hot_roots,
             };
             execute(workload, run, 1_000, deposit_keys, plan)
         }

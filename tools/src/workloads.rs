@@ -108,6 +108,7 @@ impl Knobs {
             partitions: PARTITIONS,
             api: styx_bench::Api::default(),
             hot_shard: None,
+            hot_roots: false,
         })
     }
 
