@@ -22,8 +22,8 @@
 
 use crate::error::{Error, ErrorCode};
 use crate::frame::{
-    Body, Frame, FrameType, MAP_NODES_MAX, MAP_OPERATORS_MAX, Map, MapNode, MapOperator, Request, Status,
-    TARGET_ENTITY, TARGET_PARTITION, VERSION, Welcome, abort_kind_on_wire,
+    Body, Frame, FrameType, MAP_NODES_MAX, MAP_OPERATORS_MAX, Map, MapNode, MapOperator, PLACEMENT_MOVED_MAX,
+    Placement, Request, Status, TARGET_ENTITY, TARGET_PARTITION, VERSION, Welcome, abort_kind_on_wire,
 };
 use crate::limits::{
     BUFFER_RETAINED_MAX, ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, HEADER_LEN, NAME_LEN_MAX,
@@ -299,6 +299,38 @@ fn parse(frame: &[u8]) -> Result<Frame, Error> {
                 return Err(r.bad_tag("map", u64::from(shards)));
             }
             Body::MapReply(map)
+        }
+        FrameType::Placement => Body::Placement,
+        FrameType::PlacementReply => {
+            let version = r.u64("version")?;
+            let count = r.count("operators", MAP_OPERATORS_MAX)?;
+            let mut moved = Vec::with_capacity(count.min(r.bytes.len() / 4));
+            let mut total = 0usize;
+            for _ in 0..count {
+                let n = r.u32("moved partitions")? as usize;
+                total = total.saturating_add(n);
+                if total > PLACEMENT_MOVED_MAX {
+                    return Err(Error::FieldTooLong {
+                        corr: r.corr,
+                        field: "moved partitions",
+                        len: total,
+                        max: PLACEMENT_MOVED_MAX,
+                    });
+                }
+                // Each entry takes 6 bytes: no more room than the frame can fill.
+                let mut op = Vec::with_capacity(n.min(r.bytes.len() / 6));
+                for _ in 0..n {
+                    let partition = r.u32("partition")?;
+                    let shard = r.u16("shard")?;
+                    // In partition order, each once: a client looks them up.
+                    if op.last().is_some_and(|(p, _)| *p >= partition) {
+                        return Err(r.bad_tag("partition", u64::from(partition)));
+                    }
+                    op.push((partition, shard));
+                }
+                moved.push(op);
+            }
+            Body::PlacementReply(Placement { version, moved })
         }
         FrameType::Request => Body::Request(Request {
             client: r.u64("client")?,

@@ -9,8 +9,8 @@
 
 use crate::error::Error;
 use crate::frame::{
-    Body, Frame, MAP_NODES_MAX, MAP_OPERATORS_MAX, Request, TARGET_ENTITY, TARGET_PARTITION, VERSION,
-    abort_kind_on_wire,
+    Body, Frame, MAP_NODES_MAX, MAP_OPERATORS_MAX, PLACEMENT_MOVED_MAX, Request, TARGET_ENTITY, TARGET_PARTITION,
+    VERSION, abort_kind_on_wire,
 };
 use crate::limits::{ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, HEADER_LEN, NAME_LEN_MAX, PEER_NAME_LEN_MAX, PREFIX_LEN};
 use styx_engine::{ABORT_MESSAGE_LEN_MAX, Address, KEY_LEN_MAX, PAYLOAD_LEN_MAX};
@@ -66,6 +66,8 @@ fn body_len(body: &Body) -> usize {
             let ops: usize = m.operators.iter().map(|o| 4 + o.name.len() + 4).sum();
             2 + 2 + 2 + nodes + 2 + ops
         }
+        Body::Placement => 0,
+        Body::PlacementReply(p) => 8 + 2 + p.moved.iter().map(|m| 4 + 6 * m.len()).sum::<usize>(),
         Body::Request(r) => {
             let target = match &r.target {
                 Address::Entity(key) => 4 + key.as_bytes().len(),
@@ -94,7 +96,17 @@ fn check(frame: &Frame) -> Result<(), Error> {
     match &frame.body {
         Body::Hello { client, .. } => cap("client name", client.len(), PEER_NAME_LEN_MAX),
         Body::Welcome(w) => cap("server name", w.server.len(), PEER_NAME_LEN_MAX),
-        Body::Ping { .. } | Body::Pong { .. } | Body::Status | Body::StatusReply(_) | Body::Map => Ok(()),
+        Body::Ping { .. } | Body::Pong { .. } | Body::Status | Body::StatusReply(_) | Body::Map | Body::Placement => {
+            Ok(())
+        }
+        Body::PlacementReply(p) => {
+            cap("operators", p.moved.len(), MAP_OPERATORS_MAX)?;
+            cap(
+                "moved partitions",
+                p.moved.iter().map(Vec::len).sum(),
+                PLACEMENT_MOVED_MAX,
+            )
+        }
         Body::MapReply(m) => {
             cap("nodes", m.nodes.len(), MAP_NODES_MAX)?;
             cap("operators", m.operators.len(), MAP_OPERATORS_MAX)?;
@@ -183,7 +195,18 @@ fn write_body(body: &Body, out: &mut Vec<u8>) {
             out.extend_from_slice(&s.connections.to_le_bytes());
             out.extend_from_slice(&s.in_flight.to_le_bytes());
         }
-        Body::Map => {}
+        Body::Map | Body::Placement => {}
+        Body::PlacementReply(p) => {
+            out.extend_from_slice(&p.version.to_le_bytes());
+            out.extend_from_slice(&(p.moved.len() as u16).to_le_bytes());
+            for m in &p.moved {
+                out.extend_from_slice(&(m.len() as u32).to_le_bytes());
+                for (partition, shard) in m {
+                    out.extend_from_slice(&partition.to_le_bytes());
+                    out.extend_from_slice(&shard.to_le_bytes());
+                }
+            }
+        }
         Body::MapReply(m) => {
             out.extend_from_slice(&m.node.to_le_bytes());
             out.extend_from_slice(&m.shards.to_le_bytes());

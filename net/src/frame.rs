@@ -44,12 +44,14 @@ pub enum FrameType {
     Ping = 0x02,
     Status = 0x03,
     Map = 0x04,
+    Placement = 0x05,
     Request = 0x10,
     Get = 0x11,
     Welcome = 0x81,
     Pong = 0x82,
     StatusReply = 0x83,
     MapReply = 0x84,
+    PlacementReply = 0x85,
     Committed = 0x90,
     Aborted = 0x91,
     State = 0x92,
@@ -57,17 +59,19 @@ pub enum FrameType {
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 14] = [
+    pub const ALL: [FrameType; 16] = [
         FrameType::Hello,
         FrameType::Ping,
         FrameType::Status,
         FrameType::Map,
+        FrameType::Placement,
         FrameType::Request,
         FrameType::Get,
         FrameType::Welcome,
         FrameType::Pong,
         FrameType::StatusReply,
         FrameType::MapReply,
+        FrameType::PlacementReply,
         FrameType::Committed,
         FrameType::Aborted,
         FrameType::State,
@@ -121,6 +125,10 @@ pub enum Body {
     Map,
     /// Server, answers MAP.
     MapReply(Map),
+    /// Client: asks which partitions moved off the default rule.
+    Placement,
+    /// Server, answers PLACEMENT.
+    PlacementReply(Placement),
     /// Client: run one transaction.
     Request(Request),
     /// Client: read one entity's state.
@@ -146,6 +154,8 @@ impl Body {
             Body::StatusReply(_) => FrameType::StatusReply,
             Body::Map => FrameType::Map,
             Body::MapReply(_) => FrameType::MapReply,
+            Body::Placement => FrameType::Placement,
+            Body::PlacementReply(_) => FrameType::PlacementReply,
             Body::Request(_) => FrameType::Request,
             Body::Get { .. } => FrameType::Get,
             Body::Committed { .. } => FrameType::Committed,
@@ -231,6 +241,39 @@ pub struct Map {
     pub nodes: Vec<MapNode>,
     /// Every operator of the application, in registration order.
     pub operators: Vec<MapOperator>,
+}
+
+/// Partitions a PLACEMENT_REPLY lists at most over all operators (a map
+/// with more moved answers `INTERNAL`): it bounds the frame (6 bytes an
+/// entry) well within the frame cap.
+pub const PLACEMENT_MOVED_MAX: usize = 1 << 16;
+
+/// Which partitions live off the default rule (partition `p` on shard
+/// `p % shards`), answering PLACEMENT: moved by `styx rebalance`. With a
+/// [`Map`] it places every entity where the server's map does now.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// The map's version: 0 for the default rule, one more at every
+    /// epoch where moves switched. A client that saw a version needs no
+    /// answer of a lower one.
+    pub version: u64,
+    /// Per operator, in the order of [`Map::operators`]: its moved
+    /// partitions and the shard each is on, by partition.
+    pub moved: Vec<Vec<(u32, u16)>>,
+}
+
+impl Placement {
+    /// The shard that owns `key` of `operator` by `map` and these moves, if
+    /// the map knows the operator.
+    pub fn shard_of(&self, map: &Map, operator: &str, key: &Key) -> Option<u16> {
+        let i = map.operators.iter().position(|o| o.name == operator)?;
+        let partition = key.partition(map.operators[i].partitions);
+        let moved = self
+            .moved
+            .get(i)
+            .and_then(|m| m.binary_search_by_key(&partition, |(p, _)| *p).ok().map(|at| m[at].1));
+        Some(moved.unwrap_or_else(|| map.shard_of_partition(partition)))
+    }
 }
 
 /// One node of a [`Map`].

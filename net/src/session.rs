@@ -32,7 +32,9 @@
 //!   is tested without one (the handshake's deadline is the server's).
 
 use crate::error::{ErrorCode, error_frame};
-use crate::frame::{Body, Frame, Map, Status, VERSION_MAX, VERSION_MIN, Welcome, negotiate};
+use crate::frame::{
+    Body, Frame, Map, PLACEMENT_MOVED_MAX, Placement, Status, VERSION_MAX, VERSION_MIN, Welcome, negotiate,
+};
 use crate::limits::Limits;
 use crate::{Decoder, MAP_OPERATORS_MAX, convert, encode};
 use std::collections::hash_map::Entry;
@@ -47,6 +49,9 @@ pub trait Server {
     fn name(&self) -> &str;
     /// What MAP answers.
     fn map(&self) -> &Map;
+    /// What PLACEMENT answers, now: the partitions off the default rule by
+    /// the server's current partition map.
+    fn placement(&self) -> Placement;
     /// Whether the server is draining: new requests get `SHUTTING_DOWN`.
     fn is_shutting_down(&self) -> bool;
     /// What STATUS answers, now.
@@ -197,6 +202,22 @@ impl Session {
                 corr,
                 body: Body::MapReply(server.map().clone()),
             },
+            Body::Placement => {
+                let placement = server.placement();
+                let moved: usize = placement.moved.iter().map(Vec::len).sum();
+                if moved > PLACEMENT_MOVED_MAX || placement.moved.len() > MAP_OPERATORS_MAX {
+                    error_frame(
+                        corr,
+                        ErrorCode::INTERNAL,
+                        &format!("{moved} partitions moved, more than PLACEMENT lists ({PLACEMENT_MOVED_MAX})"),
+                    )
+                } else {
+                    Frame {
+                        corr,
+                        body: Body::PlacementReply(placement),
+                    }
+                }
+            }
             Body::Request(_) | Body::Get { .. } if server.is_shutting_down() => error_frame(
                 corr,
                 ErrorCode::SHUTTING_DOWN,
@@ -367,6 +388,12 @@ mod tests {
         }
         fn map(&self) -> &Map {
             &self.map
+        }
+        fn placement(&self) -> Placement {
+            Placement {
+                version: 3,
+                moved: vec![vec![(1, 0)]],
+            }
         }
         fn is_shutting_down(&self) -> bool {
             self.shutting_down
@@ -726,11 +753,16 @@ mod tests {
                     corr: 64,
                     body: Body::Map,
                 },
+                Frame {
+                    corr: 65,
+                    body: Body::Placement,
+                },
             ]),
         );
         let a = answers(&mut s);
         assert!(matches!(&a[0].body, Body::StatusReply(st) if st.epoch == 7));
         assert!(matches!(&a[1].body, Body::MapReply(m) if m.operators.len() == 1));
+        assert_eq!(a[2].body, Body::PlacementReply(server.placement()));
     }
 
     #[test]

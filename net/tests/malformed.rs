@@ -95,7 +95,7 @@ fn length_below_the_header() {
 
 #[test]
 fn unknown_frame_type() {
-    for t in [0x00u8, 0x05, 0x12, 0x80, 0x85, 0x93, 0xfe] {
+    for t in [0x00u8, 0x06, 0x12, 0x80, 0x86, 0x93, 0xfe] {
         assert!(FrameType::from_u8(t).is_none());
         let bytes = Raw::default().u64(1).frame(t, 5);
         assert_eq!(recoverable(&bytes), Error::UnknownFrameType { corr: 5, frame_type: t });
@@ -385,6 +385,72 @@ fn maps_that_place_nothing() {
             max: styx_net::MAP_NODES_MAX
         }
     );
+}
+
+#[test]
+fn placements_out_of_order_or_too_long() {
+    let reply = FrameType::PlacementReply as u8;
+    // Partitions must come in order, each once: a client binary-searches them.
+    for (a, b) in [(3u32, 3u32), (4, 2)] {
+        let bad = Raw::default()
+            .u64(1)
+            .u16(1)
+            .u32(2)
+            .u32(a)
+            .u16(0)
+            .u32(b)
+            .u16(1)
+            .frame(reply, 1);
+        assert_eq!(
+            recoverable(&bad),
+            Error::BadTag {
+                corr: 1,
+                field: "partition",
+                value: u64::from(b)
+            }
+        );
+    }
+    // A count past the cap is refused before anything is read for it.
+    let many = Raw::default().u64(1).u16(1).u32(u32::MAX).frame(reply, 2);
+    assert_eq!(recoverable(&many).code(), ErrorCode::FIELD_TOO_LONG);
+    // A count the frame cannot hold is a truncated field, not an allocation.
+    let short = Raw::default().u64(1).u16(1).u32(60_000).u32(0).u16(0).frame(reply, 3);
+    assert_eq!(recoverable(&short).code(), ErrorCode::FIELD_OVERRUN);
+}
+
+#[test]
+fn a_placement_places_keys_like_the_engine_after_moves() {
+    use styx_engine::{App, Move, PartitionMap, Shard};
+    let mut app = App::new("placement");
+    let op = app.operator("account", 12);
+    let map = styx_net::Map::single(
+        3,
+        "a:1".into(),
+        vec![styx_net::MapOperator {
+            name: "account".into(),
+            partitions: 12,
+        }],
+    );
+    let placement = styx_net::Placement {
+        version: 2,
+        moved: vec![vec![(1, 0), (5, 0), (9, 2)]],
+    };
+    let mut engine = PartitionMap::new(&app, 3);
+    let mv = |partition, to| Move { op, partition, to };
+    engine.apply(&mut [(1, mv(1, 0)), (2, mv(5, 0)), (3, mv(9, 2))]);
+    for k in 0..1_000u64 {
+        let key = Key::from(k);
+        let partition = key.partition(12);
+        assert_eq!(
+            placement.shard_of(&map, "account", &key),
+            Some(engine.owner(op, partition)),
+            "key {k}"
+        );
+        if ![1, 5, 9].contains(&partition) {
+            assert_eq!(map.shard_of("account", &key), Some(Shard::owner(&app, 3, op, &key)));
+        }
+    }
+    assert_eq!(placement.shard_of(&map, "hotel", &Key::from(1u64)), None);
 }
 
 #[test]

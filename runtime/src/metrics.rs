@@ -62,8 +62,12 @@ pub struct ShardMetrics {
     pub remote_messages: AtomicU64,
     pub remote_bytes: AtomicU64,
     /// Per operator, published less often than the counters above (the
-    /// shard's thread copies them under the lock).
+    /// shard's thread copies them under the lock), and at once when the
+    /// partition map changes.
     pub partitions: Mutex<Vec<Partitions>>,
+    /// The version of the map `partitions` holds the owners of (set under
+    /// the same lock).
+    pub map_version: AtomicU64,
 }
 
 impl ShardMetrics {
@@ -92,7 +96,37 @@ impl ShardMetrics {
                 owners: (0..info.partitions()).map(|p| map.owner(op, p)).collect(),
             })
             .collect();
-        *self.partitions.lock().unwrap() = now;
+        let mut published = self.partitions.lock().unwrap();
+        *published = now;
+        self.map_version.store(map.version(), Relaxed);
+    }
+
+    /// The partitions off the default rule by this shard's last published
+    /// map, of `shards` in all: what PLACEMENT answers. Before the first
+    /// publication (the shard still loading), the default rule.
+    pub fn placement(&self, shards: u16, operators: usize) -> styx_net::Placement {
+        let published = self.partitions.lock().unwrap();
+        if published.is_empty() {
+            return styx_net::Placement {
+                version: 0,
+                moved: vec![Vec::new(); operators],
+            };
+        }
+        let moved = published
+            .iter()
+            .map(|op| {
+                op.owners
+                    .iter()
+                    .enumerate()
+                    .filter(|(p, owner)| styx_engine::partition_owner(*p as u32, shards) != **owner)
+                    .map(|(p, owner)| (p as u32, *owner))
+                    .collect()
+            })
+            .collect();
+        styx_net::Placement {
+            version: self.map_version.load(Relaxed),
+            moved,
+        }
     }
 }
 

@@ -123,6 +123,19 @@ impl styx_net::Server for ServerShared {
         &self.map
     }
 
+    /// From the local shard with the newest published map (all shards
+    /// switch moves at the same epoch; a shard publishes within a
+    /// millisecond of its switch).
+    fn placement(&self) -> styx_net::Placement {
+        let newest = self
+            .metrics
+            .shards
+            .iter()
+            .max_by_key(|s| s.map_version.load(Relaxed))
+            .expect("a node has a shard");
+        newest.placement(self.map.shards, self.map.operators.len())
+    }
+
     fn is_shutting_down(&self) -> bool {
         self.shutdown.load(Relaxed)
     }

@@ -142,6 +142,8 @@ pub(crate) struct ShardLoop<F: Frontend> {
     /// When the counters were last published, µs.
     published_us: u64,
     partitions_published_us: u64,
+    /// The partition map version last published (`None`: none yet).
+    map_published: Option<u64>,
     stall: Stall,
     /// With `STYX_PROFILE`: where the time goes.
     profile: Option<Profile>,
@@ -191,6 +193,7 @@ impl<F: Frontend> ShardLoop<F> {
             progress_us: 0,
             published_us: 0,
             partitions_published_us: 0,
+            map_published: None,
             stall: Stall::default(),
             profile,
         }
@@ -346,9 +349,12 @@ impl<F: Frontend> ShardLoop<F> {
         {
             m.publish(&self.shard.stats(), self.shard.epoch(), self.shard.pending());
             self.published_us = now;
-            if now >= self.partitions_published_us + PARTITIONS_PUBLISH_US {
+            // At once when the map changed: PLACEMENT answers from it.
+            let version = self.shard.partition_map_version();
+            if now >= self.partitions_published_us + PARTITIONS_PUBLISH_US || Some(version) != self.map_published {
                 m.publish_partitions(&self.shard);
                 self.partitions_published_us = now;
+                self.map_published = Some(version);
             }
         }
     }

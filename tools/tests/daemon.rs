@@ -497,6 +497,20 @@ fn rebalance(d: &Daemon, operator: &str, partition: u32, shard: u16) -> (i32, St
     ])
 }
 
+/// What PLACEMENT answers on `d`: the map's version and the partitions of
+/// `account` (the only operator) off the default rule.
+fn placement(d: &Daemon) -> (u64, Vec<(u32, u16)>) {
+    let mut c = Conn::connect(&d.addr);
+    c.send(Body::Placement);
+    match c.recv().expect("an answer").body {
+        Body::PlacementReply(p) => {
+            assert_eq!(p.moved.len(), 1, "one operator: {p:?}");
+            (p.version, p.moved[0].clone())
+        }
+        other => panic!("PLACEMENT answered {other:?}"),
+    }
+}
+
 /// Every shard's owner of `partition` of `account`, from `d`'s metrics.
 fn owners(d: &Daemon, partition: u32) -> Vec<u16> {
     let text = d.http_get("/metrics");
@@ -541,6 +555,7 @@ fn rebalance_moves_partitions_while_transfers_run_and_survives_restarts() {
     // Every partition of the first 16 moves to the other shard and back
     // while transfers run.
     let running = transfers(d.addr.clone(), 7);
+    assert_eq!(placement(&d), (0, vec![]), "nothing moved yet");
     for round in 0..2u16 {
         for p in 0..16u32 {
             let to = ((p as u16) + 1 + round) % 2;
@@ -553,6 +568,15 @@ fn rebalance_moves_partitions_while_transfers_run_and_survives_restarts() {
             // It returned once every shard's map says so.
             assert_eq!(owners(&d, p), vec![to, to], "{out}");
         }
+        // PLACEMENT names every partition off the default rule (p % 2):
+        // all 16 after the first round, none after the second (back home),
+        // the version one more per move (each switched in its own epoch).
+        let moved: Vec<(u32, u16)> = if round == 0 {
+            (0..16u32).map(|p| (p, ((p + 1) % 2) as u16)).collect()
+        } else {
+            vec![]
+        };
+        assert_eq!(placement(&d), (16 * u64::from(round + 1), moved), "round {round}");
     }
     running.join().unwrap();
     let before = balances(&d, keys);
@@ -579,10 +603,13 @@ fn rebalance_moves_partitions_while_transfers_run_and_survives_restarts() {
         std::thread::sleep(Duration::from_millis(20));
     }
 
+    assert_eq!(placement(&d), (33, vec![(20, 1)]));
+
     // The moved map survives a clean restart, then moves and a kill -9.
     assert!(d.terminate().success());
     let mut d = d.restart();
     assert_eq!(balances(&d, keys), before, "after a restart");
+    assert_eq!(placement(&d), (33, vec![(20, 1)]), "after a restart");
     let running = transfers(d.addr.clone(), 8);
     for p in 0..8u32 {
         let (code, out) = rebalance(&d, "account", p, (p % 2) as u16);

@@ -532,6 +532,12 @@ impl Shard {
         self.exec.map.borrow().clone()
     }
 
+    /// The partition map's version now (one more at every epoch where
+    /// moves switched): cheap, to tell whether the map changed.
+    pub fn partition_map_version(&self) -> u64 {
+        self.exec.map.borrow().version()
+    }
+
     /// The shard that owns entity `key` of `op` by the map now.
     pub fn owner_now(&self, op: crate::OpId, key: &Key) -> ShardId {
         let partition = key.partition(self.exec.app.operator_info(op).partitions());

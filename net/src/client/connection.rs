@@ -30,7 +30,8 @@ use super::error::Error;
 use super::sync::{Answer, Slots};
 use crate::decode::Decoder;
 use crate::encode::{encode, encoded_len};
-use crate::frame::{Body, Frame, FrameType, Map, Request, Status, VERSION_MAX, VERSION_MIN, Welcome};
+use crate::error::ErrorCode;
+use crate::frame::{Body, Frame, FrameType, Map, Placement, Request, Status, VERSION_MAX, VERSION_MIN, Welcome};
 use crate::limits::{FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, IN_FLIGHT_MAX, PEER_NAME_LEN_MAX};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::Task;
@@ -233,7 +234,12 @@ impl Connection {
         let sent = body.frame_type();
         if !matches!(
             sent,
-            FrameType::Ping | FrameType::Status | FrameType::Map | FrameType::Request | FrameType::Get
+            FrameType::Ping
+                | FrameType::Status
+                | FrameType::Map
+                | FrameType::Placement
+                | FrameType::Request
+                | FrameType::Get
         ) {
             return Err(Error::Unsendable { frame_type: sent });
         }
@@ -338,6 +344,22 @@ impl Connection {
         match self.send(Body::Map).await? {
             Body::MapReply(map) => Ok(map),
             other => unreachable!("the reader let a {:?} answer a MAP", other.frame_type()),
+        }
+    }
+
+    /// Which partitions live off the default rule now (PLACEMENT): with
+    /// [`Connection::map`] it places every entity where the server's
+    /// partition map does, so requests go to the node of their root after
+    /// `styx rebalance` moved it (a request sent elsewhere is forwarded, so
+    /// a stale placement costs a hop, never a refusal). A server older than
+    /// PLACEMENT answers `UNKNOWN_FRAME_TYPE`: nothing moved, as far as it
+    /// tells; this returns the default rule then.
+    pub async fn placement(&self) -> Result<Placement, Error> {
+        match self.send(Body::Placement).await {
+            Ok(Body::PlacementReply(p)) => Ok(p),
+            Ok(other) => unreachable!("the reader let a {:?} answer a PLACEMENT", other.frame_type()),
+            Err(Error::Server { code, .. }) if code == ErrorCode::UNKNOWN_FRAME_TYPE => Ok(Placement::default()),
+            Err(e) => Err(e),
         }
     }
 
@@ -536,7 +558,12 @@ fn answers(sent: FrameType, got: FrameType) -> bool {
     got == Error
         || matches!(
             (sent, got),
-            (Ping, Pong) | (Status, StatusReply) | (Map, MapReply) | (Request, Committed | Aborted) | (Get, State)
+            (Ping, Pong)
+                | (Status, StatusReply)
+                | (Map, MapReply)
+                | (Placement, PlacementReply)
+                | (Request, Committed | Aborted)
+                | (Get, State)
         )
 }
 

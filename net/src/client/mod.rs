@@ -406,6 +406,11 @@ impl Client {
         self.retrying(true, |conn| async move { conn.status().await }).await
     }
 
+    /// Which partitions moved off the default rule (see [`Connection::placement`]).
+    pub async fn placement(&self) -> Result<crate::frame::Placement, Error> {
+        self.retrying(true, |conn| async move { conn.placement().await }).await
+    }
+
     /// Where the engine's shards and partitions are (see [`Connection::map`]).
     pub async fn map(&self) -> Result<crate::frame::Map, Error> {
         self.retrying(true, |conn| async move { conn.map().await }).await

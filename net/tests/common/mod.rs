@@ -8,7 +8,7 @@ use styx_engine::rng::Rng;
 use styx_engine::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind, Address, KEY_LEN_MAX, Key, PAYLOAD_LEN_MAX, Payload};
 use styx_net::{
     Body, Decoder, Error, ErrorCode, FRAME_LEN_MAX, Frame, FrameType, Map, MapNode, MapOperator, NAME_LEN_MAX,
-    PEER_NAME_LEN_MAX, Request, Status, VERSION, Welcome, encode,
+    PEER_NAME_LEN_MAX, Placement, Request, Status, VERSION, Welcome, encode,
 };
 
 pub fn frame(corr: u32, body: Body) -> Frame {
@@ -86,6 +86,15 @@ pub fn samples() -> Vec<Frame> {
             }),
         ),
         frame(3, Body::Map),
+        frame(4, Body::Placement),
+        frame(4, Body::PlacementReply(Placement::default())),
+        frame(
+            4,
+            Body::PlacementReply(Placement {
+                version: u64::MAX,
+                moved: vec![vec![], vec![(0, 1), (7, u16::MAX), (u32::MAX, 0)]],
+            }),
+        ),
         frame(
             3,
             Body::MapReply(Map::single(
