@@ -818,7 +818,6 @@ mod tests {
             api: Api::Typed,
             hot_shard: None,
             hot_roots: false,
-            hot_roots: false,
         };
         let app = w.app();
         let mut state = State::new();
