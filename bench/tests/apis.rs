@@ -15,10 +15,13 @@ use styx_bench::tpcc::{self, Functions, Generator, Mix, Scale};
 use styx_engine::{App, Key, OpId, Outcome, Request, Value};
 
 /// One application, written both ways, and how to load, drive and check it.
+/// A whole state as a workload loads it.
+type Entities = Vec<(OpId, Key, Value)>;
+
 struct Case<'a> {
     name: &'a str,
     app: &'a dyn Fn(Api) -> Arc<App>,
-    load: &'a dyn Fn(&App) -> Vec<(OpId, Key, Value)>,
+    load: &'a dyn Fn(&App) -> Entities,
     requests: &'a dyn Fn(&App) -> Vec<Request>,
     check: &'a dyn Fn(&App, &State) -> Vec<String>,
 }
@@ -26,7 +29,7 @@ struct Case<'a> {
 /// Runs `case` under both APIs on `shards` shards with `seed`; returns the
 /// outcomes, after requiring them and the final states to be identical.
 fn same_under_both_apis(case: &Case<'_>, shards: u16, seed: u64) -> Vec<Outcome> {
-    let runs: Vec<(Vec<(OpId, Key, Value)>, Run)> = [Api::Typed, Api::Closures]
+    let runs: Vec<(Entities, Run)> = [Api::Typed, Api::Closures]
         .into_iter()
         .map(|api| {
             let app = (case.app)(api);

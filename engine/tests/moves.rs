@@ -225,7 +225,6 @@ fn retries_across_a_move_are_exactly_once() {
             .into_iter()
             .flat_map(|b| b.txns)
             .filter(|(_, r)| Move::of(r).is_some())
-            .map(|(tid, r)| (tid, r))
             .collect();
         assert_eq!(moves.len(), 12, "{at}: every move sequenced once");
         for (i, (_, mv)) in moves.iter().enumerate() {
@@ -429,7 +428,7 @@ fn moves_back_to_back_do_not_starve_snapshots() {
         let (mut manifests, mut while_moving) = (0, 0);
         let mut steps = 0u64;
         loop {
-            if token < 2_000 && steps % 5 == 0 {
+            if token < 2_000 && steps.is_multiple_of(5) {
                 let d = rng.below(400);
                 let c = (d + 1 + rng.below(399)) % 400;
                 sim.submit(rng.below(2) as ShardId, token, transfer(&app, d, c, 1))

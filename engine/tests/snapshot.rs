@@ -10,14 +10,18 @@ use styx_engine::rng::Rng;
 use styx_engine::sim::{Sim, test_config};
 use styx_engine::{Key, OpId, Outcome, SnapshotChunk, Tid, Value};
 
+/// One shard's entities.
+type ShardState = BTreeMap<(OpId, Key), Value>;
+
 /// Per shard, the state of every complete snapshot epoch: entities (base
 /// plus deltas applied in order) and the machine state.
-type Snapshots = BTreeMap<u64, Vec<(BTreeMap<(OpId, Key), Value>, Vec<u8>)>>;
+type Snapshots = BTreeMap<u64, Vec<(ShardState, Vec<u8>)>>;
 
 fn merge(chunks: &[SnapshotChunk], shards: u16) -> Snapshots {
     let mut state: Vec<BTreeMap<(OpId, Key), Value>> = vec![BTreeMap::new(); shards as usize];
     let mut metas: BTreeMap<u64, Vec<Option<Vec<u8>>>> = BTreeMap::new();
-    let mut at: BTreeMap<u64, Vec<Option<BTreeMap<(OpId, Key), Value>>>> = BTreeMap::new();
+    // Per epoch, per shard: the state a snapshot of that epoch holds.
+    let mut at: BTreeMap<u64, Vec<Option<ShardState>>> = BTreeMap::new();
     for c in chunks {
         let s = &mut state[c.shard as usize];
         for (op, k, v) in &c.entries {

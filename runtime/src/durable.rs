@@ -360,8 +360,7 @@ impl ShardDurable {
         shard.reserve_entities(usize::try_from(hint).unwrap_or(usize::MAX));
         recovery::apply(start, shard, |entity| {
             let m = durable.manifest.as_ref().expect("a snapshot to restore");
-            styx_storage::snapshot::load_entities(&durable.dir.snapshot_dir(), m, id, |op, k, v| entity(op, k, v))
-                .map(|loaded| loaded.meta)
+            styx_storage::snapshot::load_entities(&durable.dir.snapshot_dir(), m, id, entity).map(|loaded| loaded.meta)
         })
         .unwrap_or_else(|e| fatal(id, &e.to_string()));
         tracing::info!(

@@ -411,7 +411,7 @@ fn a_cluster_node_keeps_snapshots_to_roll_back_to() {
     let root = fresh_dir("snap-rollback");
     let dir = DataDir::open(&root).unwrap();
     let mut rng = Rng::new(7);
-    let mut states = vec![State::new()];
+    let mut states = [State::new()];
     let mut catalog = Catalog::open(&dir).unwrap();
     let mut after = BTreeMap::new();
     let mut parent = 0;

@@ -423,7 +423,7 @@ mod tests {
             number: n,
             i_id: 77 + u32::from(n),
             supply_w_id: 2,
-            delivery_d_us: (n % 2 == 0).then_some(9),
+            delivery_d_us: n.is_multiple_of(2).then_some(9),
             quantity: 9,
             amount: 12_345,
             dist_info: "x".repeat(24),
