@@ -105,7 +105,18 @@ fn check(frame: &Frame) -> Result<(), Error> {
                 "moved partitions",
                 p.moved.iter().map(Vec::len).sum(),
                 PLACEMENT_MOVED_MAX,
-            )
+            )?;
+            // In partition order, each once, as the decoder requires.
+            for m in &p.moved {
+                if let Some(w) = m.windows(2).find(|w| w[0].0 >= w[1].0) {
+                    return Err(Error::BadTag {
+                        corr,
+                        field: "partition",
+                        value: u64::from(w[1].0),
+                    });
+                }
+            }
+            Ok(())
         }
         Body::MapReply(m) => {
             cap("nodes", m.nodes.len(), MAP_NODES_MAX)?;

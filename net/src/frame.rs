@@ -247,6 +247,8 @@ pub struct Map {
 /// with more moved answers `INTERNAL`): it bounds the frame (6 bytes an
 /// entry) well within the frame cap.
 pub const PLACEMENT_MOVED_MAX: usize = 1 << 16;
+// The largest PLACEMENT_REPLY fits a frame.
+const _: () = assert!(8 + 2 + 4 * MAP_OPERATORS_MAX + 6 * PLACEMENT_MOVED_MAX <= crate::limits::FRAME_LEN_MAX);
 
 /// Which partitions live off the default rule (partition `p` on shard
 /// `p % shards`), answering PLACEMENT: moved by `styx rebalance`. With a

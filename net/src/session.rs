@@ -209,7 +209,11 @@ impl Session {
                     error_frame(
                         corr,
                         ErrorCode::INTERNAL,
-                        &format!("{moved} partitions moved, more than PLACEMENT lists ({PLACEMENT_MOVED_MAX})"),
+                        &format!(
+                            "{moved} partitions of {} operators moved, more than PLACEMENT lists \
+                             ({PLACEMENT_MOVED_MAX} partitions, {MAP_OPERATORS_MAX} operators)",
+                            placement.moved.len()
+                        ),
                     )
                 } else {
                     Frame {

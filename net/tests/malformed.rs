@@ -313,6 +313,16 @@ fn the_encoder_refuses_what_the_decoder_refuses() {
         },
     );
     assert_eq!(encode(&rejected, &mut out).unwrap_err().code(), ErrorCode::BAD_TAG);
+    for moved in [vec![(4, 0), (2, 1)], vec![(3, 0), (3, 1)]] {
+        let unordered = frame(
+            6,
+            Body::PlacementReply(styx_net::Placement {
+                version: 1,
+                moved: vec![moved],
+            }),
+        );
+        assert_eq!(encode(&unordered, &mut out).unwrap_err().code(), ErrorCode::BAD_TAG);
+    }
     assert!(out.is_empty());
 }
 

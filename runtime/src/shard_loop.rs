@@ -342,20 +342,24 @@ impl<F: Frontend> ShardLoop<F> {
         }
     }
 
-    /// Publishes the shard's counters about every `METRICS_PUBLISH_US`.
+    /// Publishes the shard's counters about every `METRICS_PUBLISH_US`;
+    /// its per-partition counts and owners about every
+    /// `PARTITIONS_PUBLISH_US`, and at once when the partition map changed
+    /// (PLACEMENT answers from them).
     fn publish(&mut self, now: u64) {
-        if let Some(m) = &self.metrics
-            && now >= self.published_us + METRICS_PUBLISH_US
-        {
+        let Some(m) = &self.metrics else {
+            return;
+        };
+        let due = now >= self.published_us + METRICS_PUBLISH_US;
+        if due {
             m.publish(&self.shard.stats(), self.shard.epoch(), self.shard.pending());
             self.published_us = now;
-            // At once when the map changed: PLACEMENT answers from it.
-            let version = self.shard.partition_map_version();
-            if now >= self.partitions_published_us + PARTITIONS_PUBLISH_US || Some(version) != self.map_published {
-                m.publish_partitions(&self.shard);
-                self.partitions_published_us = now;
-                self.map_published = Some(version);
-            }
+        }
+        let version = self.shard.partition_map_version();
+        if Some(version) != self.map_published || (due && now >= self.partitions_published_us + PARTITIONS_PUBLISH_US) {
+            m.publish_partitions(&self.shard);
+            self.partitions_published_us = now;
+            self.map_published = Some(version);
         }
     }
 
