@@ -199,17 +199,17 @@ fn tpcc_keeps_every_condition_while_partitions_move() {
     }
 }
 
-/// A skew onto shard 0, rebalanced by the shards' per-partition counts:
-/// the moves go from shard 0 to shard 1 and the balances stay exact.
-#[test]
-fn ycsbt_rebalances_a_load_skewed_onto_one_shard() {
+/// YCSB-T skewed onto shard 0 (creditors by `zipf`, roots too with
+/// `hot_roots`), rebalanced 300 ms in by the shards' per-partition counts.
+/// Something moved, first from shard 0 to shard 1.
+fn rebalanced(zipf: Option<f64>, hot_roots: bool) -> Report {
     let w = Ycsbt {
         keys: 2_000,
-        zipf: Some(0.99),
+        zipf,
         partitions: 16,
         api: Api::Typed,
         hot_shard: Some(0),
-        hot_roots: false,
+        hot_roots,
     };
     let mut p = params(Load::Closed { in_flight: 200 });
     p.moves = Some(Plan::rebalance(styx_bench::ycsbt::OPERATOR, Duration::from_millis(300)));
@@ -217,6 +217,15 @@ fn ycsbt_rebalances_a_load_skewed_onto_one_shard() {
     let m = moved(&r);
     assert!(!m.moves.is_empty(), "nothing moved: {m:?}");
     assert_eq!((m.moves[0].from, m.moves[0].to), (0, 1), "{m:?}");
+    r
+}
+
+/// A skew onto shard 0, rebalanced by the shards' per-partition counts:
+/// the moves go from shard 0 to shard 1 and the balances stay exact.
+#[test]
+fn ycsbt_rebalances_a_load_skewed_onto_one_shard() {
+    let r = rebalanced(Some(0.99), false);
+    let m = moved(&r);
     assert!(m.moves.iter().all(|mv| mv.load > 0), "{m:?}");
 }
 
@@ -226,20 +235,8 @@ fn ycsbt_rebalances_a_load_skewed_onto_one_shard() {
 /// exact with the roots hopping from shard 1's generator.
 #[test]
 fn ycsbt_rebalances_roots_skewed_onto_one_shard() {
-    let w = Ycsbt {
-        keys: 2_000,
-        zipf: None,
-        partitions: 16,
-        api: Api::Typed,
-        hot_shard: Some(0),
-        hot_roots: true,
-    };
-    let mut p = params(Load::Closed { in_flight: 200 });
-    p.moves = Some(Plan::rebalance(styx_bench::ycsbt::OPERATOR, Duration::from_millis(300)));
-    let r = runner::run(Arc::new(w), &p).unwrap();
+    let r = rebalanced(None, true);
     let m = moved(&r);
-    assert!(!m.moves.is_empty(), "nothing moved: {m:?}");
-    assert_eq!((m.moves[0].from, m.moves[0].to), (0, 1), "{m:?}");
     let (before, planned) = (&m.rebalances[0].shard_loads, &m.rebalances[0].planned_shard_loads);
     assert!(before[0] > 2 * before[1], "the roots skew the counts: {before:?}");
     let (lo, hi) = (planned[0].min(planned[1]), planned[0].max(planned[1]));

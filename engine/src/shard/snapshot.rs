@@ -210,7 +210,7 @@ impl Shard {
             for p in 0..info.partitions() {
                 if map.owner(op, p) == id {
                     st.store.ensure_partition(op, p);
-                } else if st.store.has_partition(op, p) && !st.store.scan(op, p, None, 1).is_empty() {
+                } else if st.store.has_partition(op, p) && !st.store.live_slots(op, p).is_empty() {
                     return Err(crate::DecodeError::Invalid(format!(
                         "shard {id}'s snapshot holds partition {p} of {}, which shard {} owns",
                         info.name(),
