@@ -254,6 +254,44 @@ fn remote_lines_rollbacks_and_one_hot_warehouse() {
 }
 
 #[test]
+fn payments_of_one_warehouse_add_to_w_ytd_without_running_again() {
+    // One Payment per district of one warehouse, by customer id, all in
+    // one epoch: each adds to the same W_YTD, and adds commute, so none
+    // runs again (as a read and a write of W_YTD, nine of ten would).
+    let app = tpcc::app(PARTITIONS);
+    let functions = Functions::of(&app);
+    let scale = Scale::small(1);
+    let initial = tpcc::load(&app, &scale, 5);
+    let requests: Vec<_> = (1..=DISTRICTS)
+        .map(|d| {
+            functions.payment_request(&tpcc::Payment {
+                w_id: 1,
+                d_id: d,
+                c_w_id: 1,
+                c_d_id: d,
+                c_id: Some(u32::from(d)),
+                c_last: String::new(),
+                amount: 100 * Cents::from(d),
+            })
+        })
+        .collect();
+    for shards in [1, 2] {
+        let run = simulate_with(&app, &initial, &requests, shards, 5, sim_config(100), 1_000);
+        assert!(
+            run.outcomes.iter().all(|o| matches!(o, Outcome::Committed(_))),
+            "{:?}",
+            run.outcomes
+        );
+        assert_eq!(run.sim.stats().reexecuted, 0, "{shards} shards");
+        assert_eq!(tpcc::check(&app, &run.state), Vec::<String>::new());
+        let t = Tables::of(&app);
+        let loaded: Cents = get(&state_of(&initial), t.warehouse_ytd, warehouse_key(1));
+        let ytd: Cents = get(&run.state, t.warehouse_ytd, warehouse_key(1));
+        assert_eq!(ytd - loaded, (1..=10).map(|d| 100 * d).sum::<Cents>());
+    }
+}
+
+#[test]
 fn partitions_move_back_and_forth_while_orders_and_payments_run() {
     // Every table's partitions move between 2 or 3 shards, copied 3 or 50
     // entities an epoch or all at once (seed % 3), on one hot warehouse

@@ -62,6 +62,9 @@ pub(crate) trait Host {
     fn read(&self, frame: &Frame, f: &mut dyn FnMut(Option<&Value>)) -> Result<(), Abort>;
     /// Buffers a write (`None` deletes) of the frame's entity.
     fn write(&self, frame: &Frame, value: Option<Value>) -> Result<(), Abort>;
+    /// Buffers an add of `delta` to the frame's entity's `i64` state
+    /// ([`Ctx::add`]).
+    fn add(&self, frame: &Frame, delta: i64) -> Result<(), Abort>;
     /// Whether the transaction wrote the frame's entity after the read
     /// that left `mark` in `frame.mark` (each [`Host::read`] records there
     /// the host's token for the writes made so far).
@@ -380,6 +383,23 @@ impl Ctx {
             None => SCRATCH.with(|s| Value::encode(v, s.borrow_mut().get_or_insert_with(Scratch::default)))?,
         };
         self.frame.host.write(&self.frame, Some(value))
+    }
+
+    /// Adds `delta` to the entity's state, an `i64` (no state counts as 0),
+    /// without reading it.
+    ///
+    /// Adds to one entity commute, so concurrent transactions that only add
+    /// to it never conflict with each other: a counter many transactions
+    /// bump in the same epoch (a warehouse's year-to-date total) does not
+    /// make all but one of them run again, as a read and a put would. They
+    /// still conflict with a transaction that reads, puts or deletes the
+    /// entity. A read of the entity after an add in the same transaction
+    /// sees the sum (and is a read). The sum wraps on overflow, in any
+    /// order the same. A state that is not 8 bytes (an `i64` or `u64`) is
+    /// an abort.
+    pub fn add(&self, delta: i64) -> Result<(), Abort> {
+        self.entity_only("add")?;
+        self.frame.host.add(&self.frame, delta)
     }
 
     /// Removes the entity's state.

@@ -8,8 +8,9 @@
 //!
 //! Reservations are computed after phase 1, once the logic-aborted
 //! transactions are known, because their accesses must not count (protocol
-//! §4): the smallest tid that read and that wrote each entity, and for a
-//! partition the smallest tid that wrote any of its entities. The flags of a
+//! §4): the smallest tid that read and that wrote each entity (and that put
+//! or deleted it: adds commute, so an add conflicts only with those), and
+//! for a partition the smallest tid that wrote any of its entities. The flags of a
 //! transaction here are only this shard's share: they are ORed with the
 //! other shards' before the commit rule is applied.
 //!
@@ -42,7 +43,11 @@ pub(crate) struct Touched {
     /// `None` for a partition's pseudo-entity.
     pub key: Option<Key>,
     pub min_read: Tid,
+    /// The smallest tid that wrote it, adds included.
     pub min_write: Tid,
+    /// The smallest tid that put or deleted it (adds excluded: adds of one
+    /// entity commute, so they conflict only with puts and deletes).
+    pub min_put: Tid,
     /// For a pseudo-entity: the smallest tid that wrote an entity of the partition.
     pub min_member_write: Tid,
     /// Index of the phase-2 lock queue, or `NO_INDEX`.
@@ -54,6 +59,11 @@ pub(crate) enum Write {
     None,
     Put(Value),
     Delete,
+    /// A sum to add to the entity's `i64` state when applied, without
+    /// having read it (`Ctx::add`): checked to be an `i64` or absent when
+    /// buffered, and only a put or delete could change that, which
+    /// conflicts with the add.
+    Add(i64),
 }
 
 /// One transaction's use of one entity in one phase.
@@ -192,6 +202,7 @@ impl Tables {
             key: key.cloned(),
             min_read: TID_NONE,
             min_write: TID_NONE,
+            min_put: TID_NONE,
             min_member_write: TID_NONE,
             queue: NO_INDEX,
         });
@@ -275,6 +286,9 @@ impl Tables {
             }
             if !matches!(a.write, Write::None) {
                 t.min_write = t.min_write.min(tid);
+                if !matches!(a.write, Write::Add(_)) {
+                    t.min_put = t.min_put.min(tid);
+                }
                 if let Some(p) = part_ordinal(a.part_slot) {
                     let pt = &mut self.touched[p as usize];
                     pt.min_member_write = pt.min_member_write.min(tid);
@@ -300,11 +314,14 @@ impl Tables {
                 f |= flags::RAW;
             }
             if !matches!(a.write, Write::None) {
-                if t.min_write < tid {
-                    assert!(
-                        reserved(t.min_write, tid),
-                        "WAW of {tid} against a tid not of this epoch"
-                    );
+                // An add conflicts with an earlier put or delete; a put or
+                // delete with any earlier write, adds included.
+                let min_write = match a.write {
+                    Write::Add(_) => t.min_put,
+                    _ => t.min_write,
+                };
+                if min_write < tid {
+                    assert!(reserved(min_write, tid), "WAW of {tid} against a tid not of this epoch");
                     f |= flags::WAW;
                 }
                 if t.min_read < tid {
@@ -354,6 +371,13 @@ impl Tables {
                 Write::None => {}
                 Write::Put(v) => store.set(slot, Some(v)),
                 Write::Delete => store.set(slot, None),
+                Write::Add(d) => {
+                    // Checked when buffered; only a put or delete, which
+                    // conflicts with the add, could have changed the type.
+                    let v = Value::added(store.entries[slot as usize].value.as_ref(), d)
+                        .expect("an add applies to an i64 or nothing");
+                    store.set(slot, Some(v));
+                }
             }
             at = a.next;
         }

@@ -40,7 +40,9 @@ pub struct EpochRecord {
 pub(crate) fn phase1_edges(tables: &Tables, store: &Store) -> Vec<(Tid, Tid)> {
     // Per touched record: committed readers and the committed writer.
     let mut readers: BTreeMap<u32, Vec<Tid>> = BTreeMap::new();
-    let mut writer: BTreeMap<u32, Tid> = BTreeMap::new();
+    let mut writers: BTreeMap<u32, Vec<Tid>> = BTreeMap::new();
+    // Touched records whose phase-1 writers only added.
+    let mut adders: BTreeSet<u32> = BTreeSet::new();
     // Per partition pseudo-record: committed writers of its entities.
     let mut member_writers: BTreeMap<u32, Vec<Tid>> = BTreeMap::new();
     for a in &tables.accesses[0] {
@@ -52,11 +54,18 @@ pub(crate) fn phase1_edges(tables: &Tables, store: &Store) -> Vec<(Tid, Tid)> {
             readers.entry(a.touched).or_default().push(txn.tid);
         }
         if !matches!(a.write, Write::None) {
-            let previous = writer.insert(a.touched, txn.tid);
+            let adds = matches!(a.write, Write::Add(_));
+            let ws = writers.entry(a.touched).or_default();
+            // Phase-1 commits write an entity once, or only add to it
+            // (adds commute: no edge among them).
             assert!(
-                previous.is_none_or(|p| p == txn.tid),
+                ws.is_empty() || (adds && adders.contains(&a.touched)),
                 "two phase-1 commits wrote one entity"
             );
+            ws.push(txn.tid);
+            if adds {
+                adders.insert(a.touched);
+            }
             if let Some(p) = tables.touched_ordinal(store, a.part_slot) {
                 member_writers.entry(p).or_default().push(txn.tid);
             }
@@ -65,7 +74,7 @@ pub(crate) fn phase1_edges(tables: &Tables, store: &Store) -> Vec<(Tid, Tid)> {
     let mut edges = Vec::new();
     for (touched, rs) in &readers {
         let writers: Vec<Tid> = match tables.touched[*touched as usize].key {
-            Some(_) => writer.get(touched).into_iter().copied().collect(),
+            Some(_) => writers.get(touched).cloned().unwrap_or_default(),
             None => member_writers.get(touched).cloned().unwrap_or_default(),
         };
         for r in rs {

@@ -360,6 +360,19 @@ impl Host for Txn {
         Ok(())
     }
 
+    fn add(&self, frame: &Frame, delta: i64) -> Result<(), Abort> {
+        let mut state = self.state.borrow_mut();
+        let mut slot = frame.slot.get();
+        if slot == NO_INDEX {
+            slot = state.slot(frame.function.op, frame.hash.get(), Txn::key(frame));
+            frame.slot.set(slot);
+        }
+        let sum = Value::added(state.entities[slot as usize].value.as_ref(), delta)?;
+        let before = state.entities[slot as usize].value.replace(sum);
+        self.undo.borrow_mut().push((slot, before));
+        Ok(())
+    }
+
     fn written_since(&self, frame: &Frame, mark: u32) -> bool {
         let slot = match frame.slot.get() {
             NO_INDEX => match self

@@ -86,6 +86,40 @@ impl Value {
         primitive::encode(v)
     }
 
+    /// The archive of an `i64` (what [`Ctx::add`](crate::Ctx::add) sums).
+    #[inline]
+    pub(crate) fn of_i64(x: i64) -> Value {
+        primitive::inline(&x.to_le_bytes())
+    }
+
+    /// The value as an `i64`, if it is 8 bytes (an `i64` or `u64`, whose
+    /// archives are their little-endian bytes).
+    #[inline]
+    pub(crate) fn as_i64(&self) -> Option<i64> {
+        match &self.0 {
+            Repr::Inline { len: 8, buf } => Some(i64::from_le_bytes(buf[..8].try_into().expect("8 bytes"))),
+            _ => None,
+        }
+    }
+
+    /// `base + delta`, wrapping, for an add to an entity whose state is
+    /// `base` (none counts as 0). An error names what the state is instead.
+    pub(crate) fn added(base: Option<&Value>, delta: i64) -> Result<Value, Abort> {
+        let base = match base {
+            None => 0,
+            Some(v) => v.as_i64().ok_or_else(|| Value::not_addable(v))?,
+        };
+        Ok(Value::of_i64(base.wrapping_add(delta)))
+    }
+
+    /// The abort of an add to a state that is not an 8-byte integer.
+    pub(crate) fn not_addable(v: &Value) -> Abort {
+        Abort::state(format!(
+            "cannot add to a state of {} bytes: an add needs an i64 (8 bytes)",
+            v.len()
+        ))
+    }
+
     /// Archives `v`, reusing `scratch`'s buffer and arena.
     pub fn encode<T: Store>(v: &T, scratch: &mut Scratch) -> Result<Value, Abort> {
         if let Some(bytes) = primitive::encode(v) {
@@ -223,7 +257,7 @@ mod primitive {
     }
     primitives!(i64, u64, i32, u32, i16, u16, f64, f32);
 
-    fn inline(bytes: &[u8]) -> Value {
+    pub(super) fn inline(bytes: &[u8]) -> Value {
         let mut buf = [0; VALUE_INLINE_MAX];
         buf[..bytes.len()].copy_from_slice(bytes);
         Value(Repr::Inline {

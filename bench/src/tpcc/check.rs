@@ -98,10 +98,10 @@ fn gather(t: &Tables, state: &State, v: &mut Violations) -> Rows {
     let mut r = Rows::default();
     for ((op, key), value) in state {
         let op = *op;
-        let read = if op == t.warehouse {
+        let read = if op == t.warehouse_ytd {
             parse_warehouse(key).map(|w| {
-                value.read::<Warehouse, _>(|x| {
-                    r.warehouse_ytd.insert(w, x.ytd.to_native());
+                value.decode::<Cents>().map(|ytd| {
+                    r.warehouse_ytd.insert(w, ytd);
                 })
             })
         } else if op == t.district {

@@ -10,8 +10,9 @@
 //! which rolls back everything, the stock updates included. Last it sends
 //! the ORDER, ORDER-LINE and NEW-ORDER inserts.
 //!
-//! Payment runs on the district: it adds to D_YTD, and in parallel calls
-//! the warehouse (W_YTD) and the customer — directly by id, or through the
+//! Payment runs on the district: it adds to D_YTD, sends an add to W_YTD
+//! (which commutes with other Payments' adds), and in parallel calls the
+//! warehouse (W_NAME) and the customer — directly by id, or through the
 //! last-name index entity, which picks the middle customer by first name
 //! and calls it in turn (a sync chain, so the customer is one branch). Then
 //! it sends the HISTORY insert.
@@ -97,7 +98,8 @@ pub struct Functions {
     /// `district.payment`: the Payment transaction.
     pub payment: FnId,
     pub warehouse_tax: FnId,
-    pub warehouse_payment: FnId,
+    pub warehouse_name: FnId,
+    pub warehouse_ytd_add: FnId,
     pub district_tax: FnId,
     pub customer_new_order: FnId,
     pub customer_payment: FnId,
@@ -122,7 +124,8 @@ impl Functions {
             new_order: f(DISTRICT_NEXT_O_ID, "new_order"),
             payment: f(DISTRICT, "payment"),
             warehouse_tax: f(WAREHOUSE, "tax"),
-            warehouse_payment: f(WAREHOUSE, "payment"),
+            warehouse_name: f(WAREHOUSE, "name"),
+            warehouse_ytd_add: f(WAREHOUSE_YTD, "add"),
             district_tax: f(DISTRICT, "tax"),
             customer_new_order: f(CUSTOMER, "new_order"),
             customer_payment: f(CUSTOMER, "payment"),
@@ -210,6 +213,7 @@ pub fn install(app: &mut App, partitions: u32) -> Functions {
     app.entity_with::<Order>(partitions);
     app.entity_with::<OrderLines>(partitions);
     app.entity_with::<NewOrderRow>(partitions);
+    app.entity_with::<WarehouseYtd>(partitions);
     Functions::of(app)
 }
 
@@ -221,10 +225,19 @@ impl Warehouse {
             .ok_or_else(|| missing(WAREHOUSE, ctx))
     }
 
-    /// Adds a payment to W_YTD; returns W_NAME.
-    pub async fn payment(&mut self, amount: Cents) -> Result<String, Abort> {
-        self.ytd += amount;
-        Ok(self.name.clone())
+    /// W_NAME, read in place.
+    pub async fn name(ctx: &Ctx) -> Result<String, Abort> {
+        ctx.read::<Warehouse, _>(|w| w.name.to_string())?
+            .ok_or_else(|| missing(WAREHOUSE, ctx))
+    }
+}
+
+#[styx::functions]
+impl WarehouseYtd {
+    /// Adds a payment to W_YTD without reading it: Payments of one
+    /// warehouse commute.
+    pub async fn add(ctx: &Ctx, amount: Cents) -> Result<(), Abort> {
+        ctx.add(amount)
     }
 }
 
@@ -244,7 +257,8 @@ impl District {
         }
         self.ytd += p.amount;
 
-        let w_name = ctx.entity::<Warehouse>(warehouse_key(p.w_id)).payment(p.amount);
+        let w_name = ctx.entity::<Warehouse>(warehouse_key(p.w_id)).name();
+        ctx.send_to::<WarehouseYtd>(warehouse_key(p.w_id)).add(p.amount)?;
         let pay = CustomerPayment {
             w_id: p.w_id,
             d_id: p.d_id,

@@ -64,7 +64,7 @@ impl Scale {
         let n = self.customers_per_district as usize;
         let per_district = 2 + 2 * n + last_names(self.customers_per_district) as usize + 2 * n + n * 3 / 10;
         self.items as usize
-            + self.warehouses as usize * (1 + self.items as usize + usize::from(DISTRICTS) * per_district)
+            + self.warehouses as usize * (2 + self.items as usize + usize::from(DISTRICTS) * per_district)
     }
 
     fn validate(&self) {
@@ -125,9 +125,12 @@ pub fn load_each(app: &App, scale: &Scale, seed: u64, mut emit: impl FnMut(OpId,
             state: a_string(&mut rng, 2, 2),
             zip: zip(&mut rng),
             tax: uniform(&mut rng, 0, 2_000) as u32,
-            ytd: district_ytd * Cents::from(DISTRICTS),
         };
         out.put(t.warehouse, warehouse_key(w), &warehouse);
+        let ytd = WarehouseYtd {
+            ytd: district_ytd * Cents::from(DISTRICTS),
+        };
+        out.put(t.warehouse_ytd, warehouse_key(w), &ytd);
 
         for i in 1..=scale.items {
             let stock = Stock {

@@ -82,6 +82,24 @@ impl Exec {
         }
     }
 
+    /// In phase 2, a write into a partition that a fallback transaction
+    /// scans must be ordered against that scan: only writers recorded in
+    /// phase 1 are in the partition's queue; any other drifted.
+    fn check_scanned(st: &ExecState, frame: &Frame) -> Result<(), Abort> {
+        if st.phase != Phase::Fallback {
+            return Ok(());
+        }
+        let part_slot = st.tables.accesses[st.phase.index()][frame.access.get() as usize].part_slot;
+        if let Some(p) = st.tables.touched_ordinal(&st.store, part_slot) {
+            let q = st.tables.touched[p as usize].queue;
+            if q != NO_INDEX && !st.tables.in_queue(q, frame.tid) {
+                frame.force(Abort::drift());
+                return Err(Abort::drift());
+            }
+        }
+        Ok(())
+    }
+
     /// Sends `msg` to every shard, this one included.
     pub(super) fn broadcast(&self, msg: Message) {
         let mut st = self.st.borrow_mut();
@@ -113,6 +131,13 @@ impl Host for Exec {
                 let slot = st.tables.touched[a.touched as usize].slot;
                 f(st.store.entries[slot as usize].value.as_ref());
             }
+            Write::Add(d) => {
+                // The sum needs the value it adds to: a read.
+                a.read = true;
+                let slot = st.tables.touched[a.touched as usize].slot;
+                let sum = Value::added(st.store.entries[slot as usize].value.as_ref(), *d)?;
+                f(Some(&sum));
+            }
         }
         Ok(())
     }
@@ -122,24 +147,41 @@ impl Host for Exec {
         let st = &mut *guard;
         let phase = st.phase;
         let index = frame.access.get() as usize;
-        if phase == Phase::Fallback {
-            // A write into a partition that a fallback transaction scans must
-            // be ordered against that scan: only writers recorded in phase 1
-            // are in the partition's queue.
-            let part_slot = st.tables.accesses[phase.index()][index].part_slot;
-            if let Some(p) = st.tables.touched_ordinal(&st.store, part_slot) {
-                let q = st.tables.touched[p as usize].queue;
-                if q != NO_INDEX && !st.tables.in_queue(q, frame.tid) {
-                    frame.force(Abort::drift());
-                    return Err(Abort::drift());
-                }
-            }
-        }
+        Exec::check_scanned(st, frame)?;
         let a = &mut st.tables.accesses[phase.index()][index];
         a.write = match value {
             Some(v) => Write::Put(v),
             None => Write::Delete,
         };
+        a.writes = a.writes.wrapping_add(1);
+        Ok(())
+    }
+
+    fn add(&self, frame: &Frame, delta: i64) -> Result<(), Abort> {
+        let mut guard = self.st.borrow_mut();
+        let st = &mut *guard;
+        let phase = st.phase;
+        let index = frame.access.get() as usize;
+        Exec::check_scanned(st, frame)?;
+        let a = &st.tables.accesses[phase.index()][index];
+        let write = match &a.write {
+            Write::Put(v) => Write::Put(Value::added(Some(v), delta)?),
+            Write::Delete => Write::Put(Value::of_i64(delta)),
+            Write::Add(d) => Write::Add(d.wrapping_add(delta)),
+            Write::None => {
+                // The type, not the value: not a read. Only a put or a
+                // delete could change it, and either conflicts with an add.
+                let slot = st.tables.touched[a.touched as usize].slot;
+                if let Some(v) = &st.store.entries[slot as usize].value
+                    && v.as_i64().is_none()
+                {
+                    return Err(Value::not_addable(v));
+                }
+                Write::Add(delta)
+            }
+        };
+        let a = &mut st.tables.accesses[phase.index()][index];
+        a.write = write;
         a.writes = a.writes.wrapping_add(1);
         Ok(())
     }
@@ -189,7 +231,7 @@ impl Host for Exec {
             st.tables.accesses[phase.index()][frame.access.get() as usize].read = true;
             // Read your own writes: this transaction's buffered writes to
             // entities of the partition past `after`, overlaid below.
-            let mut own: Vec<(&Key, Option<&Value>)> = Vec::new();
+            let mut own: Vec<(&Key, Option<Value>)> = Vec::new();
             if let Some(txn) = st.tables.txn(frame.tid) {
                 let mut at = st.tables.head(phase, txn);
                 while at != NO_INDEX {
@@ -200,8 +242,12 @@ impl Host for Exec {
                     {
                         match &a.write {
                             Write::None => {}
-                            Write::Put(v) => own.push((key, Some(v))),
+                            Write::Put(v) => own.push((key, Some(v.clone()))),
                             Write::Delete => own.push((key, None)),
+                            Write::Add(d) => {
+                                let base = st.store.entries[t.slot as usize].value.as_ref();
+                                own.push((key, Some(Value::added(base, *d)?)));
+                            }
                         }
                     }
                     at = a.next;
@@ -212,11 +258,11 @@ impl Host for Exec {
             let stored = st
                 .store
                 .scan(op, frame.partition, after, at_most.saturating_add(own.len()));
-            let mut rows: Vec<(&Key, Option<&Value>)> = stored
+            let mut rows: Vec<(&Key, Option<Value>)> = stored
                 .into_iter()
                 .map(|slot| {
                     let e = &st.store.entries[slot as usize];
-                    (e.key.as_ref().expect("entity entry"), e.value.as_ref())
+                    (e.key.as_ref().expect("entity entry"), e.value.clone())
                 })
                 .collect();
             for (key, new) in own {
@@ -226,7 +272,7 @@ impl Host for Exec {
                 }
             }
             rows.into_iter()
-                .filter_map(|(k, v)| v.map(|v| (k.clone(), v.clone())))
+                .filter_map(|(k, v)| v.map(|v| (k.clone(), v)))
                 .take(at_most)
                 .collect()
         };

@@ -99,6 +99,8 @@ pub enum Instr {
     Read,
     /// put(acc + c).
     Write(i64),
+    /// add(c): commutes with other adds.
+    Add(i64),
     Delete,
     /// acc = acc * 31 + call(key, program).
     Call(u64, Vec<Instr>),
@@ -131,6 +133,10 @@ pub fn encode_program(prog: &[Instr], out: &mut Vec<u8>) {
             Instr::Read => out.push(b'R'),
             Instr::Write(c) => {
                 out.push(b'W');
+                out.extend_from_slice(&c.to_le_bytes());
+            }
+            Instr::Add(c) => {
+                out.push(b'+');
                 out.extend_from_slice(&c.to_le_bytes());
             }
             Instr::Delete => out.push(b'D'),
@@ -225,6 +231,10 @@ pub fn programs() -> Arc<App> {
                 b'W' => {
                     let c = read_u64(&prog, &mut at) as i64;
                     ctx.put(&acc.wrapping_add(c))?;
+                }
+                b'+' => {
+                    let c = read_u64(&prog, &mut at) as i64;
+                    ctx.add(c)?;
                 }
                 b'D' => ctx.delete()?,
                 b'C' => {
@@ -350,7 +360,8 @@ impl ProgramGen {
             let nested = depth < self.depth_max && (used.len() as u64) + 4 < self.keys;
             let instr = match roll {
                 0..=29 => Instr::Read,
-                30..=49 => Instr::Write(rng.below(100) as i64),
+                30..=42 => Instr::Write(rng.below(100) as i64),
+                43..=49 => Instr::Add(rng.below(100) as i64 - 30),
                 50..=52 => Instr::Delete,
                 53..=69 if nested => {
                     // A sync call: revisit an entity of this branch, or a new one.

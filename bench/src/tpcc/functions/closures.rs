@@ -24,12 +24,15 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
         ctx.read::<Warehouse, _>(|w| w.tax.to_native())?
             .ok_or_else(|| missing(WAREHOUSE, &ctx))
     });
-    let warehouse_payment = app.function(t.warehouse, "payment", |ctx, amount: Cents| async move {
-        let mut w = ctx.get::<Warehouse>()?.ok_or_else(|| missing(WAREHOUSE, &ctx))?;
-        w.ytd += amount;
-        ctx.put(&w)?;
-        Ok(w.name)
+    let warehouse_name = app.function(t.warehouse, "name", |ctx, (): ()| async move {
+        ctx.read::<Warehouse, _>(|w| w.name.to_string())?
+            .ok_or_else(|| missing(WAREHOUSE, &ctx))
     });
+    let warehouse_ytd_add = app.function(
+        t.warehouse_ytd,
+        "add",
+        |ctx, amount: Cents| async move { ctx.add(amount) },
+    );
     let district_tax = app.function(t.district, "tax", |ctx, (): ()| async move {
         ctx.read::<District, _>(|d| d.tax.to_native())?
             .ok_or_else(|| missing(DISTRICT, &ctx))
@@ -213,7 +216,8 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
         district.ytd += p.amount;
         ctx.put(&district)?;
 
-        let w_name = ctx.call_fn::<String>(warehouse_payment, warehouse_key(p.w_id), p.amount);
+        let w_name = ctx.call_fn::<String>(warehouse_name, warehouse_key(p.w_id), ());
+        ctx.send_fn(warehouse_ytd_add, warehouse_key(p.w_id), p.amount)?;
         let pay = CustomerPayment {
             w_id: p.w_id,
             d_id: p.d_id,
@@ -251,7 +255,8 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
         new_order,
         payment,
         warehouse_tax,
-        warehouse_payment,
+        warehouse_name,
+        warehouse_ytd_add,
         district_tax,
         customer_new_order,
         customer_payment,
