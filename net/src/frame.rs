@@ -269,10 +269,17 @@ impl Placement {
     /// the map knows the operator.
     pub fn shard_of(&self, map: &Map, operator: &str, key: &Key) -> Option<u16> {
         let i = map.operators.iter().position(|o| o.name == operator)?;
-        let partition = key.partition(map.operators[i].partitions);
+        self.shard_of_operator(map, i, key)
+    }
+
+    /// [`Placement::shard_of`] by the operator's index in [`Map::operators`]
+    /// (its id in the application: operators are listed in registration
+    /// order), if the map has it.
+    pub fn shard_of_operator(&self, map: &Map, operator: usize, key: &Key) -> Option<u16> {
+        let partition = key.partition(map.operators.get(operator)?.partitions);
         let moved = self
             .moved
-            .get(i)
+            .get(operator)
             .and_then(|m| m.binary_search_by_key(&partition, |(p, _)| *p).ok().map(|at| m[at].1));
         Some(moved.unwrap_or_else(|| map.shard_of_partition(partition)))
     }
@@ -325,6 +332,12 @@ impl Map {
     /// The shard that owns `key` of `operator`, if the map knows the operator.
     pub fn shard_of(&self, operator: &str, key: &Key) -> Option<u16> {
         let op = self.operators.iter().find(|o| o.name == operator)?;
+        Some(self.shard_of_partition(key.partition(op.partitions)))
+    }
+
+    /// [`Map::shard_of`] by the operator's index in [`Map::operators`].
+    pub fn shard_of_operator(&self, operator: usize, key: &Key) -> Option<u16> {
+        let op = self.operators.get(operator)?;
         Some(self.shard_of_partition(key.partition(op.partitions)))
     }
 

@@ -370,6 +370,79 @@ fn tpcc_bench_rides_out_kill_9_of_nodes() {
 }
 
 #[test]
+fn the_bench_pool_routes_moved_partitions_to_their_new_node() {
+    let root = data_dir("cluster-placement");
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    let (_, mut nodes) = cluster(&root, &["--preload", "ycsbt", "--keys", "300"]);
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
+    for n in &nodes {
+        connect(&n.client, Duration::from_secs(60)).expect("the cluster serves");
+    }
+    // Four partitions of node 0's shard move to node 2's, across nodes.
+    let moved: Vec<(u32, u16)> = [0u32, 3, 6, 9].iter().map(|p| (*p, 2)).collect();
+    for (p, to) in &moved {
+        let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+            .args(["rebalance", "--connect", &nodes[0].client, "--no-wait", "account"])
+            .args([p.to_string(), to.to_string()])
+            .output()
+            .expect("styx runs");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    // Every node's PLACEMENT names them once they switched.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in &nodes {
+        let mut c = connect(&n.client, Duration::from_secs(10)).expect("a connection");
+        loop {
+            c.send(Body::Placement);
+            match c.recv().expect("an answer").body {
+                Body::PlacementReply(p) if p.version == 4 && p.moved[0] == moved => break,
+                Body::PlacementReply(p) => assert!(Instant::now() < deadline, "{}: {p:?}", n.client),
+                other => panic!("PLACEMENT answered {other:?}"),
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "bench",
+            "ycsbt",
+            "--connect",
+            &addrs,
+            "--connections",
+            "1",
+            "--keys",
+            "300",
+        ])
+        .args([
+            "--duration",
+            "2",
+            "--warmup",
+            "0",
+            "--json",
+            "--no-serial",
+            "--quiet",
+            "--in-flight",
+            "8",
+        ])
+        .output()
+        .expect("styx runs");
+    let report = report_of("ycsbt", &out);
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    let p = &report["parameters"];
+    assert_eq!(p["placement_version"], 4, "{report}");
+    // Transfers rooted in the moved partitions went to node 2 (4 of 64
+    // partitions: about 1 in 16 requests).
+    let (rerouted, committed) = (p["rerouted"].as_u64().unwrap(), report["committed"].as_u64().unwrap());
+    assert!(
+        rerouted * 40 > committed && rerouted * 8 < committed,
+        "{rerouted} of {committed}"
+    );
+}
+
+#[test]
 fn status_shows_every_node() {
     let root = data_dir("cluster-status");
     let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));

@@ -325,8 +325,8 @@ async fn one<S: Source>(
     intended: Instant,
 ) -> bool {
     let (shard, lane) = l.lanes[index];
-    let slot = l.pool.slot_for_shard(shard as u16, spread);
     let (request, tag) = source(l, shard).next(lane);
+    let slot = l.pool.slot_for(&request, shard as u16, spread);
     let naming = stream.borrow_mut().begin();
     let answer = loop {
         let conn = match l.pool.get(slot).await {
@@ -566,6 +566,16 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
             r.warmup.as_secs_f64(),
         ))
     });
+    // Moves switch while a run lasts: route by the placement as it is now.
+    let refresher = glommio::spawn_local({
+        let (pool, done) = (pool.clone(), done.clone());
+        async move {
+            while !done.get() {
+                glommio::timer::sleep(pool::PLACEMENT_EVERY).await;
+                pool.refresh_placement().await;
+            }
+        }
+    });
     let mut unanswered = 0;
     match (r.load, in_flight) {
         (Load::Closed { .. }, Some(per_lane)) => {
@@ -589,6 +599,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     if let Some(t) = reporter {
         t.await;
     }
+    refresher.await;
     if unanswered > 0 {
         return Err(format!(
             "{unanswered} requests still unanswered {}s after the run: the daemon is stuck or gone",
@@ -637,6 +648,10 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     };
     let p = &mut report.parameters;
     p.insert("connect".into(), r.addr.clone().into());
+    // Requests sent to another node than the default rule's, and the
+    // version of the partition map they were routed by at the end.
+    p.insert("rerouted".into(), pool.rerouted().into());
+    p.insert("placement_version".into(), pool.placement_version().into());
     p.insert("connections".into(), r.connections.into());
     p.insert("exactly_once".into(), r.exactly_once.into());
     p.insert("rejected".into(), m.rejected.into());

@@ -4,8 +4,12 @@
 //! A [`Pool`] starts from any reachable address of the list it is given,
 //! asks that node for the engine's map (MAP: every node, its shards, where
 //! clients reach it) and opens `per_node` connections to each node. A
-//! request for shard `s` goes to a connection of the node holding `s`, so
-//! it runs without a hop between nodes.
+//! request goes to a connection of the node holding the shard that owns its
+//! root entity, so it runs without a hop between nodes: by the default rule
+//! (partition `p` on shard `p % shards`), except for the partitions PLACEMENT
+//! names as moved (`styx rebalance`), which the pool asks for again every
+//! [`PLACEMENT_EVERY`] while a run lasts. A request routed by an old
+//! placement still runs: the node that takes it sends it on.
 //!
 //! When a connection breaks (its node was killed, or the cluster is
 //! recovering from a failure and every node restarted its shards) the slot
@@ -16,11 +20,16 @@ use std::cell::{Cell, RefCell};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+use styx_engine::{Address, Request};
 use styx_net::client::{ConnectOptions, Connection, Error as ClientError};
-use styx_net::{ErrorCode, Map, MapNode};
+use styx_net::{ErrorCode, Map, MapNode, Placement};
 
 /// How long a slot keeps dialling before its request is given up.
 pub const RECONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a run asks for the placement again.
+pub const PLACEMENT_EVERY: Duration = Duration::from_millis(200);
+/// How long an answer to PLACEMENT is waited for.
+const PLACEMENT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The pause between two rounds of dialling.
 const REDIAL_PAUSE: Duration = Duration::from_millis(20);
 
@@ -42,6 +51,10 @@ pub struct Pool {
     per_node: usize,
     options: ConnectOptions,
     reconnects: Cell<u64>,
+    /// The partitions off the default rule, as last heard.
+    placement: RefCell<Placement>,
+    /// Requests sent to another node than the default rule's, by placement.
+    rerouted: Cell<u64>,
 }
 
 impl Pool {
@@ -88,6 +101,7 @@ impl Pool {
                 });
             }
         }
+        let placement = first.placement().await.map_err(|e| format!("PLACEMENT: {e}"))?;
         first.close();
         Ok(Rc::new(Pool {
             map,
@@ -96,7 +110,62 @@ impl Pool {
             per_node,
             options,
             reconnects: Cell::new(0),
+            placement: RefCell::new(placement),
+            rerouted: Cell::new(0),
         }))
+    }
+
+    /// Asks a live connection for the placement and keeps it if it is not
+    /// older than the one held (a node may not have published a switch yet).
+    pub async fn refresh_placement(&self) {
+        let Some(conn) = self
+            .slots
+            .iter()
+            .find_map(|s| s.conn.borrow().clone().filter(|c| !c.is_closed()))
+        else {
+            return;
+        };
+        // A node that stopped answering must not hold up the end of a run.
+        let asked = futures_lite::future::or(async { Some(conn.placement().await) }, async {
+            glommio::timer::sleep(PLACEMENT_TIMEOUT).await;
+            None
+        });
+        if let Some(Ok(p)) = asked.await
+            && p.version >= self.placement.borrow().version
+        {
+            *self.placement.borrow_mut() = p;
+        }
+    }
+
+    /// The placement's version as last heard.
+    pub fn placement_version(&self) -> u64 {
+        self.placement.borrow().version
+    }
+
+    /// Requests routed to another node than the default rule's.
+    pub fn rerouted(&self) -> u64 {
+        self.rerouted.get()
+    }
+
+    /// The `i`-th slot among those of the node that holds `request`'s root
+    /// entity by the placement; `shard`'s node for a request to a
+    /// partition or of an operator the map does not list.
+    pub fn slot_for(&self, request: &Request, shard: u16, i: usize) -> usize {
+        let placed = match &request.address {
+            Address::Entity(key) => {
+                let op = request.function.op.0 as usize;
+                let by_default = self.map.shard_of_operator(op, key);
+                let placed = self.placement.borrow().shard_of_operator(&self.map, op, key);
+                if let (Some(d), Some(p)) = (by_default, placed)
+                    && self.map.node_of_shard(d) != self.map.node_of_shard(p)
+                {
+                    self.rerouted.set(self.rerouted.get() + 1);
+                }
+                placed
+            }
+            Address::Partition(_) => None,
+        };
+        self.slot_for_shard(placed.unwrap_or(shard), i)
     }
 
     pub fn map(&self) -> &Map {
