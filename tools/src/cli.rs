@@ -104,8 +104,8 @@ pub struct RebalanceArgs {
     shard: Option<u16>,
     /// Instead of one named move: move the operator's partitions so that
     /// the invocations each shard ran even out (`styx_engine::balance::plan`
-    /// on the daemon's per-partition counts, read from its metrics
-    /// address; a single node's).
+    /// on the per-partition counts, read from the metrics address of every
+    /// node of the engine).
     #[arg(long, conflicts_with_all = ["partition", "shard"])]
     auto: bool,
     /// With --auto: count the invocations of this many seconds (two reads
@@ -116,8 +116,9 @@ pub struct RebalanceArgs {
     /// the mean.
     #[arg(long, default_value_t = 0.05)]
     tolerance: f64,
-    /// The daemon's metrics address, where the switch is watched and
-    /// --auto reads its counts [default: the client port + 1].
+    /// The metrics addresses (comma-separated, one per node of a cluster),
+    /// where the switch is watched and --auto reads the counts [default:
+    /// each node's client port + 1, the nodes listed by MAP].
     #[arg(long)]
     metrics: Option<String>,
     /// With --auto: print the plan, move nothing.
@@ -134,25 +135,55 @@ pub struct RebalanceArgs {
 }
 
 impl RebalanceArgs {
-    /// The metrics address: given, or beside the client address.
-    fn metrics(&self) -> Result<String, String> {
-        match &self.metrics {
-            Some(m) => Ok(m.clone()),
-            None => metrics_beside(&self.connect.connect)
-                .ok_or_else(|| format!("no metrics address: give --metrics for {}", self.connect.connect)),
+    /// The metrics addresses: given, else beside each node's client
+    /// address as MAP lists them (beside the one connected to, for a
+    /// daemon older than MAP).
+    async fn metrics(&self, client: &Client) -> Result<Vec<String>, String> {
+        if let Some(m) = &self.metrics {
+            return Ok(m
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(String::from)
+                .collect());
+        }
+        let beside = |connect: &str| {
+            metrics_beside(connect).ok_or_else(|| format!("no metrics address: give --metrics for {connect}"))
+        };
+        match client.map().await {
+            Ok(map) if map.nodes.len() > 1 => map.nodes.iter().map(|n| beside(&n.client)).collect(),
+            Ok(_) => Ok(vec![beside(&self.connect.connect)?]),
+            Err(e) if e.code() == Some(styx_net::ErrorCode::UNKNOWN_FRAME_TYPE) => {
+                Ok(vec![beside(&self.connect.connect)?])
+            }
+            Err(e) => Err(format!("MAP: {e}")),
         }
     }
 
     /// Where and how long to watch for a switch, unless --no-wait.
-    fn watch(&self) -> Result<Option<(String, Duration)>, String> {
+    async fn watch(&self, client: &Client) -> Result<Option<Watch>, String> {
         if self.no_wait {
             return Ok(None);
         }
-        if !(self.wait_s > 0.0 && self.wait_s.is_finite()) {
-            return Err("--wait-s must be positive".into());
-        }
-        Ok(Some((self.metrics()?, Duration::from_secs_f64(self.wait_s))))
+        Ok(Some((
+            self.metrics(client).await?,
+            Duration::from_secs_f64(self.wait_s),
+        )))
     }
+}
+
+/// The metrics addresses of every node, and how long to wait for a switch.
+type Watch = (Vec<String>, Duration);
+
+/// Every node's `/metrics`, one after the other (shards are numbered
+/// across the cluster, so the samples do not collide).
+fn metrics_of(addrs: &[String]) -> Result<String, String> {
+    let mut text = String::new();
+    for a in addrs {
+        text.push_str(&http_get(a, "/metrics")?);
+        text.push('\n');
+    }
+    Ok(text)
 }
 
 /// Partitions a rebalance moves at most.
@@ -424,15 +455,12 @@ pub fn get(a: GetArgs) -> ExitCode {
 /// unless `--no-wait`, the command watches every shard's map on the
 /// metrics address (`styx_partition_owner`) until it has.
 pub fn rebalance(a: RebalanceArgs) -> ExitCode {
-    let watch = match a.watch() {
-        Ok(w) => w,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(2);
-        }
-    };
+    if !a.no_wait && !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
+        eprintln!("error: --wait-s must be positive");
+        return ExitCode::from(2);
+    }
     if a.auto {
-        return rebalance_auto(a, watch);
+        return rebalance_auto(a);
     }
     let (partition, shard) = (
         a.partition.expect("clap requires it"),
@@ -440,6 +468,7 @@ pub fn rebalance(a: RebalanceArgs) -> ExitCode {
     );
     finish(on_client(move || async move {
         let client = client(&a.connect)?;
+        let watch = a.watch(&client).await?;
         move_partition(&client, &a.operator, partition, shard, watch.as_ref()).await?;
         Ok(ExitCode::SUCCESS)
     }))
@@ -452,7 +481,7 @@ async fn move_partition(
     operator: &str,
     partition: u32,
     shard: u16,
-    watch: Option<&(String, Duration)>,
+    watch: Option<&Watch>,
 ) -> Result<(), String> {
     let start = Instant::now();
     let outcome = client
@@ -479,7 +508,7 @@ async fn move_partition(
     };
     let deadline = start + *timeout;
     loop {
-        let owners = partition_owners(&http_get(metrics, "/metrics")?, operator, partition);
+        let owners = partition_owners(&metrics_of(metrics)?, operator, partition);
         if !owners.is_empty() && owners.iter().all(|o| *o == shard) {
             println!(
                 "moved partition {partition} of {operator} to shard {shard} (tid {tid}): decided in {:.1} ms, \
@@ -533,22 +562,27 @@ fn metric_samples<'a>(text: &'a str, name: &'a str, operator: &'a str) -> impl I
 
 /// `styx rebalance --auto`: reads the per-partition counts twice,
 /// `--window-s` apart, plans, and moves one partition at a time.
-fn rebalance_auto(a: RebalanceArgs, watch: Option<(String, Duration)>) -> ExitCode {
+fn rebalance_auto(a: RebalanceArgs) -> ExitCode {
     if !(a.window_s >= 0.0 && a.window_s.is_finite() && a.tolerance >= 0.0) {
         eprintln!("error: --window-s and --tolerance must not be negative");
         return ExitCode::from(2);
     }
     finish(on_client(move || async move {
-        let metrics = a.metrics()?;
         let client = client(&a.connect)?;
-        let shards = client.status().await.map_err(|e| e.to_string())?.shards;
+        let metrics = a.metrics(&client).await?;
+        let watch = a.watch(&client).await?;
+        // Every node's shards: a node's STATUS counts its own.
+        let shards = match client.map().await {
+            Ok(map) => map.shards,
+            Err(_) => client.status().await.map_err(|e| e.to_string())?.shards,
+        };
         let loads = if a.window_s > 0.0 {
-            let before = http_get(&metrics, "/metrics")?;
+            let before = metrics_of(&metrics)?;
             std::thread::sleep(Duration::from_secs_f64(a.window_s));
-            let after = http_get(&metrics, "/metrics")?;
+            let after = metrics_of(&metrics)?;
             partition_loads(&after, Some(&before), &a.operator)?
         } else {
-            partition_loads(&http_get(&metrics, "/metrics")?, None, &a.operator)?
+            partition_loads(&metrics_of(&metrics)?, None, &a.operator)?
         };
         if let Some(l) = loads.iter().find(|l| l.owner >= shards) {
             return Err(format!(

@@ -85,11 +85,13 @@ fn free_port_block(len: u16) -> u16 {
 /// A cluster of `NODES` nodes under `root`, each preloaded with `preload`
 /// (`styxd` flags), not started.
 fn cluster(root: &Path, preload: &[&str]) -> (PathBuf, Vec<Node>) {
-    let base = free_port_block(NODES as u16 * 3);
+    // Per node: peer, (unused), client, metrics (the client port + 1,
+    // where `styx` looks by default; off unless a test turns it on).
+    let base = free_port_block(NODES as u16 * 4);
     let mut file = String::from("heartbeat_ms = 50\nfailure_timeout_ms = 400\n");
     let mut nodes = Vec::new();
     for i in 0..NODES as u16 {
-        let peer = base + i * 3;
+        let peer = base + i * 4;
         let client = format!("127.0.0.1:{}", peer + 2);
         file.push_str(&format!(
             "[[nodes]]\nid = {i}\npeer = \"127.0.0.1:{peer}\"\nclient = \"{client}\"\nshards = 1\n"
@@ -440,6 +442,81 @@ fn the_bench_pool_routes_moved_partitions_to_their_new_node() {
         rerouted * 40 > committed && rerouted * 8 < committed,
         "{rerouted} of {committed}"
     );
+}
+
+#[test]
+fn rebalance_auto_reads_every_nodes_counts() {
+    let root = data_dir("cluster-auto");
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    let (_, mut nodes) = cluster(&root, &["--preload", "ycsbt", "--keys", "300"]);
+    for n in &mut nodes {
+        // Metrics on, beside the client port.
+        let (host, port) = n.client.rsplit_once(':').unwrap();
+        let metrics = format!("{host}:{}", port.parse::<u16>().unwrap() + 1);
+        let at = n.args.iter().position(|a| a == "--metrics").unwrap();
+        n.args[at + 1] = metrics;
+        n.spawn(bin);
+    }
+    let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
+    for n in &nodes {
+        connect(&n.client, Duration::from_secs(60)).expect("the cluster serves");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "bench",
+            "ycsbt",
+            "--connect",
+            &addrs,
+            "--connections",
+            "1",
+            "--keys",
+            "300",
+        ])
+        .args([
+            "--duration",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            "--no-serial",
+            "--quiet",
+            "--in-flight",
+            "8",
+        ])
+        .output()
+        .expect("styx runs");
+    report_of("ycsbt", &out);
+    // Counts published every 100 ms.
+    std::thread::sleep(Duration::from_millis(300));
+    // Connected to node 1 only, with no --metrics: MAP names the nodes,
+    // and every node's metrics are read.
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "rebalance",
+            "--connect",
+            &nodes[1].client,
+            "account",
+            "--auto",
+            "--dry-run",
+        ])
+        .args(["--window-s", "0"])
+        .output()
+        .expect("styx runs");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    let counts = text
+        .lines()
+        .find_map(|l| l.strip_prefix("invocations per shard ["))
+        .and_then(|l| l.split_once(']'))
+        .unwrap_or_else(|| panic!("no counts: {text}"))
+        .0;
+    let counts: Vec<u64> = counts.split(", ").map(|c| c.parse().unwrap()).collect();
+    assert_eq!(counts.len(), NODES, "{text}");
+    assert!(counts.iter().all(|c| *c > 0), "a node's shard was not counted: {text}");
 }
 
 #[test]
