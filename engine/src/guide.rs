@@ -171,6 +171,38 @@
 //! }
 //! ```
 //!
+//! ## Counters many transactions bump
+//!
+//! Two transactions of one epoch that read and write the same entity
+//! conflict, and one of them runs again. A counter that many transactions
+//! only add to (a page's views, a warehouse's year-to-date total) would
+//! make most of them run again. `ctx.add(delta)` adds to an `i64` state
+//! without reading it: adds commute, so they never conflict with each
+//! other, only with reads, puts and deletes of the counter.
+//!
+//! ```
+//! # use rkyv::{Archive, Deserialize, Serialize};
+//! # use styx_engine::{self as styx, Abort, Ctx};
+//! /// Stored as the bare `i64`, which `add` needs (a struct of one number is).
+//! #[styx::entity(name = "views")]
+//! #[derive(Archive, Serialize, Deserialize, Default)]
+//! pub struct Views {
+//!     count: i64,
+//! }
+//!
+//! #[styx::functions]
+//! impl Views {
+//!     pub async fn seen(ctx: &Ctx) -> Result<(), Abort> {
+//!         ctx.add(1)
+//!     }
+//!
+//!     /// A read: it conflicts with the adds of the same epoch.
+//!     pub async fn count(&self) -> Result<i64, Abort> {
+//!         Ok(self.count)
+//!     }
+//! }
+//! ```
+//!
 //! ## Determinism
 //!
 //! The engine may run a function more than once (an optimistic execution
