@@ -455,7 +455,8 @@ pub fn get(a: GetArgs) -> ExitCode {
 /// unless `--no-wait`, the command watches every shard's map on the
 /// metrics address (`styx_partition_owner`) until it has.
 pub fn rebalance(a: RebalanceArgs) -> ExitCode {
-    if !a.no_wait && !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
+    let wait_ok = a.wait_s > 0.0 && a.wait_s.is_finite();
+    if !a.no_wait && !wait_ok {
         eprintln!("error: --wait-s must be positive");
         return ExitCode::from(2);
     }
@@ -570,7 +571,7 @@ fn rebalance_auto(a: RebalanceArgs) -> ExitCode {
     finish(on_client(move || async move {
         let client = client(&a.connect)?;
         let metrics = a.metrics(&client).await?;
-        let watch = a.watch(&client).await?;
+        let watch = (!a.no_wait).then(|| (metrics.clone(), Duration::from_secs_f64(a.wait_s)));
         // Every node's shards: a node's STATUS counts its own.
         let shards = match client.map().await {
             Ok(map) => map.shards,

@@ -345,11 +345,7 @@ fn bench_through_kills(workload: &str, knobs: &[&str], in_flight: &str) {
         .args(knobs)
         .output()
         .expect("styx runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(out.status.success(), "styx verify {workload}: {text}");
     assert!(text.contains("consistent"), "{text}");
 }
@@ -371,18 +367,57 @@ fn tpcc_bench_rides_out_kill_9_of_nodes() {
     bench_through_kills("tpcc", &["--warehouses", "3", "--scale", "small"], "1");
 }
 
-#[test]
-fn the_bench_pool_routes_moved_partitions_to_their_new_node() {
-    let root = data_dir("cluster-placement");
+/// A serving cluster preloaded with 300 YCSB-T accounts, with each node's
+/// metrics beside its client port if `metrics`; and its client addresses.
+fn ycsbt_cluster(name: &str, metrics: bool) -> (Vec<Node>, String) {
     let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
-    let (_, mut nodes) = cluster(&root, &["--preload", "ycsbt", "--keys", "300"]);
+    let (_, mut nodes) = cluster(&data_dir(name), &["--preload", "ycsbt", "--keys", "300"]);
     for n in &mut nodes {
+        if metrics {
+            let (host, port) = n.client.rsplit_once(':').unwrap();
+            let at = n.args.iter().position(|a| a == "--metrics").unwrap();
+            n.args[at + 1] = format!("{host}:{}", port.parse::<u16>().unwrap() + 1);
+        }
         n.spawn(bin);
     }
     let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
     for n in &nodes {
         connect(&n.client, Duration::from_secs(60)).expect("the cluster serves");
     }
+    (nodes, addrs)
+}
+
+/// The report of a short YCSB-T run of `seconds` against `addrs`.
+fn short_ycsbt(addrs: &str, seconds: &str) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "bench",
+            "ycsbt",
+            "--connect",
+            addrs,
+            "--connections",
+            "1",
+            "--keys",
+            "300",
+        ])
+        .args([
+            "--duration",
+            seconds,
+            "--warmup",
+            "0",
+            "--json",
+            "--no-serial",
+            "--quiet",
+        ])
+        .args(["--in-flight", "8"])
+        .output()
+        .expect("styx runs");
+    report_of("ycsbt", &out)
+}
+
+#[test]
+fn the_bench_pool_routes_moved_partitions_to_their_new_node() {
+    let (nodes, addrs) = ycsbt_cluster("cluster-placement", false);
     // Four partitions of node 0's shard move to node 2's, across nodes.
     let moved: Vec<(u32, u16)> = [0u32, 3, 6, 9].iter().map(|p| (*p, 2)).collect();
     for (p, to) in &moved {
@@ -407,31 +442,7 @@ fn the_bench_pool_routes_moved_partitions_to_their_new_node() {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
-        .args([
-            "bench",
-            "ycsbt",
-            "--connect",
-            &addrs,
-            "--connections",
-            "1",
-            "--keys",
-            "300",
-        ])
-        .args([
-            "--duration",
-            "2",
-            "--warmup",
-            "0",
-            "--json",
-            "--no-serial",
-            "--quiet",
-            "--in-flight",
-            "8",
-        ])
-        .output()
-        .expect("styx runs");
-    let report = report_of("ycsbt", &out);
+    let report = short_ycsbt(&addrs, "2");
     assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
     let p = &report["parameters"];
     assert_eq!(p["placement_version"], 4, "{report}");
@@ -446,46 +457,8 @@ fn the_bench_pool_routes_moved_partitions_to_their_new_node() {
 
 #[test]
 fn rebalance_auto_reads_every_nodes_counts() {
-    let root = data_dir("cluster-auto");
-    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
-    let (_, mut nodes) = cluster(&root, &["--preload", "ycsbt", "--keys", "300"]);
-    for n in &mut nodes {
-        // Metrics on, beside the client port.
-        let (host, port) = n.client.rsplit_once(':').unwrap();
-        let metrics = format!("{host}:{}", port.parse::<u16>().unwrap() + 1);
-        let at = n.args.iter().position(|a| a == "--metrics").unwrap();
-        n.args[at + 1] = metrics;
-        n.spawn(bin);
-    }
-    let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
-    for n in &nodes {
-        connect(&n.client, Duration::from_secs(60)).expect("the cluster serves");
-    }
-    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
-        .args([
-            "bench",
-            "ycsbt",
-            "--connect",
-            &addrs,
-            "--connections",
-            "1",
-            "--keys",
-            "300",
-        ])
-        .args([
-            "--duration",
-            "1",
-            "--warmup",
-            "0",
-            "--json",
-            "--no-serial",
-            "--quiet",
-            "--in-flight",
-            "8",
-        ])
-        .output()
-        .expect("styx runs");
-    report_of("ycsbt", &out);
+    let (nodes, addrs) = ycsbt_cluster("cluster-auto", true);
+    short_ycsbt(&addrs, "1");
     // Counts published every 100 ms.
     std::thread::sleep(Duration::from_millis(300));
     // Connected to node 1 only, with no --metrics: MAP names the nodes,
@@ -502,11 +475,7 @@ fn rebalance_auto_reads_every_nodes_counts() {
         .args(["--window-s", "0"])
         .output()
         .expect("styx runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(out.status.success(), "{text}");
     let counts = text
         .lines()

@@ -38,11 +38,7 @@ fn styx_repl(addr: &str, input: &str) -> (i32, String) {
         .expect("styx repl runs");
     child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
     let out = child.wait_with_output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     (out.status.code().unwrap_or(-1), text)
 }
 

@@ -57,11 +57,7 @@ fn smoke(workload: &str, knobs: &[&str], in_flight: &str) {
         .args(knobs)
         .output()
         .expect("styx runs");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(out.status.success(), "styx verify {workload}: {text}");
     assert!(text.contains("consistent"), "{text}");
 }

@@ -22,6 +22,15 @@ pub struct Daemon {
 }
 
 /// A fresh data directory under the target directory (on disk, not tmpfs).
+/// A finished command's stdout then stderr, as text.
+pub fn output_text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 pub fn data_dir(name: &str) -> PathBuf {
     let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
         .join("styxd-tests")
