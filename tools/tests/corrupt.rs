@@ -6,7 +6,8 @@ mod common;
 
 use common::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 use styx_engine::{Key, Payload};
 
 fn bin() -> &'static Path {
@@ -26,9 +27,11 @@ fn populated(name: &str) -> PathBuf {
     dir
 }
 
-/// Starts styxd on `dir`; returns (exit success, stderr).
+/// Starts styxd on `dir`, expecting it to stop; returns (exit success,
+/// stderr). A daemon still running after 60 s started on what it should
+/// have refused: it is killed and the test fails, instead of hanging.
 fn start_fails(dir: &Path) -> (bool, String) {
-    let out = Command::new(bin())
+    let mut child = Command::new(bin())
         .args([
             "--data-dir",
             dir.to_str().unwrap(),
@@ -39,8 +42,24 @@ fn start_fails(dir: &Path) -> (bool, String) {
             "--shards",
             "1",
         ])
-        .output()
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
         .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "styxd started and kept serving on {}: {}",
+                dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
     (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
@@ -105,13 +124,13 @@ fn a_corrupt_snapshot_file_stops_start_up() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     drop(c);
     assert!(d.terminate().success());
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("snapshot"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "delta" || e == "base"))
-        .collect();
-    files.sort();
-    let f = files.last().expect("a snapshot file was written").clone();
+    // The newest file of the latest complete snapshot: files written after
+    // it (a snapshot whose manifest the shutdown did not wait for) are
+    // rightly ignored by recovery.
+    let manifests = styx_storage::snapshot::complete_manifests(&dir.join("snapshot")).unwrap();
+    let latest = manifests.last().expect("a snapshot was committed");
+    let newest = latest.shards[0].files.last().expect("a file in the snapshot");
+    let f = dir.join("snapshot").join(newest.name());
     let mut bytes = std::fs::read(&f).unwrap();
     let mid = bytes.len() / 2;
     bytes[mid] ^= 0xff;
