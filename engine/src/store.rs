@@ -492,7 +492,17 @@ impl Store {
     /// `None`, `usize::MAX`). The partition is sorted once and the order
     /// kept until a key comes or goes, so a page costs a binary search and
     /// the page, not a sort of the partition.
+    #[cfg(test)]
     pub fn scan(&mut self, op: OpId, partition: u32, after: Option<&[u8]>, at_most: usize) -> Vec<u32> {
+        let mut slots = Vec::new();
+        self.scan_into(op, partition, after, at_most, &mut slots);
+        slots
+    }
+
+    /// [`Store::scan`] into `slots` (cleared first), so a caller that keeps
+    /// the vector scans without allocating.
+    pub fn scan_into(&mut self, op: OpId, partition: u32, after: Option<&[u8]>, at_most: usize, slots: &mut Vec<u32>) {
+        slots.clear();
         let entries = &self.entries;
         let key = |slot: u32| entries[slot as usize].key.as_ref().expect("entity entry").as_bytes();
         let part = self.operators[op.0 as usize].partitions[partition as usize]
@@ -500,12 +510,13 @@ impl Store {
             .expect("partition is owned by this shard");
         let order = part.order(key);
         let start = after.map_or(0, |a| order.partition_point(|s| key(*s) <= a));
-        order[start..]
-            .iter()
-            .copied()
-            .filter(|slot| entries[*slot as usize].value.is_some())
-            .take(at_most)
-            .collect()
+        slots.extend(
+            order[start..]
+                .iter()
+                .copied()
+                .filter(|slot| entries[*slot as usize].value.is_some())
+                .take(at_most),
+        );
     }
 
     /// Every live entity of every owned partition: `(op, partition, key, value)`.

@@ -44,6 +44,8 @@ pub(super) struct ExecState {
     pub(super) outbox: Vec<Vec<Message>>,
     /// In phase 3, the serial queue position of the running transaction.
     pub(super) step: u32,
+    /// A scan's page of slots, kept between scans (no allocation per page).
+    pub(super) scan_slots: Vec<u32>,
 }
 
 pub(super) struct Exec {
@@ -55,6 +57,10 @@ pub(super) struct Exec {
     /// to route every call.
     pub(super) map: RefCell<PartitionMap>,
     pub(super) st: RefCell<ExecState>,
+    /// A scan's rows, copied out of the store so that the function's
+    /// closure runs without `st` borrowed (it may use its `Ctx`); kept
+    /// between scans, so a page of inline values allocates nothing.
+    pub(super) scan_rows: RefCell<Vec<(Key, Value)>>,
 }
 
 impl Exec {
@@ -223,7 +229,10 @@ impl Host for Exec {
         at_most: usize,
         f: &mut dyn FnMut(&Key, &Value),
     ) -> Result<(), Abort> {
-        let rows: Vec<(Key, Value)> = {
+        // Taken, not borrowed: a scan inside the closure finds it empty.
+        let mut rows = std::mem::take(&mut *self.scan_rows.borrow_mut());
+        rows.clear();
+        {
             let mut guard = self.st.borrow_mut();
             let st = &mut *guard;
             let phase = st.phase;
@@ -255,30 +264,49 @@ impl Host for Exec {
             }
             // Each own write hides at most one stored entity, so the first
             // `at_most` rows are among the first `at_most + own` stored.
-            let stored = st
-                .store
-                .scan(op, frame.partition, after, at_most.saturating_add(own.len()));
-            let mut rows: Vec<(&Key, Option<Value>)> = stored
-                .into_iter()
-                .map(|slot| {
-                    let e = &st.store.entries[slot as usize];
-                    (e.key.as_ref().expect("entity entry"), e.value.clone())
-                })
-                .collect();
-            for (key, new) in own {
-                match rows.binary_search_by(|r| r.0.cmp(key)) {
-                    Ok(i) => rows[i].1 = new,
-                    Err(i) => rows.insert(i, (key, new)),
+            let mut slots = std::mem::take(&mut st.scan_slots);
+            st.store.scan_into(
+                op,
+                frame.partition,
+                after,
+                at_most.saturating_add(own.len()),
+                &mut slots,
+            );
+            let entry = |slot: u32| {
+                let e = &st.store.entries[slot as usize];
+                (e.key.as_ref().expect("entity entry"), e.value.as_ref())
+            };
+            if own.is_empty() {
+                // The common case: the page as stored, copied in one go.
+                rows.extend(slots.iter().map(|&slot| {
+                    let (k, v) = entry(slot);
+                    (k.clone(), v.expect("a scan lists live entities").clone())
+                }));
+            } else {
+                let mut merged: Vec<(&Key, Option<Value>)> = slots
+                    .iter()
+                    .map(|&slot| (entry(slot).0, entry(slot).1.cloned()))
+                    .collect();
+                for (key, new) in own {
+                    match merged.binary_search_by(|r| r.0.cmp(key)) {
+                        Ok(i) => merged[i].1 = new,
+                        Err(i) => merged.insert(i, (key, new)),
+                    }
                 }
+                rows.extend(
+                    merged
+                        .into_iter()
+                        .filter_map(|(k, v)| v.map(|v| (k.clone(), v)))
+                        .take(at_most),
+                );
             }
-            rows.into_iter()
-                .filter_map(|(k, v)| v.map(|v| (k.clone(), v)))
-                .take(at_most)
-                .collect()
-        };
+            st.scan_slots = slots;
+        }
         for (k, v) in &rows {
             f(k, v);
         }
+        rows.clear();
+        *self.scan_rows.borrow_mut() = rows;
         Ok(())
     }
 }

@@ -279,7 +279,9 @@ impl Shard {
                 local: VecDeque::new(),
                 outbox: (0..n_shards).map(|_| Vec::new()).collect(),
                 step: 0,
+                scan_slots: Vec::new(),
             }),
+            scan_rows: RefCell::new(Vec::new()),
         });
         Shard {
             exec,
