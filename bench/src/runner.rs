@@ -122,6 +122,9 @@ pub struct Params {
     pub epoch_gather_us: u64,
     /// Local messages a shard handles per step (see `Config::step_messages_max`).
     pub step_messages_max: usize,
+    /// Entities a moving partition's old owner copies per epoch end (see
+    /// `Config::move_share_entities`).
+    pub move_share_entities: usize,
     pub seed: u64,
     /// Measure the serial ceiling in the same run, for this long (zero: skip).
     pub serial: Duration,
@@ -141,6 +144,7 @@ impl Default for Params {
             epoch_txns_max: 10_000,
             epoch_gather_us: 0,
             step_messages_max: Config::default().step_messages_max,
+            move_share_entities: Config::default().move_share_entities,
             seed: 1,
             serial: Duration::from_secs(2),
             progress: false,
@@ -471,6 +475,7 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
             epoch_txns_max: params.epoch_txns_max,
             epoch_gather_us: params.epoch_gather_us,
             step_messages_max: params.step_messages_max,
+            move_share_entities: params.move_share_entities,
             ..Config::default()
         },
         ..Options::default()
@@ -592,7 +597,13 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
             Load::Closed { .. } => "closed".into(),
             Load::Open { .. } => "open".into(),
         },
-        parameters: workload.parameters(),
+        parameters: {
+            let mut p = workload.parameters();
+            if params.moves.is_some() {
+                p.insert("move_share_entities".into(), params.move_share_entities.into());
+            }
+            p
+        },
         shards: n,
         cpus: std::thread::available_parallelism().map_or(1, |c| c.get()),
         offered_tps: match params.load {

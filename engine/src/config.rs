@@ -61,7 +61,10 @@ pub struct Config {
     /// Entities of a moving partition its old owner copies to the new one
     /// at each epoch's end (the background copy: a partition of n entities
     /// switches about n / this epochs after its move). Larger moves faster
-    /// and lengthens those epochs' ends. When a move switches depends on
+    /// and lengthens those epochs' ends: on two cores at ~500 000
+    /// transfers/s, 4 096 cut throughput to ~0.7× while a 100 000-entity
+    /// partition moved (in ~90 ms), 1 024 to ~0.9× (in ~210 ms; see
+    /// docs/BENCHMARKS.md). When a move switches depends on
     /// it, so replay switches at the same epoch only with the same value
     /// (the state does not depend on it).
     pub move_share_entities: usize,
@@ -79,7 +82,7 @@ impl Default for Config {
             durability: Durability::None,
             snapshot_interval_us: 0,
             record_history: false,
-            move_share_entities: 4_096,
+            move_share_entities: 1_024,
         }
     }
 }

@@ -174,6 +174,10 @@ pub(crate) struct Store {
     live: usize,
     /// Slots changed since the last snapshot began (each marked `DIRTY`).
     dirty: Vec<u32>,
+    /// Whether snapshots are taken: without them nothing is marked dirty,
+    /// and a deleted entity's slot is reclaimed at once instead of kept as
+    /// a tombstone for a snapshot that never comes.
+    snapshots: bool,
     /// Old values of `PENDING` slots saved before being overwritten: the
     /// running snapshot's copy-on-write.
     saved: Vec<(OpId, Key, Option<Value>)>,
@@ -212,6 +216,7 @@ impl Store {
             operators: Vec::new(),
             live: 0,
             dirty: Vec::new(),
+            snapshots: true,
             saved: Vec::new(),
             staged: None,
             incoming: Vec::new(),
@@ -224,6 +229,13 @@ impl Store {
             }
         }
         store
+    }
+
+    /// Whether snapshots are taken (`Config::snapshot_interval_us` > 0);
+    /// without, changes are not tracked for them. Set before any change.
+    pub fn set_snapshots(&mut self, on: bool) {
+        assert!(self.dirty.is_empty(), "snapshots switched after changes were tracked");
+        self.snapshots = on;
     }
 
     /// Gives this shard a table for `partition` of `op` if it has none (a
@@ -309,7 +321,7 @@ impl Store {
             let key = entry.key.clone().expect("only entities are snapshotted");
             self.saved.push((OpId(meta.op), key, entry.value.clone()));
         }
-        if meta.marks & DIRTY == 0 {
+        if self.snapshots && meta.marks & DIRTY == 0 {
             meta.marks |= DIRTY;
             self.dirty.push(slot);
         }
@@ -378,15 +390,20 @@ impl Store {
         }
     }
 
-    /// The slots of a partition's entities that hold a value, in the
-    /// table's order (not a stable order: see [`Store::entity_at`]).
-    pub fn live_slots(&self, op: OpId, partition: u32) -> Vec<u32> {
+    /// The slots of a partition's table, tombstones included, in the
+    /// table's order (not a stable order: see [`Store::entity_at`]). It
+    /// reads only the table, not the entries, so 100 000 slots cost a copy
+    /// of 400 KB, not 100 000 cache misses.
+    pub fn table_slots(&self, op: OpId, partition: u32) -> Vec<u32> {
+        self.partition(op, partition).map().iter().copied().collect()
+    }
+
+    /// Whether any entity of the partition holds a value.
+    pub fn has_live(&self, op: OpId, partition: u32) -> bool {
         self.partition(op, partition)
             .map()
             .iter()
-            .copied()
-            .filter(|slot| self.entries[*slot as usize].value.is_some())
-            .collect()
+            .any(|slot| self.entries[*slot as usize].value.is_some())
     }
 
     /// The entity at `slot` if it is one of `partition` of `op` and holds a
@@ -477,7 +494,7 @@ impl Store {
     /// Makes `table`'s entries, staged and invisible, the partition's: live
     /// and dirty for the next snapshot.
     fn adopt(&mut self, op: OpId, partition: u32, table: HashTable<u32>, pseudo: u32) {
-        for &slot in &table {
+        for &slot in table.iter().filter(|_| self.snapshots) {
             let m = &mut self.meta[slot as usize];
             debug_assert_eq!(m.marks, 0);
             m.marks = DIRTY;
@@ -838,6 +855,40 @@ mod tests {
                         .collect();
                     assert_eq!(got, expected, "round {round}, after {after:?}, at most {at_most}");
                 }
+            }
+        }
+    }
+
+    /// Without snapshots a deleted entity's slot is reclaimed at once and
+    /// reused (entities created and deleted forever do not grow the slab);
+    /// with them it stays a tombstone until a snapshot copied it.
+    #[test]
+    fn deleted_slots_are_kept_only_for_snapshots() {
+        let mut app = App::new("t");
+        let op = app.operator("a", 1);
+        let map = PartitionMap::new(&app, 1);
+        for snapshots in [false, true] {
+            let mut store = Store::new(&app, 0, &map);
+            store.set_snapshots(snapshots);
+            for i in 0..1_000u64 {
+                let key = Key::from(i);
+                let slot = store.slot(op, 0, &key, key.hash64());
+                store.set(slot, Some(Value::from_bytes(b"v")));
+                store.set(slot, None);
+                store.reclaim_slot(slot);
+            }
+            assert_eq!(store.live(), 0);
+            let slots = store.entries.len() - store.free.len();
+            if snapshots {
+                assert!(slots >= 1_000, "{slots} slots hold 1 000 tombstones");
+                assert_eq!(
+                    store.begin_snapshot().len(),
+                    1_000,
+                    "every tombstone reaches the snapshot"
+                );
+            } else {
+                assert!(slots <= 2, "{slots} slots in use after 1 000 entities came and went");
+                assert!(store.begin_snapshot().is_empty(), "nothing tracked");
             }
         }
     }

@@ -298,6 +298,65 @@ fn bad_moves_are_refused() {
     assert_eq!(sim.shard(0).partition_map().version(), 0);
 }
 
+/// The old owner deletes a partition that moved away a share per epoch
+/// end, not all at once at the switch (which stalled every shard's next
+/// epoch): meanwhile nothing shows it (state, counts), and money stays
+/// where the log put it.
+#[test]
+fn a_moved_partition_is_deleted_from_its_old_owner_a_share_per_epoch() {
+    let app = bank(2);
+    let mut config = test_config(8);
+    config.move_share_entities = 100;
+    let mut sim = Sim::new(app.clone(), config.clone(), 2, 5);
+    let accounts_n = 2_000u64;
+    let initial = accounts(accounts_n, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let before = sim.state();
+    let on_0 = sim.shard(0).entity_count();
+    sim.submit(0, 0, move_to(0, 1)).unwrap();
+    sim.run();
+    assert_placed_by_log(&sim, "after the move");
+    assert_eq!(sim.state(), before, "the move changed the state");
+    let mut left = sim.shard(0).retiring_entities();
+    assert!(
+        left > 0 && left < on_0,
+        "{left} of {on_0} entities left to delete after the switch"
+    );
+    assert_eq!(sim.shard(0).entity_count(), 0, "shard 0 owns nothing now");
+    assert_eq!(sim.shard(1).entity_count(), accounts_n as usize);
+    // Every epoch end deletes at most a share.
+    let mut token = 1;
+    while left > 0 {
+        let epoch = sim.shard(0).epoch();
+        sim.submit(
+            1,
+            token,
+            transfer(&app, token % accounts_n, (token + 1) % accounts_n, 1),
+        )
+        .unwrap();
+        token += 1;
+        sim.run();
+        let epochs = (sim.shard(0).epoch() - epoch) as usize;
+        let now = sim.shard(0).retiring_entities();
+        assert!(now < left, "epoch ends deleted nothing ({now} left)");
+        assert!(
+            left - now <= 100 * epochs,
+            "{} deleted in {epochs} epoch ends",
+            left - now
+        );
+        assert_eq!(
+            sim.shard(0).entity_count() + sim.shard(1).entity_count(),
+            accounts_n as usize
+        );
+        left = now;
+    }
+    assert_placed_by_log(&sim, "after the old owner deleted the partition");
+    let checked = run_and_check(&mut sim, &app, config.limits, &initial);
+    assert_eq!(checked.committed, token as usize);
+}
+
 /// A partition larger than one `Install` message (4096 entities) moves
 /// whole, in several, and transactions on it run at the new owner.
 #[test]

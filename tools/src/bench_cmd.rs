@@ -112,6 +112,11 @@ struct RunArgs {
     /// Local messages a shard handles per step before shipping batches.
     #[arg(long, default_value_t = styx_engine::Config::default().step_messages_max)]
     step_messages: usize,
+    /// Entities a moving partition's old owner copies at each epoch's end
+    /// (the background copy's share: smaller spreads a move thinner over
+    /// more epochs).
+    #[arg(long, default_value_t = styx_engine::Config::default().move_share_entities)]
+    move_share: usize,
     /// Seed of the load generators.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -487,6 +492,7 @@ fn execute<W: Workload>(
         epoch_txns_max: args.epoch_txns,
         epoch_gather_us: args.epoch_gather_us,
         step_messages_max: args.step_messages,
+        move_share_entities: args.move_share,
         seed: args.seed,
         serial: if args.no_serial {
             Duration::ZERO

@@ -254,7 +254,8 @@ impl Shard {
         assert!(config.epoch_txns_max >= 1);
         assert!(config.step_messages_max >= 1);
         let map = PartitionMap::new(&app, n_shards);
-        let store = Store::new(&app, id, &map);
+        let mut store = Store::new(&app, id, &map);
+        store.set_snapshots(config.snapshot_interval_us > 0);
         let tasks = Tasks::new(&app);
         let partition_invocations = app
             .operators()
@@ -498,14 +499,18 @@ impl Shard {
     /// Every live entity's `(operator, key, value)` on this shard.
     pub fn for_each_entity(&self, mut f: impl FnMut(crate::OpId, &Key, &Value)) {
         let st = self.exec.st.borrow();
-        for (op, _, key, value) in st.store.iter() {
-            f(op, key, value);
+        let map = self.exec.map.borrow();
+        for (op, partition, key, value) in st.store.iter() {
+            // Not a partition that moved away and is still being deleted.
+            if map.owner(op, partition) == self.exec.id {
+                f(op, key, value);
+            }
         }
     }
 
     /// The number of live entities on this shard.
     pub fn entity_count(&self) -> usize {
-        self.exec.st.borrow().store.live()
+        self.exec.st.borrow().store.live() - self.retiring_entities()
     }
 
     /// Sets an entity's state outside any transaction (bulk loading before

@@ -20,15 +20,20 @@
 //!   the old owner announce the switch in its next `Done1`; at that epoch's
 //!   end (S) every shard switches the map (`PartitionMap::switch`). The old
 //!   owner sends the delta — the current value or deletion of every key it
-//!   recorded — and deletes the partition (ordinary writes, so its next
-//!   snapshot holds tombstones); the new owner waits, before it snapshots
+//!   recorded — and retires the partition: it deletes the entities a share
+//!   per epoch end from S on (ordinary writes, so a snapshot holds
+//!   tombstones), all that are left at once before it takes a snapshot or
+//!   installs the partition again. Nothing routes to a partition a shard
+//!   does not own, so no transaction sees a retiring entity, and state
+//!   dumps (`Shard::for_each_entity`) skip it. The new owner waits, before it snapshots
 //!   or starts the next epoch (messages of S + 1 wait meanwhile), for the
 //!   delta, then installs the staged copy with the delta over it. A key
 //!   written after its share was taken is in the delta, so the installed
 //!   partition is the old owner's state at S's end.
 //!
 //! So the pause at the switch is the delta and the table's adoption, not
-//! the partition. Every step is a function of the log: when the switch
+//! the partition (deleting 100 000 entities at once stalled every shard's
+//! next epoch for tens of milliseconds). Every step is a function of the log: when the switch
 //! comes depends only on the partition's live entities at E's end, so
 //! replay switches at the same epoch. No snapshot is taken while a move is
 //! under way (every shard holds the same map, so all skip alike): the
@@ -71,6 +76,16 @@ struct Outgoing {
     announced: bool,
 }
 
+/// A partition that moved away, deleted a share per epoch end.
+struct Retiring {
+    op: OpId,
+    partition: u32,
+    /// Its table's slots at the switch (tombstones among them are skipped).
+    slots: Vec<u32>,
+    /// How many of `slots` were deleted.
+    cursor: usize,
+}
+
 /// A delta's deletions for a partition coming here, kept until installed
 /// (its entities are staged in the store as they arrive).
 struct Incoming {
@@ -100,6 +115,7 @@ pub(super) struct Moves {
     pub(super) switches: Vec<(OpId, u32)>,
     outgoing: Vec<Outgoing>,
     incoming: Vec<Incoming>,
+    retiring: Vec<Retiring>,
     /// Partitions switching to this shard at this boundary …
     expected: usize,
     held: Option<Held>,
@@ -113,6 +129,7 @@ impl Moves {
             switches: Vec::new(),
             outgoing: Vec::new(),
             incoming: Vec::new(),
+            retiring: Vec::new(),
             expected: 0,
             held: None,
         }
@@ -193,6 +210,7 @@ impl Shard {
     pub(super) fn switch_partitions(&mut self, epoch: Epoch, hold: bool) -> bool {
         if !self.exec.map.borrow().is_moving() && self.moves.decided.is_empty() {
             debug_assert!(self.moves.switches.is_empty());
+            self.retire(self.config.move_share_entities.max(1));
             return true;
         }
         self.record_touched();
@@ -208,7 +226,7 @@ impl Shard {
         let started = self.exec.map.borrow_mut().decide(epoch, &mut decided, hold);
         let id = self.exec.id;
         for g in started.iter().filter(|g| g.from == id) {
-            let slots = self.exec.st.borrow().store.live_slots(g.op, g.partition);
+            let slots = self.exec.st.borrow().store.table_slots(g.op, g.partition);
             self.moves.outgoing.push(Outgoing {
                 op: g.op,
                 partition: g.partition,
@@ -230,7 +248,73 @@ impl Shard {
             }
         }
         self.send_shares(epoch);
+        self.retire(self.config.move_share_entities.max(1));
         self.try_install()
+    }
+
+    /// Deletes up to `budget` entities of the partitions retiring here.
+    fn retire(&mut self, mut budget: usize) {
+        if self.moves.retiring.is_empty() {
+            return;
+        }
+        let mut st = self.exec.st.borrow_mut();
+        for r in &mut self.moves.retiring {
+            while budget > 0 && r.cursor < r.slots.len() {
+                let slot = r.slots[r.cursor];
+                r.cursor += 1;
+                if st.store.entity_at(slot, r.op, r.partition).is_some() {
+                    st.store.set(slot, None);
+                    // Without snapshots, no tombstone is kept for one.
+                    st.store.reclaim_slot(slot);
+                    budget -= 1;
+                }
+            }
+        }
+        self.moves.retiring.retain(|r| r.cursor < r.slots.len());
+    }
+
+    /// Deletes what is left of every retiring partition (before a snapshot:
+    /// it must hold their tombstones).
+    pub(super) fn finish_retiring(&mut self) {
+        self.retire(usize::MAX);
+    }
+
+    /// Deletes what is left of `partition` of `op` if it is retiring here
+    /// (before it is installed here again).
+    fn finish_retiring_partition(&mut self, op: OpId, partition: u32) {
+        let Some(at) = self
+            .moves
+            .retiring
+            .iter()
+            .position(|r| (r.op, r.partition) == (op, partition))
+        else {
+            return;
+        };
+        let r = self.moves.retiring.swap_remove(at);
+        let mut st = self.exec.st.borrow_mut();
+        for &slot in &r.slots[r.cursor..] {
+            if st.store.entity_at(slot, r.op, r.partition).is_some() {
+                st.store.set(slot, None);
+                st.store.reclaim_slot(slot);
+            }
+        }
+    }
+
+    /// Entities of partitions that moved away from this shard and are not
+    /// deleted here yet (they go a share per epoch end; no transaction
+    /// sees them).
+    pub fn retiring_entities(&self) -> usize {
+        let st = self.exec.st.borrow();
+        self.moves
+            .retiring
+            .iter()
+            .map(|r| {
+                r.slots[r.cursor..]
+                    .iter()
+                    .filter(|&&slot| st.store.entity_at(slot, r.op, r.partition).is_some())
+                    .count()
+            })
+            .sum()
     }
 
     /// Keys of the epoch's touched table in partitions copying away: they
@@ -278,8 +362,7 @@ impl Shard {
 
     /// At the switch of `g`, moving away from here: sends the delta (the
     /// current value, or the deletion, of every key touched during the
-    /// copy; the last message marked) and deletes the partition here
-    /// (tombstones until a snapshot copied them).
+    /// copy; the last message marked) and retires the partition here.
     fn send_delta(&mut self, epoch: Epoch, g: &Moving) {
         let at = self
             .moves
@@ -306,9 +389,13 @@ impl Shard {
             }
         }
         out.flush(true, &self.exec, st);
-        for slot in st.store.live_slots(o.op, o.partition) {
-            st.store.set(slot, None);
-        }
+        let slots = st.store.table_slots(o.op, o.partition);
+        self.moves.retiring.push(Retiring {
+            op: o.op,
+            partition: o.partition,
+            slots,
+            cursor: 0,
+        });
     }
 
     /// An `Install` arrived: a share of a copy is staged; a delta's
@@ -360,6 +447,9 @@ impl Shard {
             .partition(|i| i.complete);
         self.moves.incoming = rest;
         done.sort_by_key(|i| (i.op, i.partition));
+        for i in &done {
+            self.finish_retiring_partition(i.op, i.partition);
+        }
         let mut guard = self.exec.st.borrow_mut();
         let st = &mut *guard;
         for i in done {

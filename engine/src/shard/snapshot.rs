@@ -96,6 +96,8 @@ impl Shard {
                 self.snapshot_step(usize::MAX);
             }
         }
+        // Partitions that moved away reach the snapshot as tombstones.
+        self.finish_retiring();
         let pending = self.exec.st.borrow_mut().store.begin_snapshot();
         self.snap.last_us = self.m.now_us;
         self.snap.running = Some(Snapshotting {
@@ -210,7 +212,7 @@ impl Shard {
             for p in 0..info.partitions() {
                 if map.owner(op, p) == id {
                     st.store.ensure_partition(op, p);
-                } else if st.store.has_partition(op, p) && !st.store.live_slots(op, p).is_empty() {
+                } else if st.store.has_partition(op, p) && st.store.has_live(op, p) {
                     return Err(crate::DecodeError::Invalid(format!(
                         "shard {id}'s snapshot holds partition {p} of {}, which shard {} owns",
                         info.name(),
