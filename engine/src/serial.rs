@@ -26,6 +26,7 @@ use crate::value::Value;
 use hashbrown::HashTable;
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
@@ -71,8 +72,9 @@ impl Serial {
     /// Sets an entity's state outside any transaction.
     pub fn load(&mut self, op: OpId, key: Key, value: Option<Value>) {
         let hash = entity_hash(op, key.hash64());
+        let partition = key.partition(self.txn.app.operator_info(op).partitions());
         let mut state = self.txn.state.borrow_mut();
-        let slot = state.slot(op, hash, &key);
+        let slot = state.slot(op, partition, hash, &key);
         state.entities[slot as usize].value = value;
     }
 
@@ -138,11 +140,15 @@ struct Entity {
     value: Option<Value>,
 }
 
-/// Every entity, in one vector indexed by a hash table of slot numbers.
+/// Every entity, in one vector indexed by a hash table of slot numbers;
+/// the partitions scanned also by key order.
 #[derive(Default)]
 struct State {
     entities: Vec<Entity>,
     index: HashTable<u32>,
+    /// Each scanned partition's slots by key, built at its first scan and
+    /// kept as entities are created (deleted ones keep their slot).
+    scanned: hashbrown::HashMap<(OpId, u32), BTreeMap<Key, u32>>,
 }
 
 impl State {
@@ -158,11 +164,14 @@ impl State {
     }
 
     /// The entity's slot, created (without a value) if it has none.
-    fn slot(&mut self, op: OpId, hash: u64, key: &Key) -> u32 {
+    fn slot(&mut self, op: OpId, partition: u32, hash: u64, key: &Key) -> u32 {
         if let Some(slot) = self.find(op, hash, key) {
             return slot;
         }
         let slot = u32::try_from(self.entities.len()).expect("fewer than 2^32 entities");
+        if let Some(order) = self.scanned.get_mut(&(op, partition)) {
+            order.insert(key.clone(), slot);
+        }
         self.entities.push(Entity {
             op,
             hash,
@@ -352,7 +361,7 @@ impl Host for Txn {
         let mut state = self.state.borrow_mut();
         let mut slot = frame.slot.get();
         if slot == NO_INDEX {
-            slot = state.slot(frame.function.op, frame.hash.get(), Txn::key(frame));
+            slot = state.slot(frame.function.op, frame.partition, frame.hash.get(), Txn::key(frame));
             frame.slot.set(slot);
         }
         let before = std::mem::replace(&mut state.entities[slot as usize].value, value);
@@ -364,7 +373,7 @@ impl Host for Txn {
         let mut state = self.state.borrow_mut();
         let mut slot = frame.slot.get();
         if slot == NO_INDEX {
-            slot = state.slot(frame.function.op, frame.hash.get(), Txn::key(frame));
+            slot = state.slot(frame.function.op, frame.partition, frame.hash.get(), Txn::key(frame));
             frame.slot.set(slot);
         }
         let sum = Value::added(state.entities[slot as usize].value.as_ref(), delta)?;
@@ -421,16 +430,29 @@ impl Host for Txn {
     ) -> Result<(), Abort> {
         let op = frame.function.op;
         let partitions = self.app.operator_info(op).partitions();
-        let rows: BTreeMap<Key, Value> = self
-            .state
-            .borrow()
-            .entities
-            .iter()
-            .filter(|e| e.op == op && e.key.partition(partitions) == frame.partition)
-            .filter(|e| after.is_none_or(|a| e.key.as_bytes() > a))
-            .filter_map(|e| Some((e.key.clone(), e.value.clone()?)))
-            .collect();
-        for (k, v) in rows.iter().take(at_most) {
+        let rows: Vec<(Key, Value)> = {
+            let mut guard = self.state.borrow_mut();
+            let state = &mut *guard;
+            let entities = &state.entities;
+            let order = state.scanned.entry((op, frame.partition)).or_insert_with(|| {
+                entities
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, e)| e.op == op && e.key.partition(partitions) == frame.partition)
+                    .map(|(slot, e)| (e.key.clone(), slot as u32))
+                    .collect()
+            });
+            let from = match after {
+                Some(a) => Bound::Excluded(Key::from_bytes(a)),
+                None => Bound::Unbounded,
+            };
+            order
+                .range((from, Bound::Unbounded))
+                .filter_map(|(k, &slot)| Some((k.clone(), entities[slot as usize].value.clone()?)))
+                .take(at_most)
+                .collect()
+        };
+        for (k, v) in &rows {
             f(k, v);
         }
         Ok(())

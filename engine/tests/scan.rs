@@ -7,7 +7,9 @@ mod common;
 use common::*;
 use std::collections::BTreeMap;
 use styx_engine::sim::{Sim, test_config};
-use styx_engine::{Address, Key, OpId, Outcome, Payload, Request, SCAN_FUNCTION, SCAN_LIMIT_MAX, Value};
+use styx_engine::{
+    Address, CallLimits, Key, OpId, Outcome, Payload, Request, SCAN_FUNCTION, SCAN_LIMIT_MAX, Serial, Value,
+};
 
 type Page = (Vec<(Vec<u8>, Vec<u8>)>, bool);
 
@@ -125,4 +127,66 @@ fn every_operator_has_scan_as_a_partition_function() {
     let app = bank(PARTITIONS);
     let f = app.resolve("account", SCAN_FUNCTION).unwrap();
     assert_eq!(app.function_info(f).kind(), styx_engine::FnKind::Partition);
+}
+
+/// The serial executor (the oracle) pages a partition like the engine:
+/// the same rows, page for page, with entities created after its first
+/// scan included and deleted ones left out.
+#[test]
+fn the_serial_executor_pages_like_the_engine() {
+    let app = bank(PARTITIONS);
+    let (mut sim, state) = loaded(2, 300, 4);
+    let mut serial = Serial::new(app.clone(), CallLimits::default());
+    for ((op, key), value) in &state {
+        serial.load(*op, key.clone(), Some(value.clone()));
+    }
+    let scan_fn = app.resolve("account", SCAN_FUNCTION).unwrap();
+    let mut tid = 0;
+    let mut serial_dump = |serial: &Serial, partition: u32, limit: u32| {
+        let mut all = Vec::new();
+        let mut after: Option<Vec<u8>> = None;
+        loop {
+            tid += 1;
+            let request = Request {
+                function: scan_fn,
+                address: Address::Partition(partition),
+                args: Payload::encode(&(after.clone(), limit)),
+                client: None,
+            };
+            let (page, more) = match serial.execute(tid, 0, &request) {
+                Outcome::Committed(r) => r.decode::<Page>().unwrap(),
+                Outcome::Aborted(a) => panic!("__scan aborted: {a}"),
+            };
+            if let Some(last) = page.last() {
+                after = Some(last.0.clone());
+            }
+            all.extend(page);
+            if !more {
+                return all;
+            }
+        }
+    };
+    let mut token = 0;
+    for p in 0..PARTITIONS {
+        assert_eq!(
+            serial_dump(&serial, p, 7),
+            dump(&mut sim, &mut token, p, 7),
+            "partition {p}"
+        );
+    }
+    // Entities created and deleted after the first scans.
+    for k in [1_000u64, 1_001, 1_002] {
+        let v = Value::encode(&(k as i64), &mut Default::default()).unwrap();
+        serial.load(OpId(0), Key::from(k), Some(v.clone()));
+        sim.load(OpId(0), &Key::from(k), Some(v));
+    }
+    serial.load(OpId(0), Key::from(5u64), None);
+    sim.load(OpId(0), &Key::from(5u64), None);
+    for p in 0..PARTITIONS {
+        assert_eq!(
+            serial_dump(&serial, p, 5),
+            dump(&mut sim, &mut token, p, 5),
+            "partition {p} after changes"
+        );
+    }
 }
