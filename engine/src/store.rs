@@ -398,6 +398,17 @@ impl Store {
         self.partition(op, partition).map().iter().copied().collect()
     }
 
+    /// The slots of a partition's entities that hold a value, in the
+    /// table's order (not a stable order: see [`Store::entity_at`]).
+    pub fn live_slots(&self, op: OpId, partition: u32) -> Vec<u32> {
+        self.partition(op, partition)
+            .map()
+            .iter()
+            .copied()
+            .filter(|slot| self.entries[*slot as usize].value.is_some())
+            .collect()
+    }
+
     /// Whether any entity of the partition holds a value.
     pub fn has_live(&self, op: OpId, partition: u32) -> bool {
         self.partition(op, partition)

@@ -25,16 +25,16 @@
 //!   tombstones), all that are left at once before it takes a snapshot or
 //!   installs the partition again. Nothing routes to a partition a shard
 //!   does not own, so no transaction sees a retiring entity, and state
-//!   dumps (`Shard::for_each_entity`) skip it. The new owner waits, before it snapshots
-//!   or starts the next epoch (messages of S + 1 wait meanwhile), for the
+//!   dumps (`Shard::for_each_entity`) skip it. The new owner waits, before
+//!   it snapshots or starts the next epoch (messages of S + 1 wait meanwhile), for the
 //!   delta, then installs the staged copy with the delta over it. A key
 //!   written after its share was taken is in the delta, so the installed
 //!   partition is the old owner's state at S's end.
 //!
 //! So the pause at the switch is the delta and the table's adoption, not
 //! the partition (deleting 100 000 entities at once stalled every shard's
-//! next epoch for tens of milliseconds). Every step is a function of the log: when the switch
-//! comes depends only on the partition's live entities at E's end, so
+//! next epoch for tens of milliseconds). Every step is a function of the
+//! log: when the switch comes depends only on the partition's live entities at E's end, so
 //! replay switches at the same epoch. No snapshot is taken while a move is
 //! under way (every shard holds the same map, so all skip alike): the
 //! staged copy and the recorded keys live only in memory, and recovery
@@ -84,6 +84,20 @@ struct Retiring {
     slots: Vec<u32>,
     /// How many of `slots` were deleted.
     cursor: usize,
+}
+
+impl Retiring {
+    /// Deletes the entity at `slot` if it is still one of the partition's;
+    /// returns whether it was.
+    fn delete(&self, store: &mut crate::store::Store, slot: u32) -> bool {
+        if store.entity_at(slot, self.op, self.partition).is_none() {
+            return false;
+        }
+        store.set(slot, None);
+        // Without snapshots no tombstone is kept: the slot is free at once.
+        store.reclaim_slot(slot);
+        true
+    }
 }
 
 /// A delta's deletions for a partition coming here, kept until installed
@@ -226,7 +240,10 @@ impl Shard {
         let started = self.exec.map.borrow_mut().decide(epoch, &mut decided, hold);
         let id = self.exec.id;
         for g in started.iter().filter(|g| g.from == id) {
-            let slots = self.exec.st.borrow().store.table_slots(g.op, g.partition);
+            // The live ones only: how many shares a copy takes (so when it
+            // switches) must be a function of the log, and tombstones are
+            // not (they wait for snapshots, which replay does not take).
+            let slots = self.exec.st.borrow().store.live_slots(g.op, g.partition);
             self.moves.outgoing.push(Outgoing {
                 op: g.op,
                 partition: g.partition,
@@ -260,14 +277,8 @@ impl Shard {
         let mut st = self.exec.st.borrow_mut();
         for r in &mut self.moves.retiring {
             while budget > 0 && r.cursor < r.slots.len() {
-                let slot = r.slots[r.cursor];
+                budget -= usize::from(r.delete(&mut st.store, r.slots[r.cursor]));
                 r.cursor += 1;
-                if st.store.entity_at(slot, r.op, r.partition).is_some() {
-                    st.store.set(slot, None);
-                    // Without snapshots, no tombstone is kept for one.
-                    st.store.reclaim_slot(slot);
-                    budget -= 1;
-                }
             }
         }
         self.moves.retiring.retain(|r| r.cursor < r.slots.len());
@@ -293,10 +304,7 @@ impl Shard {
         let r = self.moves.retiring.swap_remove(at);
         let mut st = self.exec.st.borrow_mut();
         for &slot in &r.slots[r.cursor..] {
-            if st.store.entity_at(slot, r.op, r.partition).is_some() {
-                st.store.set(slot, None);
-                st.store.reclaim_slot(slot);
-            }
+            r.delete(&mut st.store, slot);
         }
     }
 
