@@ -409,14 +409,6 @@ impl Store {
             .collect()
     }
 
-    /// Whether any entity of the partition holds a value.
-    pub fn has_live(&self, op: OpId, partition: u32) -> bool {
-        self.partition(op, partition)
-            .map()
-            .iter()
-            .any(|slot| self.entries[*slot as usize].value.is_some())
-    }
-
     /// The entity at `slot` if it is one of `partition` of `op` and holds a
     /// value (a slot taken earlier may since have been freed and reused).
     pub fn entity_at(&self, slot: u32, op: OpId, partition: u32) -> Option<(&Key, &Value)> {
@@ -505,21 +497,19 @@ impl Store {
     /// Makes `table`'s entries, staged and invisible, the partition's: live
     /// and dirty for the next snapshot.
     fn adopt(&mut self, op: OpId, partition: u32, table: HashTable<u32>, pseudo: u32) {
-        for &slot in table.iter().filter(|_| self.snapshots) {
-            let m = &mut self.meta[slot as usize];
-            debug_assert_eq!(m.marks, 0);
-            m.marks = DIRTY;
-            self.dirty.push(slot);
+        if self.snapshots {
+            for &slot in &table {
+                let m = &mut self.meta[slot as usize];
+                debug_assert_eq!(m.marks, 0);
+                m.marks = DIRTY;
+                self.dirty.push(slot);
+            }
         }
         self.live += table.len();
         self.operators[op.0 as usize].partitions[partition as usize] = Some(Partition::new(table, pseudo));
     }
 
-    /// The slots of a partition's entities with a value, in key order: the
-    /// first `at_most` whose key bytes sort after `after` (all of them with
-    /// `None`, `usize::MAX`). The partition is sorted once and the order
-    /// kept until a key comes or goes, so a page costs a binary search and
-    /// the page, not a sort of the partition.
+    /// [`Store::scan_into`] into a new vector.
     #[cfg(test)]
     pub fn scan(&mut self, op: OpId, partition: u32, after: Option<&[u8]>, at_most: usize) -> Vec<u32> {
         let mut slots = Vec::new();
@@ -527,8 +517,12 @@ impl Store {
         slots
     }
 
-    /// [`Store::scan`] into `slots` (cleared first), so a caller that keeps
-    /// the vector scans without allocating.
+    /// The slots of a partition's entities with a value, in key order: the
+    /// first `at_most` whose key bytes sort after `after` (all of them with
+    /// `None`, `usize::MAX`). The partition is sorted once and the order
+    /// kept until a key comes or goes, so a page costs a binary search and
+    /// the page, not a sort of the partition. Into `slots` (cleared first),
+    /// so a caller that keeps the vector scans without allocating.
     pub fn scan_into(&mut self, op: OpId, partition: u32, after: Option<&[u8]>, at_most: usize, slots: &mut Vec<u32>) {
         slots.clear();
         let entries = &self.entries;

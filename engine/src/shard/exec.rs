@@ -285,7 +285,10 @@ impl Host for Exec {
             } else {
                 let mut merged: Vec<(&Key, Option<Value>)> = slots
                     .iter()
-                    .map(|&slot| (entry(slot).0, entry(slot).1.cloned()))
+                    .map(|&slot| {
+                        let (k, v) = entry(slot);
+                        (k, v.cloned())
+                    })
                     .collect();
                 for (key, new) in own {
                     match merged.binary_search_by(|r| r.0.cmp(key)) {

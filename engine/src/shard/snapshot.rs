@@ -212,7 +212,7 @@ impl Shard {
             for p in 0..info.partitions() {
                 if map.owner(op, p) == id {
                     st.store.ensure_partition(op, p);
-                } else if st.store.has_partition(op, p) && st.store.has_live(op, p) {
+                } else if st.store.has_partition(op, p) && !st.store.live_slots(op, p).is_empty() {
                     return Err(crate::DecodeError::Invalid(format!(
                         "shard {id}'s snapshot holds partition {p} of {}, which shard {} owns",
                         info.name(),
