@@ -378,6 +378,11 @@ impl<S: Source> Frontend for Generator<S> {
         self.shared.committed[self.shard].fetch_add(committed_now, Ordering::Relaxed);
     }
 
+    /// Requests and replies stay in this thread: nothing to poll for.
+    fn does_io(&self) -> bool {
+        false
+    }
+
     fn next_wakeup_us(&self) -> Option<u64> {
         match self.load {
             Load::Open { .. } if self.now < self.stop_at => Some(self.next_send_us as u64),

@@ -125,6 +125,14 @@ pub trait Frontend: 'static {
         None
     }
 
+    /// Whether the frontend's work arrives or leaves through the executor's
+    /// I/O (sockets): then a shard polling for its peers still lets the
+    /// executor poll its ring every few microseconds. An in-process load
+    /// generator has none, and skips that cost.
+    fn does_io(&self) -> bool {
+        true
+    }
+
     /// Registers the shard loop's waker for when the frontend gets work
     /// while the loop is parked (a client request arrived); `Ready` if it
     /// already has some.

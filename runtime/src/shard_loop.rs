@@ -49,6 +49,11 @@ const BUSY_PARK_US: u64 = 1_000;
 /// from a fifth of a core to well under 1%.
 const QUIET_PARK_US: u64 = 50_000;
 
+/// How often a shard polling for its peers lets the executor poll its I/O
+/// ring, at most (see `ShardLoop::yield_to_io`): a socket read, a reply
+/// write or a log completion waits at most this long behind a spin.
+const SPIN_IO_US: u64 = 20;
+
 /// A shard with open work that made no progress for this long logs its
 /// state (a stuck run is diagnosed from that line).
 const STALL_REPORT_US: u64 = 5_000_000;
@@ -139,6 +144,11 @@ pub(crate) struct ShardLoop<F: Frontend> {
     iterations: u64,
     /// When the loop last made progress, µs.
     progress_us: u64,
+    /// Whether anything of this shard waits on the executor's ring:
+    /// sockets (its frontend's, links to other nodes) or the log.
+    has_io: bool,
+    /// When it last let the executor poll its I/O, µs.
+    io_yielded_us: u64,
     /// When the counters were last published, µs.
     published_us: u64,
     partitions_published_us: u64,
@@ -175,6 +185,7 @@ impl<F: Frontend> ShardLoop<F> {
         spin_us: u64,
     ) -> ShardLoop<F> {
         let me = usize::from(shard.id());
+        let has_io = frontend.does_io() || durable.is_some() || mesh.remote.is_some();
         let profile = std::env::var_os("STYX_PROFILE").map(|_| Profile::new(&shard, clock.now_us()));
         ShardLoop {
             shard,
@@ -185,12 +196,14 @@ impl<F: Frontend> ShardLoop<F> {
             waiter,
             clock,
             spin_us,
+            has_io,
             counted: false,
             me,
             out: Outputs::default(),
             overflow: VecDeque::new(),
             iterations: 0,
             progress_us: 0,
+            io_yielded_us: 0,
             published_us: 0,
             partitions_published_us: 0,
             map_published: None,
@@ -244,12 +257,29 @@ impl<F: Frontend> ShardLoop<F> {
             // and a peer's message is due, then park.
             let quiet = self.shard.is_quiet() && self.overflow.is_empty();
             if !self.overflow.is_empty() || (!quiet && now < self.progress_us + self.spin_us) {
-                futures_lite::future::yield_now().await;
+                if self.has_io && now >= self.io_yielded_us + SPIN_IO_US {
+                    self.yield_to_io(now).await;
+                } else {
+                    futures_lite::future::yield_now().await;
+                }
                 continue;
             }
             self.park(now, quiet).await;
         }
         self.finish().await
+    }
+
+    /// Lets the executor reap and submit I/O, then resumes at once. A
+    /// task that only yields (`yield_now`) is queued again before
+    /// glommio's reactor runs, and the reactor runs only between task
+    /// queue rounds: a loop yielding that way keeps sockets and the log
+    /// unread and unwritten until it parks or glommio preempts it (every
+    /// 100 ms). Waiting on a 1 µs timer instead leaves the queue empty, so
+    /// the executor polls the ring (socket reads, reply writes, log
+    /// completions) before the timer wakes the loop.
+    async fn yield_to_io(&mut self, now: u64) {
+        self.io_yielded_us = now;
+        glommio::timer::sleep(Duration::from_micros(1)).await;
     }
 
     /// Hands the shard every batch its peers sent.
