@@ -115,6 +115,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             epoch_gather_us: settings.epoch_gather_us,
             durability: Durability::Log,
             snapshot_interval_us: settings.snapshot_interval_ms * 1_000,
+            move_share_entities: settings.move_share_entities,
             ..Config::default()
         };
         let opts = Options {

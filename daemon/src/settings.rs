@@ -58,6 +58,7 @@ pub struct FileSettings {
     pub epoch_txns_max: Option<usize>,
     pub epoch_gather_us: Option<u64>,
     pub idle_poll_us: Option<u64>,
+    pub move_share_entities: Option<usize>,
     pub frame_len_max: Option<usize>,
     pub in_flight_max: Option<usize>,
     pub connections_max: Option<usize>,
@@ -110,6 +111,13 @@ pub struct Flags {
     /// when shards share cores with other busy processes.
     #[arg(long, env = "STYX_IDLE_POLL_US")]
     pub idle_poll_us: Option<u64>,
+    /// Entities a moving partition's old owner copies to the new one at
+    /// each epoch's end [default: 1024]. Larger moves a partition in fewer
+    /// epochs and lengthens those epochs' ends (a deeper dip while it
+    /// moves). It sets when a copy switches, never what the state is, so
+    /// it may change between restarts.
+    #[arg(long, env = "STYX_MOVE_SHARE_ENTITIES", value_parser = clap::value_parser!(u64).range(1..))]
+    pub move_share_entities: Option<u64>,
     /// Largest frame a client may send, bytes [default: 1 MiB + 4 KiB].
     #[arg(long, env = "STYX_FRAME_LEN_MAX")]
     pub frame_len_max: Option<usize>,
@@ -151,6 +159,7 @@ pub struct Settings {
     pub epoch_txns_max: usize,
     pub epoch_gather_us: u64,
     pub idle_poll_us: u64,
+    pub move_share_entities: usize,
     pub limits: styx_net::Limits,
     pub log: String,
     pub log_format: LogFormat,
@@ -240,6 +249,12 @@ impl Settings {
                 .idle_poll_us
                 .or(file.idle_poll_us)
                 .unwrap_or(styx_runtime::IDLE_POLL_US),
+            move_share_entities: args
+                .move_share_entities
+                .map(|n| n as usize)
+                .or(file.move_share_entities)
+                .unwrap_or(styx_engine::Config::default().move_share_entities)
+                .max(1),
             limits,
             log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
             log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Text),

@@ -375,6 +375,35 @@ fn a_stalled_client_does_not_stall_the_others() {
     );
 }
 
+/// A shard with an epoch open polls for its peers' messages before it
+/// parks (`--idle-poll-us`). While it polls, its sockets and its log must
+/// still be served: a loop that only yielded kept glommio's ring unpolled
+/// until the poll budget ran out or the executor preempted it (100 ms), so
+/// every durable call waited that long for its log sync to be noticed.
+#[test]
+fn a_shard_polling_for_its_peers_still_serves_its_sockets_and_log() {
+    let dir = data_dir("poll_io");
+    // Poll for up to 10 s: without I/O between polls, each call would
+    // wait ≥ 100 ms (glommio's preemption tick) for its log sync.
+    let d = Daemon::start(
+        styxd(),
+        &dir,
+        &["--shards", "2", "--idle-poll-us", "10000000", "--fsync", "epoch"],
+    );
+    load(&d, 10);
+    let mut c = d.connect();
+    let begin = Instant::now();
+    for i in 0..60u64 {
+        let f = c.call(0, 0, "account", "balance", Key::from(i % 10), Payload::EMPTY);
+        assert!(matches!(outcome(&f).1, Outcome::Committed(_)));
+    }
+    let took = begin.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "60 durable calls one after another took {took:?}: a polling shard left its I/O waiting"
+    );
+}
+
 #[test]
 fn a_client_that_disconnects_mid_pipeline_loses_nothing_acknowledged() {
     let dir = data_dir("disconnect");
@@ -435,7 +464,19 @@ fn a_client_that_disconnects_mid_pipeline_loses_nothing_acknowledged() {
 #[test]
 fn graceful_shutdown_leaves_a_directory_that_restarts_with_the_same_state() {
     let dir = data_dir("restart");
-    let mut d = Daemon::start(styxd(), &dir, &["--shards", "2", "--snapshot-interval-ms", "100"]);
+    // Copies of one entity per epoch: every move takes a copy epoch per entity.
+    let mut d = Daemon::start(
+        styxd(),
+        &dir,
+        &[
+            "--shards",
+            "2",
+            "--snapshot-interval-ms",
+            "100",
+            "--move-share-entities",
+            "1",
+        ],
+    );
     let keys = 30;
     load(&d, keys);
     let mut c = d.connect();
@@ -517,6 +558,31 @@ fn owners(d: &Daemon, partition: u32) -> Vec<u16> {
         .filter_map(|l| l.split_once(&needle))
         .map(|(_, v)| v.trim().parse().unwrap())
         .collect()
+}
+
+#[test]
+fn a_move_share_of_zero_entities_is_refused_at_start() {
+    let dir = data_dir("move_share_zero");
+    let out = std::process::Command::new(styxd())
+        .args([
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--move-share-entities",
+            "0",
+        ])
+        .output()
+        .unwrap();
+    let text = output_text(&out);
+    assert!(
+        !out.status.success(),
+        "a copy that sends nothing would never finish: {text}"
+    );
+    assert!(
+        text.contains("--move-share-entities"),
+        "the error names the flag: {text}"
+    );
 }
 
 #[test]
