@@ -67,14 +67,6 @@ pub enum Error {
 /// log or a client wakes it.
 pub const IDLE_POLL_US: u64 = 200;
 
-/// glommio's preemption timer: 100 ms (its default), or `STYX_PREEMPT_US`
-/// µs. Only for tests: with a short one glommio was seen to sleep through
-/// a parked shard's timer, the lost wake-up `shard_loop::NUDGE_US` covers.
-fn preempt_timer() -> Duration {
-    let us = std::env::var("STYX_PREEMPT_US").ok().and_then(|v| v.parse().ok());
-    Duration::from_micros(us.unwrap_or(100_000))
-}
-
 /// How to run the shards.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -193,7 +185,6 @@ where
         let handle = LocalExecutorBuilder::new(placement)
             .name(&format!("shard-{}", base as usize + i))
             .spin_before_park(opts.spin_before_park)
-            .preempt_timer(preempt_timer())
             .io_memory(opts.io_memory)
             .spawn(move || async move {
                 let (senders, receivers) = mesh.join().await.expect("channel mesh");

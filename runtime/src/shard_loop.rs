@@ -54,14 +54,6 @@ const QUIET_PARK_US: u64 = 50_000;
 /// write or a log completion waits at most this long behind a spin.
 const SPIN_IO_US: u64 = 20;
 
-/// A shard with work open that made no progress for this long rings its
-/// local peers' doorbells before it parks, and again at most this often.
-/// A doorbell is rung whenever a batch goes to a parked peer, so this is
-/// only a net under lost wake-ups: glommio, with a short preemption timer,
-/// was seen to sleep through the timer a parked shard set (the shard then
-/// slept until the next outside event, and its peers waited for it).
-const NUDGE_US: u64 = 2_000;
-
 /// A shard with open work that made no progress for this long logs its
 /// state (a stuck run is diagnosed from that line).
 const STALL_REPORT_US: u64 = 5_000_000;
@@ -104,15 +96,6 @@ impl Mesh {
             ring(&self.doorbells, to - self.base);
         }
         Ok(())
-    }
-
-    /// Rings every other local shard's doorbell (see `NUDGE_US`).
-    fn nudge_local_peers(&self, me: usize) {
-        for i in 0..self.n_local {
-            if self.base + i != me {
-                ring(&self.doorbells, i);
-            }
-        }
     }
 
     fn failed(&self) -> bool {
@@ -166,8 +149,6 @@ pub(crate) struct ShardLoop<F: Frontend> {
     has_io: bool,
     /// When it last let the executor poll its I/O, µs.
     io_yielded_us: u64,
-    /// When it last rang its peers without cause (`NUDGE_US`), µs.
-    nudged_us: u64,
     /// When the counters were last published, µs.
     published_us: u64,
     partitions_published_us: u64,
@@ -223,7 +204,6 @@ impl<F: Frontend> ShardLoop<F> {
             iterations: 0,
             progress_us: 0,
             io_yielded_us: 0,
-            nudged_us: 0,
             published_us: 0,
             partitions_published_us: 0,
             map_published: None,
@@ -283,10 +263,6 @@ impl<F: Frontend> ShardLoop<F> {
                     futures_lite::future::yield_now().await;
                 }
                 continue;
-            }
-            if !quiet && now >= self.progress_us + NUDGE_US && now >= self.nudged_us + NUDGE_US {
-                self.nudged_us = now;
-                self.mesh.nudge_local_peers(self.me);
             }
             self.park(now, quiet).await;
         }

@@ -560,57 +560,6 @@ fn owners(d: &Daemon, partition: u32) -> Vec<u16> {
         .collect()
 }
 
-/// A parked shard must wake even when the executor loses its timer: with
-/// a 50 µs preemption timer glommio was seen to sleep through a parked
-/// shard's 1 ms timer, so a shard its peers waited for slept until an
-/// outside event (every run of 10 000 requests/s hung within seconds).
-/// A shard that waits without progress now rings its local peers
-/// (`NUDGE_US`).
-#[test]
-fn shards_keep_going_when_the_executor_sleeps_through_a_timer() {
-    let dir = data_dir("nudge");
-    let d = Daemon::start_env(
-        styxd(),
-        &dir,
-        &["--shards", "2", "--fsync", "epoch"],
-        &[("STYX_PREEMPT_US", "50")],
-    );
-    load(&d, 100);
-    let clients: Vec<_> = (1..=2u64)
-        .map(|client| {
-            let addr = d.addr.clone();
-            std::thread::spawn(move || {
-                let mut c = Conn::connect(&addr);
-                for round in 0..150u64 {
-                    // Bursts with pauses between them: shards go quiet,
-                    // park, and must be woken for the next burst.
-                    for i in 0..50u64 {
-                        let debtor = (round * 50 + i) % 100;
-                        c.send(request(
-                            0,
-                            0,
-                            "account",
-                            "transfer",
-                            Key::from(debtor),
-                            Payload::encode(&((debtor + 1 + client) % 100, 1i64)),
-                        ));
-                    }
-                    for _ in 0..50 {
-                        let f = c.recv().expect("every request is answered");
-                        assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
-                    }
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            })
-        })
-        .collect();
-    for c in clients {
-        c.join().unwrap();
-    }
-    let total: i64 = balances(&d, 100).values().sum();
-    assert_eq!(total, 100 * START, "money is conserved");
-}
-
 #[test]
 fn a_move_share_of_zero_entities_is_refused_at_start() {
     let dir = data_dir("move_share_zero");

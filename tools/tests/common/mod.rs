@@ -19,7 +19,6 @@ pub struct Daemon {
     pub dir: PathBuf,
     pub bin: PathBuf,
     pub args: Vec<String>,
-    pub env: Vec<(String, String)>,
 }
 
 /// A fresh data directory under the target directory (on disk, not tmpfs).
@@ -43,11 +42,6 @@ pub fn data_dir(name: &str) -> PathBuf {
 
 impl Daemon {
     pub fn start(bin: &Path, dir: &Path, extra: &[&str]) -> Daemon {
-        Daemon::start_env(bin, dir, extra, &[])
-    }
-
-    /// `start`, with environment variables set for the daemon only.
-    pub fn start_env(bin: &Path, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
         let mut args: Vec<String> = vec![
             "--data-dir".into(),
             dir.display().to_string(),
@@ -59,14 +53,12 @@ impl Daemon {
             "warn".into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        Daemon::spawn(bin.to_path_buf(), dir.to_path_buf(), args, env)
+        Daemon::spawn(bin.to_path_buf(), dir.to_path_buf(), args)
     }
 
-    fn spawn(bin: PathBuf, dir: PathBuf, args: Vec<String>, env: Vec<(String, String)>) -> Daemon {
+    fn spawn(bin: PathBuf, dir: PathBuf, args: Vec<String>) -> Daemon {
         let mut child = Command::new(&bin)
             .args(&args)
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -92,13 +84,12 @@ impl Daemon {
             dir,
             bin,
             args,
-            env,
         }
     }
 
     /// Starts the same daemon again on the same data directory.
     pub fn restart(&self) -> Daemon {
-        Daemon::spawn(self.bin.clone(), self.dir.clone(), self.args.clone(), self.env.clone())
+        Daemon::spawn(self.bin.clone(), self.dir.clone(), self.args.clone())
     }
 
     pub fn kill9(&mut self) {
