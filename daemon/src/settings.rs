@@ -116,8 +116,8 @@ pub struct Flags {
     /// epochs and lengthens those epochs' ends (a deeper dip while it
     /// moves). It sets when a copy switches, never what the state is, so
     /// it may change between restarts.
-    #[arg(long, env = "STYX_MOVE_SHARE_ENTITIES", value_parser = clap::value_parser!(u64).range(1..))]
-    pub move_share_entities: Option<u64>,
+    #[arg(long, env = "STYX_MOVE_SHARE_ENTITIES")]
+    pub move_share_entities: Option<usize>,
     /// Largest frame a client may send, bytes [default: 1 MiB + 4 KiB].
     #[arg(long, env = "STYX_FRAME_LEN_MAX")]
     pub frame_len_max: Option<usize>,
@@ -214,6 +214,13 @@ impl Settings {
             (None, Some(_)) => return Err("--node-id needs --cluster".into()),
             (None, None) => None,
         };
+        let move_share_entities = args
+            .move_share_entities
+            .or(file.move_share_entities)
+            .unwrap_or(styx_engine::Config::default().move_share_entities);
+        if move_share_entities == 0 {
+            return Err("--move-share-entities 0: a copy that sends nothing per epoch never finishes".into());
+        }
         let mut shards = args.shards.or(file.shards).unwrap_or(cpus);
         let mut listen = args.listen.or(file.listen);
         if let Some((spec, id)) = &cluster {
@@ -249,12 +256,7 @@ impl Settings {
                 .idle_poll_us
                 .or(file.idle_poll_us)
                 .unwrap_or(styx_runtime::IDLE_POLL_US),
-            move_share_entities: args
-                .move_share_entities
-                .map(|n| n as usize)
-                .or(file.move_share_entities)
-                .unwrap_or(styx_engine::Config::default().move_share_entities)
-                .max(1),
+            move_share_entities,
             limits,
             log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
             log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
