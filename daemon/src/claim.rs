@@ -58,17 +58,27 @@ fn lock(what: &str, addr: SocketAddr, data_dir: &Path) -> Result<Option<File>, S
     else {
         return Ok(None);
     };
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(&path).unwrap_or_default();
-            let holder = holder.trim();
-            let holder = if holder.is_empty() { "a daemon starting" } else { holder };
-            return Err(format!(
-                "{what} {addr}: another styxd serves this address ({holder}); stop it or choose another address"
-            ));
+    let deadline = std::time::Instant::now() + ORPHAN_WAIT;
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(TryLockError::WouldBlock) => {
+                let holder = std::fs::read_to_string(&path).unwrap_or_default();
+                // A holder that is gone (kill -9) keeps its lock until the
+                // kernel tears its io_uring down, like its listener (see
+                // `probe`): wait for that, not for a live daemon.
+                if holder_is_gone(&holder) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
+                let holder = holder.trim();
+                let holder = if holder.is_empty() { "a daemon starting" } else { holder };
+                return Err(format!(
+                    "{what} {addr}: another styxd serves this address ({holder}); stop it or choose another address"
+                ));
+            }
+            Err(TryLockError::Error(e)) => return Err(format!("{what} {addr}: cannot lock {}: {e}", path.display())),
         }
-        Err(TryLockError::Error(e)) => return Err(format!("{what} {addr}: cannot lock {}: {e}", path.display())),
     }
     let dir = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
     // Best effort: the lock, not its contents, is the claim.
@@ -76,6 +86,16 @@ fn lock(what: &str, addr: SocketAddr, data_dir: &Path) -> Result<Option<File>, S
         .set_len(0)
         .and_then(|()| writeln!(file, "pid {}, data in {}", std::process::id(), dir.display()));
     Ok(Some(file))
+}
+
+/// Whether a lock file's text names a process (`pid N, …`) that no longer
+/// exists. An empty or unreadable text is a daemon starting: not gone.
+fn holder_is_gone(holder: &str) -> bool {
+    let pid = holder
+        .strip_prefix("pid ")
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.parse::<u32>().ok());
+    pid.is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
 }
 
 /// How long a start waits for the listener of a dead process to go away.
@@ -189,5 +209,30 @@ mod tests {
         assert!(e.contains(&format!("pid {}", std::process::id())), "{e}");
         drop(held);
         claim(&[("--listen", addr)], &dir).unwrap();
+    }
+
+    #[test]
+    fn a_lock_left_by_a_process_that_is_gone_is_waited_for() {
+        let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let path = lock_path(addr);
+        let mut held = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        held.lock().unwrap();
+        // As a daemon killed with -9 leaves it while the kernel still holds its files.
+        writeln!(held, "pid 4000000000, data in /nowhere").unwrap();
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            drop(held);
+        });
+        claim(&[("--listen", addr)], &std::env::temp_dir()).expect("the dead holder's lock is waited for");
+        release.join().unwrap();
+        assert!(holder_is_gone("pid 4000000000, data in /nowhere"));
+        assert!(!holder_is_gone(&format!("pid {}, data in /x", std::process::id())));
+        assert!(!holder_is_gone(""), "a daemon starting is not gone");
     }
 }
