@@ -116,6 +116,16 @@ fn ycsbt_open_loop_sends_every_scheduled_request() {
     let done = report["committed"].as_u64().unwrap() + report["aborted"].as_u64().unwrap();
     // 2 000/s for the 1 s window: every scheduled request ran.
     assert_eq!(done, 2_000, "{report}");
+    // The client's own lag is reported and is part of each latency: no
+    // quantile of it exceeds the same quantile of the latencies.
+    let lag = &report["parameters"]["send_lag_us"];
+    for q in ["p50", "p99", "max"] {
+        let (l, t) = (lag[q].as_f64(), report["latency_us"][q].as_f64());
+        assert!(
+            l.is_some() && l <= t,
+            "send lag {q} {l:?} against latency {t:?}: {report}"
+        );
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_styx"))
         .args(["verify", "ycsbt", "--connect", &daemon.addr, "--keys", "2000"])
         .output()
