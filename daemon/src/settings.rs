@@ -108,7 +108,8 @@ pub struct Flags {
     /// Microseconds a shard with an epoch open polls for its peers before
     /// it parks [default: 200]. Polling answers a peer in ~1 µs where a
     /// parked shard takes ~80 µs to wake, but it burns the core: lower it
-    /// when shards share cores with other busy processes.
+    /// when shards share cores with other busy processes. A daemon of one
+    /// shard never polls (it has no peer to wait for).
     #[arg(long, env = "STYX_IDLE_POLL_US")]
     pub idle_poll_us: Option<u64>,
     /// Entities a moving partition's old owner copies to the new one at

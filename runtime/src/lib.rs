@@ -64,7 +64,10 @@ pub enum Error {
 /// shard takes ~80 µs to wake. But a peer that is not running (more busy
 /// threads than cores, or a slow fsync) never answers a poller: past this
 /// budget the shard parks and gives the core away until a doorbell, its
-/// log or a client wakes it.
+/// log or a client wakes it. A run of one shard never polls: it has no
+/// peer, and what it waits for (a client, the log) wakes it when parked;
+/// polling there only took the core from the log's sync and the clients
+/// (p99 at 20 000 requests/s over TCP ~5 ms polling, ~1.7 ms parking).
 pub const IDLE_POLL_US: u64 = 200;
 
 /// How to run the shards.

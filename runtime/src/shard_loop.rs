@@ -144,6 +144,8 @@ pub(crate) struct ShardLoop<F: Frontend> {
     iterations: u64,
     /// When the loop last made progress, µs.
     progress_us: u64,
+    /// Whether the run has no other shard (nothing to spin for).
+    alone: bool,
     /// Whether anything of this shard waits on the executor's ring:
     /// sockets (its frontend's, links to other nodes) or the log.
     has_io: bool,
@@ -186,6 +188,7 @@ impl<F: Frontend> ShardLoop<F> {
     ) -> ShardLoop<F> {
         let me = usize::from(shard.id());
         let has_io = frontend.does_io() || durable.is_some() || mesh.remote.is_some();
+        let alone = mesh.n == 1;
         let profile = std::env::var_os("STYX_PROFILE").map(|_| Profile::new(&shard, clock.now_us()));
         ShardLoop {
             shard,
@@ -197,6 +200,7 @@ impl<F: Frontend> ShardLoop<F> {
             clock,
             spin_us,
             has_io,
+            alone,
             counted: false,
             me,
             out: Outputs::default(),
@@ -254,9 +258,11 @@ impl<F: Frontend> ShardLoop<F> {
                 continue;
             }
             // No progress: spin a while (`spin_us`, see `IDLE_POLL_US`) if an epoch is open
-            // and a peer's message is due, then park.
+            // and a peer's message is due, then park. A shard alone has no peer to
+            // wait for: what it waits for (a client, the log) wakes it when parked,
+            // and spinning only took the CPU from the log's sync and the clients.
             let quiet = self.shard.is_quiet() && self.overflow.is_empty();
-            if !self.overflow.is_empty() || (!quiet && now < self.progress_us + self.spin_us) {
+            if !self.overflow.is_empty() || (!quiet && !self.alone && now < self.progress_us + self.spin_us) {
                 if self.has_io && now >= self.io_yielded_us + SPIN_IO_US {
                     self.yield_to_io(now).await;
                 } else {
