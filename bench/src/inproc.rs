@@ -237,7 +237,21 @@ impl Workload for Ycsbt {
     /// Each balance is its start plus the committed transfers that touched
     /// it; hence the total is conserved.
     fn check(&self, app: &App, state: &State, tallies: Vec<Vec<i32>>) -> Vec<String> {
+        self.check_from(app, None, state, tallies)
+    }
+
+    fn checks_from_start(&self) -> bool {
+        true
+    }
+
+    /// With `start`, each account starts from its balance there (absent:
+    /// 0) instead of `START_BALANCE`, and the total is `start`'s.
+    fn check_from(&self, app: &App, start: Option<&State>, state: &State, tallies: Vec<Vec<i32>>) -> Vec<String> {
         let account = app.op_id(ycsbt::OPERATOR).expect("account operator");
+        let balance = |s: &State, k: u64| {
+            s.get(&(account, Key::from(k)))
+                .map_or(0, |v| v.decode::<i64>().expect("balances are i64"))
+        };
         let mut deltas = vec![0i64; self.keys as usize];
         for t in tallies {
             for (d, x) in deltas.iter_mut().zip(t) {
@@ -245,13 +259,13 @@ impl Workload for Ycsbt {
             }
         }
         let mut errors = Vec::new();
-        let mut total: i64 = 0;
+        let (mut total, mut want_total): (i64, i64) = (0, 0);
         for (k, delta) in deltas.iter().enumerate() {
-            let got = state
-                .get(&(account, Key::from(k as u64)))
-                .map_or(0, |v| v.decode::<i64>().expect("balances are i64"));
+            let got = balance(state, k as u64);
             total += got;
-            let want = START_BALANCE + delta;
+            let from = start.map_or(START_BALANCE, |s| balance(s, k as u64));
+            want_total += from;
+            let want = from + delta;
             if got != want && errors.len() < 10 {
                 errors.push(format!("account {k}: balance {got}, expected {want}"));
             }
@@ -259,7 +273,6 @@ impl Workload for Ycsbt {
                 errors.push(format!("account {k} is overdrawn: {got}"));
             }
         }
-        let want_total = START_BALANCE * self.keys as i64;
         if total != want_total {
             errors.push(format!("total {total}, expected {want_total}"));
         }

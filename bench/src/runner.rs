@@ -109,6 +109,24 @@ pub trait Workload: Send + Sync + 'static {
     }
     /// Violations of the workload's invariants in the final state.
     fn check(&self, app: &App, state: &State, tallies: Vec<<Self::Source as Source>::Tally>) -> Vec<String>;
+    /// Whether the check depends on the state the run started from (a
+    /// run against a daemon then reads it before it starts, so that it
+    /// need not be the initial one: a second run checks as well as the first).
+    fn checks_from_start(&self) -> bool {
+        false
+    }
+    /// `check`, against `start` (the state read before the run) instead of
+    /// the initial state where `checks_from_start`.
+    fn check_from(
+        &self,
+        app: &App,
+        start: Option<&State>,
+        state: &State,
+        tallies: Vec<<Self::Source as Source>::Tally>,
+    ) -> Vec<String> {
+        let _ = start;
+        self.check(app, state, tallies)
+    }
 }
 
 /// How to run a workload.

@@ -23,7 +23,8 @@
 //! (`styx_bench::remote`): start it with `styxd --preload
 //! WORKLOAD` and the same knobs (or, for YCSB-T, pass `--load` to deposit
 //! the balances over the wire). `--shards` and the epoch flags are then the
-//! daemon's business and ignored.
+//! daemon's business and ignored. YCSB-T reads the balances before the run
+//! and checks against them, so runs can follow each other on one daemon.
 
 use clap::{Args, Subcommand, ValueEnum};
 use std::io::Write;

@@ -82,6 +82,40 @@ fn travel_runs_against_a_preloaded_daemon() {
     smoke("travel", &["--hotels", "10", "--flights", "10", "--users", "50"], "16");
 }
 
+/// A run checks against the balances it started from, not the preload:
+/// a second run against the same daemon (the first moved money) checks
+/// exactly too, and the money is still all there.
+#[test]
+fn ycsbt_runs_back_to_back_against_one_daemon() {
+    let dir = data_dir("workloads-ycsbt-twice");
+    let daemon = Daemon::start(
+        styxd(),
+        &dir,
+        &["--shards", "2", "--preload", "ycsbt", "--keys", "1000"],
+    );
+    for run in 1..=2 {
+        let report = bench("ycsbt", &daemon.addr, &["--keys", "1000", "--in-flight", "16"]);
+        assert!(report["committed"].as_u64().unwrap() > 0, "run {run}: {report}");
+        assert_eq!(
+            report["invariants_ok"], true,
+            "run {run}: {}",
+            report["invariant_errors"]
+        );
+    }
+    let accounts = dump_accounts(&daemon.addr);
+    let total: i64 = accounts
+        .iter()
+        .map(|(_, bytes)| styx_engine::Value::from_bytes(bytes).decode::<i64>().unwrap())
+        .sum();
+    assert_eq!(total, 1000 * styx_bench::ycsbt::START_BALANCE);
+    assert!(
+        accounts.iter().any(
+            |(_, b)| styx_engine::Value::from_bytes(b).decode::<i64>().unwrap() != styx_bench::ycsbt::START_BALANCE
+        ),
+        "the runs moved money"
+    );
+}
+
 #[test]
 fn ycsbt_deposits_over_the_wire_into_an_empty_daemon() {
     let dir = data_dir("workloads-ycsbt-load");

@@ -26,7 +26,9 @@
 //! into a [`State`] and the workload's own check runs on it with the
 //! sources' tallies. This assumes the daemon held the workload's initial
 //! state when the run began (`styxd --preload`, or `--load` for YCSB-T)
-//! and that nothing else wrote to it.
+//! and that nothing else wrote to it; a workload whose check counts from
+//! the start (YCSB-T: each balance is its start plus the run's transfers)
+//! reads the state before the run instead, so runs can follow each other.
 //!
 //! What differs from in-process, by necessity:
 //! - `reexecuted`, `serialized`, `cpu_us_per_txn`, `peak_rss_mb` and
@@ -548,6 +550,13 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
         ycsbt::deposit(&pool.all().await?, keys).await?;
     }
     let load_s = loaded.elapsed().as_secs_f64();
+    // What the check counts from, when it depends on it: the daemon need
+    // not hold the initial state (an earlier run changed it).
+    let start = if workload.checks_from_start() {
+        Some(dump_state(&pool.all().await?, &app).await?)
+    } else {
+        None
+    };
 
     let mut sources = Vec::with_capacity(usize::from(shards));
     let mut lanes = Vec::new();
@@ -694,8 +703,8 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     report.tps = report.committed as f64 / r.duration.as_secs_f64();
     report.tps_per_core = report.tps / f64::from(shards);
 
-    let mut errors = workload.check(&app, &state, tallies);
-    drop(state);
+    let mut errors = workload.check_from(&app, start.as_ref(), &state, tallies);
+    drop((state, start));
     if m.lost > 0 {
         errors.push(format!(
             "{} requests have an unknown outcome (the check cannot account for them): {}",
