@@ -47,6 +47,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 mod disk;
+pub mod swarm;
 
 pub use disk::{Disks, Restart};
 

@@ -429,73 +429,20 @@ pub fn run_and_check(sim: &mut Sim, app: &Arc<App>, limits: CallLimits, initial:
 }
 
 // ---------------------------------------------------------------------------
-// The seed swarm: a randomized simulator test runs its default seeds (what
-// CI runs), more of them with `STYX_SIM_SEEDS=n`, or the one a failure
-// printed with `STYX_SIM_SEED=s`.
+// The seed swarm (`styx_engine::sim::swarm`), replaying in this test crate.
 
-/// A number from the environment variable `name`, if set.
-///
-/// # Panics
-/// If it is set to something else than a number.
-pub fn env_u64(name: &str) -> Option<u64> {
-    std::env::var(name)
-        .ok()
-        .map(|v| v.parse().unwrap_or_else(|_| panic!("{name}={v}: expected a number")))
-}
-
-/// The seeds a randomized test runs: `defaults` (indices, each mapped to a
-/// seed by `seed_of`), unless
-/// - `STYX_SIM_SEED=s`: only seed `s` (as a failure prints it);
-/// - `STYX_SIM_SEEDS=n`: `n` indices from `STYX_SIM_SEED_FIRST` (default:
-///   the first default), so the defaults and more.
-pub fn seeds_of(defaults: std::ops::Range<u64>, seed_of: impl Fn(u64) -> u64) -> Vec<u64> {
-    if let Some(seed) = env_u64("STYX_SIM_SEED") {
-        return vec![seed];
-    }
-    match env_u64("STYX_SIM_SEEDS") {
-        Some(n) => {
-            let first = env_u64("STYX_SIM_SEED_FIRST").unwrap_or(defaults.start);
-            (first..first + n).map(seed_of).collect()
-        }
-        None => defaults.map(seed_of).collect(),
-    }
-}
-
-/// [`seeds_of`] where the indices are the seeds.
-pub fn seeds(defaults: std::ops::Range<u64>) -> Vec<u64> {
-    seeds_of(defaults, |i| i)
-}
-
-/// The name of the test running on this thread (libtest names its threads
-/// after their tests; `None` when it runs tests on the main thread).
-pub fn test_name() -> Option<String> {
-    std::thread::current()
-        .name()
-        .filter(|n| *n != "main")
-        .map(str::to_owned)
-}
+#[allow(unused_imports)] // each test crate uses some
+pub use styx_engine::sim::swarm::{env_u64, seeds, seeds_of, test_name};
 
 /// The command that replays `seed` of the test `test` in this test crate.
 pub fn replay_command(test: Option<&str>, seed: u64) -> String {
-    let filter = test.map_or(String::new(), |t| format!(" -- --exact {t}"));
-    format!(
-        "STYX_SIM_SEED={seed} cargo test --release -p {} --test {}{filter}",
-        env!("CARGO_PKG_NAME"),
-        env!("CARGO_CRATE_NAME")
-    )
+    styx_engine::sim::swarm::replay_command(env!("CARGO_PKG_NAME"), env!("CARGO_CRATE_NAME"), test, seed)
 }
 
-/// Runs `run(seed)` for every seed of `seeds`, in order. The first seed
-/// that fails prints itself and the command that replays it, and fails the
-/// test.
-pub fn swarm(seeds: Vec<u64>, mut run: impl FnMut(u64)) {
-    let test = test_name();
-    for seed in seeds {
-        if let Err(panic) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(seed))) {
-            eprintln!("FAILED: seed {seed}\nreplay: {}", replay_command(test.as_deref(), seed));
-            std::panic::resume_unwind(panic);
-        }
-    }
+/// Runs `run(seed)` for every seed of `seeds`, in order; the first that
+/// fails prints itself and the command that replays it, and fails the test.
+pub fn swarm(seeds: Vec<u64>, run: impl FnMut(u64)) {
+    styx_engine::sim::swarm::swarm(seeds, env!("CARGO_PKG_NAME"), env!("CARGO_CRATE_NAME"), run)
 }
 
 // ---------------------------------------------------------------------------
