@@ -7,11 +7,13 @@
 //! - [`remote`]: runs any workload against a running daemon or cluster
 //!   over TCP (`styx bench … --connect`);
 //! - [`report`]: the JSON object and table every benchmark prints;
+//! - [`check`]: what the workloads' checkers share (the state, violations);
 //! - [`plot`]: SVG plots from reports (latency against load, throughput
 //!   over time).
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod check;
 pub mod deathstar;
 pub mod inproc;
 pub mod moves;

@@ -37,7 +37,7 @@ use styx_engine::{
 use styx_runtime::{Frontend, Options};
 
 /// A whole final state, gathered from every shard.
-pub type State = BTreeMap<(OpId, Key), Value>;
+pub use crate::check::State;
 
 /// Width of a timeline bucket.
 pub const TIMELINE_BUCKET_MS: u64 = 100;

@@ -29,39 +29,8 @@
 pub mod movie;
 pub mod travel;
 
-use std::collections::BTreeMap;
-use styx_engine::{Key, OpId, Value};
-
-/// A whole state, as [`styx_engine::sim::Sim::state`] returns it.
-pub type State = BTreeMap<(OpId, Key), Value>;
-
-/// Violations listed in full by a checker; beyond this many only their
-/// number is given.
-pub const VIOLATIONS_MAX: usize = 100;
-
-/// A bounded list of violations.
-#[derive(Default)]
-struct Violations {
-    list: Vec<String>,
-    more: usize,
-}
-
-impl Violations {
-    fn add(&mut self, v: String) {
-        if self.list.len() < VIOLATIONS_MAX {
-            self.list.push(v);
-        } else {
-            self.more += 1;
-        }
-    }
-
-    fn finish(mut self) -> Vec<String> {
-        if self.more > 0 {
-            self.list.push(format!("... and {} more", self.more));
-        }
-        self.list
-    }
-}
+use crate::check::Violations;
+pub use crate::check::{State, VIOLATIONS_MAX};
 
 /// A password's salted hash, as stored by the user services.
 pub fn password_hash(salt: u64, password: &str) -> u64 {

@@ -23,36 +23,10 @@
 
 use super::schema::*;
 use std::collections::{BTreeMap, BTreeSet};
-use styx_engine::{App, Key, OpId, Value};
+use styx_engine::App;
 
-/// A whole state, as [`styx_engine::sim::Sim::state`] returns it.
-pub type State = BTreeMap<(OpId, Key), Value>;
-
-/// Violations listed in full; beyond this many only their number is given.
-pub const VIOLATIONS_MAX: usize = 100;
-
-#[derive(Default)]
-struct Violations {
-    list: Vec<String>,
-    more: usize,
-}
-
-impl Violations {
-    fn add(&mut self, v: String) {
-        if self.list.len() < VIOLATIONS_MAX {
-            self.list.push(v);
-        } else {
-            self.more += 1;
-        }
-    }
-
-    fn finish(mut self) -> Vec<String> {
-        if self.more > 0 {
-            self.list.push(format!("... and {} more", self.more));
-        }
-        self.list
-    }
-}
+use crate::check::Violations;
+pub use crate::check::{State, VIOLATIONS_MAX};
 
 struct OrderRow {
     c_id: u32,
