@@ -73,7 +73,7 @@ fn main() {
     while committed < total {
         for i in 0..shards as usize {
             while inflight[i] < epoch && submitted < total {
-                let (d, c) = w[i].next();
+                let (d, c) = w[i].transfer();
                 s[i].submit(submitted, ycsbt::transfer(&f, d, c, 1)).unwrap();
                 inflight[i] += 1;
                 submitted += 1;
@@ -125,7 +125,7 @@ fn serial(keys: u64, total: u64) {
     let mut w = Workload::new(keys, (0..keys).collect(), None, 1);
     let requests: Vec<_> = (0..total.min(1 << 20))
         .map(|_| {
-            let (d, c) = w.next();
+            let (d, c) = w.transfer();
             ycsbt::transfer(&f, d, c, 1)
         })
         .collect();

@@ -156,7 +156,7 @@ impl Source for YcsbtSource {
     }
 
     fn next(&mut self, _lane: usize) -> (Request, (u32, u32)) {
-        let (debtor, creditor) = self.workload.next();
+        let (debtor, creditor) = self.workload.transfer();
         let request = ycsbt::transfer(&self.functions, debtor, creditor, 1);
         (request, (debtor as u32, creditor as u32))
     }

@@ -163,7 +163,7 @@ impl Workload {
 
     /// `(debtor, creditor)`.
     #[inline]
-    pub fn next(&mut self) -> (u64, u64) {
+    pub fn transfer(&mut self) -> (u64, u64) {
         let debtor = self.debtors[self.rng.below(self.debtors.len() as u64) as usize];
         let creditor = loop {
             let c = match &self.creditors {

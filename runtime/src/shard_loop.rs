@@ -176,6 +176,9 @@ impl<F: Frontend> ShardLoop<F> {
     /// `waiter` is where the loop leaves its waker when it parks (the
     /// doorbells, `durable`'s log task and the links to other nodes wake
     /// it); `clock` is the run's, so that send times compare across shards.
+    // Each argument is one part of the loop, built once by `run` and moved
+    // in; a struct for them would exist only to carry them here.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         shard: Shard,
         frontend: F,
