@@ -120,11 +120,10 @@ pub trait Workload: Send + Sync + 'static {
     fn check_from(
         &self,
         app: &App,
-        start: Option<&State>,
+        _start: Option<&State>,
         state: &State,
         tallies: Vec<<Self::Source as Source>::Tally>,
     ) -> Vec<String> {
-        let _ = start;
         self.check(app, state, tallies)
     }
 }
