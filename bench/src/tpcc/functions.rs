@@ -189,6 +189,34 @@ fn check_key(ctx: &Ctx, expected: Key) -> Result<(), Abort> {
     Ok(())
 }
 
+/// C_DATA after a Payment by a customer with bad credit: the payment's
+/// ids and amount prepended, cut to [`CUSTOMER_DATA_LEN_MAX`].
+fn bad_credit_data(
+    (c_w_id, c_d_id, c_id): (u32, u8, u32),
+    p: &CustomerPayment,
+    old: &Text<CUSTOMER_DATA_LEN_MAX>,
+) -> Text<CUSTOMER_DATA_LEN_MAX> {
+    let mut data = format!(
+        "{c_id} {c_d_id} {c_w_id} {} {} {}.{:02} ",
+        p.d_id,
+        p.w_id,
+        p.amount / 100,
+        p.amount % 100
+    )
+    .into_bytes();
+    data.extend_from_slice(old.as_bytes());
+    Text::new(&data)
+}
+
+/// H_DATA: W_NAME, four spaces, D_NAME.
+fn history_data(w_name: &Text<10>, d_name: &Text<10>) -> Text<24> {
+    let mut data = Vec::with_capacity(24);
+    data.extend_from_slice(w_name.as_bytes());
+    data.extend_from_slice(b"    ");
+    data.extend_from_slice(d_name.as_bytes());
+    Text::new(&data)
+}
+
 /// Puts `v` on an entity that must not exist yet: inserts never overwrite,
 /// so a key collision shows up as an abort instead of a lost row.
 fn insert<T: styx_engine::Store + styx_engine::Load>(ctx: &Ctx, table: &str, v: &T) -> Result<(), Abort> {
@@ -226,8 +254,8 @@ impl Warehouse {
     }
 
     /// W_NAME, read in place.
-    pub async fn name(ctx: &Ctx) -> Result<String, Abort> {
-        ctx.read::<Warehouse, _>(|w| w.name.to_string())?
+    pub async fn name(ctx: &Ctx) -> Result<Text<10>, Abort> {
+        ctx.read::<Warehouse, _>(|w| w.name.to_text())?
             .ok_or_else(|| missing(WAREHOUSE, ctx))
     }
 }
@@ -282,7 +310,7 @@ impl District {
             w_id: p.w_id,
             date_us: ctx.now_us(),
             amount: p.amount,
-            data: format!("{w_name}    {}", self.name),
+            data: history_data(&w_name, &self.name),
         };
         ctx.send_to::<History>(history_key(p.w_id, p.d_id, HISTORY_PAYMENT, ctx.tid()))
             .insert(history)?;
@@ -313,12 +341,12 @@ impl DistrictNextOId {
         let w_tax = ctx.entity::<Warehouse>(warehouse_key(r.w_id)).tax();
         let d_tax = ctx.entity::<District>(district_key(r.w_id, r.d_id)).tax();
         let customer = ctx.entity::<Customer>(customer_key(r.w_id, r.d_id, r.c_id)).new_order();
-        let items: Vec<Call<Option<(Cents, String, bool)>>> = r
+        let items: Vec<Call<Option<(Cents, Text<24>, bool)>>> = r
             .lines
             .iter()
             .map(|l| ctx.entity::<Item>(item_key(l.i_id)).get())
             .collect();
-        let stocks: Vec<Call<Option<(String, bool)>>> = r
+        let stocks: Vec<Call<Option<(Text<24>, bool)>>> = r
             .lines
             .iter()
             .map(|l| {
@@ -378,8 +406,8 @@ impl DistrictNextOId {
 #[styx::functions]
 impl Customer {
     /// C_DISCOUNT, C_LAST, C_CREDIT, read in place.
-    pub async fn new_order(ctx: &Ctx) -> Result<(u32, String, String), Abort> {
-        ctx.read::<Customer, _>(|c| (c.discount.to_native(), c.last.to_string(), c.credit.to_string()))?
+    pub async fn new_order(ctx: &Ctx) -> Result<(u32, Text<16>, Text<2>), Abort> {
+        ctx.read::<Customer, _>(|c| (c.discount.to_native(), c.last.to_text(), c.credit.to_text()))?
             .ok_or_else(|| missing(CUSTOMER, ctx))
     }
 
@@ -389,18 +417,8 @@ impl Customer {
         self.balance -= p.amount;
         self.ytd_payment += p.amount;
         self.payment_cnt += 1;
-        if self.credit == "BC" {
-            let mut data = format!(
-                "{c_id} {c_d_id} {c_w_id} {} {} {}.{:02} ",
-                p.d_id,
-                p.w_id,
-                p.amount / 100,
-                p.amount % 100
-            );
-            data.push_str(&self.data);
-            // ASCII only (the loader writes a-strings), so any cut is a char boundary.
-            data.truncate(CUSTOMER_DATA_LEN_MAX);
-            self.data = data;
+        if self.credit.as_bytes() == b"BC" {
+            self.data = bad_credit_data((c_w_id, c_d_id, c_id), &p, &self.data);
         }
         Ok((c_id, self.balance))
     }
@@ -431,8 +449,8 @@ impl History {
 impl Item {
     /// I_PRICE, I_NAME, and whether I_DATA says "ORIGINAL", read in place;
     /// none if the item is unused.
-    pub async fn get(ctx: &Ctx) -> Result<Option<(Cents, String, bool)>, Abort> {
-        ctx.read::<Item, _>(|i| (i.price.to_native(), i.name.to_string(), i.data.contains("ORIGINAL")))
+    pub async fn get(ctx: &Ctx) -> Result<Option<(Cents, Text<24>, bool)>, Abort> {
+        ctx.read::<Item, _>(|i| (i.price.to_native(), i.name.to_text(), i.data.contains(b"ORIGINAL")))
     }
 }
 
@@ -440,7 +458,7 @@ impl Item {
 impl Stock {
     /// Takes the ordered quantity; returns S_DIST_xx and whether S_DATA
     /// says "ORIGINAL"; none if the warehouse stocks no such item.
-    pub async fn new_order(ctx: &Ctx, o: StockOrder) -> Result<Option<(String, bool)>, Abort> {
+    pub async fn new_order(ctx: &Ctx, o: StockOrder) -> Result<Option<(Text<24>, bool)>, Abort> {
         let Some(mut s) = ctx.get::<Stock>()? else {
             return Ok(None);
         };
@@ -459,8 +477,8 @@ impl Stock {
             .checked_sub(1)
             .filter(|d| *d < usize::from(DISTRICTS))
             .ok_or_else(|| Abort::new(format!("no district {}", o.d_id)))?;
-        let dist_info = String::from_utf8_lossy(&s.dist[district]).into_owned();
-        let original = s.data.contains("ORIGINAL");
+        let dist_info = Text::<24>::new(&s.dist[district]);
+        let original = s.data.contains(b"ORIGINAL");
         ctx.put(&s)?;
         Ok(Some((dist_info, original)))
     }
@@ -486,5 +504,33 @@ impl OrderLines {
 impl NewOrderRow {
     pub async fn insert(ctx: &Ctx, o_id: u32) -> Result<(), Abort> {
         insert(ctx, NEW_ORDER, &o_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bad_credit_data_prepends_the_payment_and_keeps_500_bytes() {
+        let p = CustomerPayment {
+            w_id: 2,
+            d_id: 3,
+            amount: 12_345,
+        };
+        let old = Text::<CUSTOMER_DATA_LEN_MAX>::from("y".repeat(490));
+        let data = bad_credit_data((1, 7, 42), &p, &old);
+        let prefix = b"42 7 1 3 2 123.45 ";
+        assert_eq!(data.as_bytes().len(), CUSTOMER_DATA_LEN_MAX);
+        assert_eq!(&data.as_bytes()[..prefix.len()], prefix);
+        assert!(data.as_bytes()[prefix.len()..].iter().all(|b| *b == b'y'));
+        let short = bad_credit_data((1, 7, 42), &p, &Text::from("old"));
+        assert_eq!(short.as_bytes(), b"42 7 1 3 2 123.45 old");
+    }
+
+    #[test]
+    fn history_data_is_the_two_names_four_spaces_apart() {
+        let data = history_data(&"WAREHOUSE1".into(), &"DISTRICT10".into());
+        assert_eq!(data.as_bytes(), b"WAREHOUSE1    DISTRICT10");
     }
 }

@@ -106,9 +106,9 @@ pub fn load_each(app: &App, scale: &Scale, seed: u64, mut emit: impl FnMut(OpId,
     for i in 1..=scale.items {
         let item = Item {
             im_id: uniform(&mut rng, 1, 10_000) as u32,
-            name: a_string(&mut rng, 14, 24),
+            name: a_string(&mut rng, 14, 24).into(),
             price: uniform(&mut rng, 100, 10_000) as Cents,
-            data: data_with_original(&mut rng),
+            data: data_with_original(&mut rng).into(),
         };
         out.put(t.item, item_key(i), &item);
     }
@@ -118,12 +118,12 @@ pub fn load_each(app: &App, scale: &Scale, seed: u64, mut emit: impl FnMut(OpId,
     for w in 1..=scale.warehouses {
         let mut rng = Rng::new(mix64(seed ^ mix64(u64::from(w))));
         let warehouse = Warehouse {
-            name: a_string(&mut rng, 6, 10),
-            street_1: a_string(&mut rng, 10, 20),
-            street_2: a_string(&mut rng, 10, 20),
-            city: a_string(&mut rng, 10, 20),
-            state: a_string(&mut rng, 2, 2),
-            zip: zip(&mut rng),
+            name: a_string(&mut rng, 6, 10).into(),
+            street_1: a_string(&mut rng, 10, 20).into(),
+            street_2: a_string(&mut rng, 10, 20).into(),
+            city: a_string(&mut rng, 10, 20).into(),
+            state: a_string(&mut rng, 2, 2).into(),
+            zip: zip(&mut rng).into(),
             tax: uniform(&mut rng, 0, 2_000) as u32,
         };
         out.put(t.warehouse, warehouse_key(w), &warehouse);
@@ -144,7 +144,7 @@ pub fn load_each(app: &App, scale: &Scale, seed: u64, mut emit: impl FnMut(OpId,
                 ytd: 0,
                 order_cnt: 0,
                 remote_cnt: 0,
-                data: data_with_original(&mut rng),
+                data: data_with_original(&mut rng).into(),
             };
             out.put(t.stock, stock_key(w, i), &stock);
         }
@@ -158,12 +158,12 @@ pub fn load_each(app: &App, scale: &Scale, seed: u64, mut emit: impl FnMut(OpId,
 fn load_district(t: &Tables, scale: &Scale, w: u32, d: u8, rng: &mut Rng, out: &mut Emitter<'_>) {
     let n = scale.customers_per_district;
     let district = District {
-        name: a_string(rng, 6, 10),
-        street_1: a_string(rng, 10, 20),
-        street_2: a_string(rng, 10, 20),
-        city: a_string(rng, 10, 20),
-        state: a_string(rng, 2, 2),
-        zip: zip(rng),
+        name: a_string(rng, 6, 10).into(),
+        street_1: a_string(rng, 10, 20).into(),
+        street_2: a_string(rng, 10, 20).into(),
+        city: a_string(rng, 10, 20).into(),
+        state: a_string(rng, 2, 2).into(),
+        zip: zip(rng).into(),
         tax: uniform(rng, 0, 2_000) as u32,
         ytd: Cents::from(n) * LOADED_PAYMENT,
     };
@@ -179,29 +179,29 @@ fn load_district(t: &Tables, scale: &Scale, w: u32, d: u8, rng: &mut Rng, out: &
             last_name_number(rng, C_LAST_LOAD, names)
         };
         let customer = Customer {
-            first: a_string(rng, 8, 16),
-            middle: "OE".to_string(),
-            last: last_name(number),
-            street_1: a_string(rng, 10, 20),
-            street_2: a_string(rng, 10, 20),
-            city: a_string(rng, 10, 20),
-            state: a_string(rng, 2, 2),
-            zip: zip(rng),
-            phone: n_string(rng, 16, 16),
+            first: a_string(rng, 8, 16).into(),
+            middle: "OE".into(),
+            last: last_name(number).into(),
+            street_1: a_string(rng, 10, 20).into(),
+            street_2: a_string(rng, 10, 20).into(),
+            city: a_string(rng, 10, 20).into(),
+            state: a_string(rng, 2, 2).into(),
+            zip: zip(rng).into(),
+            phone: n_string(rng, 16, 16).into(),
             since_us: LOAD_TIME_US,
-            credit: if rng.below(10) == 0 { "BC" } else { "GC" }.to_string(),
+            credit: if rng.below(10) == 0 { "BC" } else { "GC" }.into(),
             credit_lim: 5_000_000,
             discount: uniform(rng, 0, 5_000) as u32,
             balance: -LOADED_PAYMENT,
             ytd_payment: LOADED_PAYMENT,
             payment_cnt: 1,
             delivery_cnt: 0,
-            data: a_string(rng, 300, 500),
+            data: a_string(rng, 300, 500).into(),
         };
         by_name
-            .entry(customer.last.clone())
+            .entry(customer.last.to_string())
             .or_default()
-            .push((customer.first.clone(), c));
+            .push((customer.first.to_string(), c));
         out.put(t.customer, customer_key(w, d, c), &customer);
         let history = History {
             c_id: c,
@@ -211,7 +211,7 @@ fn load_district(t: &Tables, scale: &Scale, w: u32, d: u8, rng: &mut Rng, out: &
             w_id: w,
             date_us: LOAD_TIME_US,
             amount: LOADED_PAYMENT,
-            data: a_string(rng, 12, 24),
+            data: a_string(rng, 12, 24).into(),
         };
         let key = history_key(w, d, HISTORY_LOADED, u64::from(c));
         out.put(t.history, key, &history);
@@ -251,7 +251,7 @@ fn load_district(t: &Tables, scale: &Scale, w: u32, d: u8, rng: &mut Rng, out: &
                 } else {
                     uniform(rng, 1, 999_999) as Cents
                 },
-                dist_info: a_string(rng, 24, 24),
+                dist_info: a_string(rng, 24, 24).into(),
             })
             .collect();
         out.put(t.order, order_key(w, d, o), &order);

@@ -67,6 +67,124 @@ pub const RATE_ONE: i64 = 10_000;
 /// Amounts of money, in cents.
 pub type Cents = i64;
 
+/// A CHAR(N) or VARCHAR(N) column: at most `N` bytes of text (TPC-C's
+/// strings are ASCII), stored inline at a fixed width. A `String` column
+/// was validated as UTF-8 on every read in place and allocated on every
+/// decode; these archive to plain bytes, so a row of them is checked by
+/// its length fields alone and decodes without allocating.
+#[derive(Archive, Serialize, Deserialize, Clone, Copy, PartialEq, Eq)]
+pub struct Text<const N: usize> {
+    len: u16,
+    bytes: [u8; N],
+}
+
+impl<const N: usize> Text<N> {
+    /// The first `N` bytes of `bytes` (the rest is cut off).
+    pub fn new(bytes: &[u8]) -> Text<N> {
+        let len = bytes.len().min(N);
+        let mut text = Text {
+            len: len as u16,
+            bytes: [0; N],
+        };
+        text.bytes[..len].copy_from_slice(&bytes[..len]);
+        text
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len).min(N)]
+    }
+
+    /// Whether `needle` occurs in the text (I_DATA, S_DATA: "ORIGINAL").
+    pub fn contains(&self, needle: &[u8]) -> bool {
+        contains(self.as_bytes(), needle)
+    }
+}
+
+impl<const N: usize> ArchivedText<N> {
+    pub fn as_bytes(&self) -> &[u8] {
+        // A stored length over N is cut to N: the bytes stay in the row.
+        &self.bytes[..usize::from(self.len.to_native()).min(N)]
+    }
+
+    pub fn contains(&self, needle: &[u8]) -> bool {
+        contains(self.as_bytes(), needle)
+    }
+
+    pub fn to_text(&self) -> Text<N> {
+        Text::new(self.as_bytes())
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+impl<const N: usize> From<&str> for Text<N> {
+    fn from(s: &str) -> Text<N> {
+        Text::new(s.as_bytes())
+    }
+}
+
+impl<const N: usize> From<String> for Text<N> {
+    fn from(s: String) -> Text<N> {
+        Text::new(s.as_bytes())
+    }
+}
+
+impl<const N: usize> std::fmt::Display for Text<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+impl<const N: usize> std::fmt::Debug for Text<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+impl<const N: usize> PartialEq<str> for Text<N> {
+    fn eq(&self, other: &str) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+/// In arguments and results a text travels as bytes (a `u32` length,
+/// then the bytes); one longer than `N` is refused, not cut.
+impl<const N: usize> styx::Encode for Text<N> {
+    fn encode(&self, w: &mut styx::Writer) {
+        styx::Encode::encode(&(self.as_bytes().len() as u32), w);
+        w.put(self.as_bytes());
+    }
+
+    fn wire_type(_: &mut styx::Types) -> styx::WireType {
+        styx::WireType::Bytes
+    }
+}
+
+impl<const N: usize> styx::Decode for Text<N> {
+    fn decode(input: &mut &[u8]) -> Result<Text<N>, styx::DecodeError> {
+        let n = <u32 as styx::Decode>::decode(input)? as usize;
+        if n > N {
+            return Err(styx::DecodeError::Invalid(format!(
+                "a text of {n} bytes where at most {N} fit"
+            )));
+        }
+        if input.len() < n {
+            return Err(styx::DecodeError::Short {
+                expected: n - input.len(),
+            });
+        }
+        let (bytes, rest) = input.split_at(n);
+        *input = rest;
+        Ok(Text::new(bytes))
+    }
+
+    fn wire_type(_: &mut styx::Types) -> styx::WireType {
+        styx::WireType::Bytes
+    }
+}
+
 /// Where a HISTORY row comes from: the initial load or a Payment.
 pub const HISTORY_LOADED: u8 = 0;
 pub const HISTORY_PAYMENT: u8 = 1;
@@ -164,12 +282,12 @@ impl Tables {
 #[styx::entity(name = "warehouse", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Warehouse {
-    pub name: String,
-    pub street_1: String,
-    pub street_2: String,
-    pub city: String,
-    pub state: String,
-    pub zip: String,
+    pub name: Text<10>,
+    pub street_1: Text<20>,
+    pub street_2: Text<20>,
+    pub city: Text<20>,
+    pub state: Text<2>,
+    pub zip: Text<9>,
     /// W_TAX in 1/10 000.
     pub tax: u32,
 }
@@ -186,12 +304,12 @@ pub struct WarehouseYtd {
 #[styx::entity(name = "district", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct District {
-    pub name: String,
-    pub street_1: String,
-    pub street_2: String,
-    pub city: String,
-    pub state: String,
-    pub zip: String,
+    pub name: Text<10>,
+    pub street_1: Text<20>,
+    pub street_2: Text<20>,
+    pub city: Text<20>,
+    pub state: Text<2>,
+    pub zip: Text<9>,
     /// D_TAX in 1/10 000.
     pub tax: u32,
     pub ytd: Cents,
@@ -200,18 +318,18 @@ pub struct District {
 #[styx::entity(name = "customer", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Customer {
-    pub first: String,
-    pub middle: String,
-    pub last: String,
-    pub street_1: String,
-    pub street_2: String,
-    pub city: String,
-    pub state: String,
-    pub zip: String,
-    pub phone: String,
+    pub first: Text<16>,
+    pub middle: Text<2>,
+    pub last: Text<16>,
+    pub street_1: Text<20>,
+    pub street_2: Text<20>,
+    pub city: Text<20>,
+    pub state: Text<2>,
+    pub zip: Text<9>,
+    pub phone: Text<16>,
     pub since_us: u64,
     /// "GC" (good) or "BC" (bad credit).
-    pub credit: String,
+    pub credit: Text<2>,
     pub credit_lim: Cents,
     /// C_DISCOUNT in 1/10 000.
     pub discount: u32,
@@ -219,7 +337,7 @@ pub struct Customer {
     pub ytd_payment: Cents,
     pub payment_cnt: u32,
     pub delivery_cnt: u32,
-    pub data: String,
+    pub data: Text<CUSTOMER_DATA_LEN_MAX>,
 }
 
 #[styx::entity(name = "history", required)]
@@ -232,16 +350,16 @@ pub struct History {
     pub w_id: u32,
     pub date_us: u64,
     pub amount: Cents,
-    pub data: String,
+    pub data: Text<24>,
 }
 
 #[styx::entity(name = "item", required)]
 #[derive(Archive, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 pub struct Item {
     pub im_id: u32,
-    pub name: String,
+    pub name: Text<24>,
     pub price: Cents,
-    pub data: String,
+    pub data: Text<50>,
 }
 
 /// S_DIST_xx: CHAR(24).
@@ -257,7 +375,7 @@ pub struct Stock {
     pub ytd: u32,
     pub order_cnt: u32,
     pub remote_cnt: u32,
-    pub data: String,
+    pub data: Text<50>,
 }
 
 #[styx::entity(name = "order", required)]
@@ -279,7 +397,7 @@ pub struct OrderLine {
     pub delivery_d_us: Option<u64>,
     pub quantity: u8,
     pub amount: Cents,
-    pub dist_info: String,
+    pub dist_info: Text<24>,
 }
 
 /// DISTRICT.D_NEXT_O_ID, split from the rest of the row; stored as the
@@ -447,7 +565,7 @@ mod tests {
             delivery_d_us: n.is_multiple_of(2).then_some(9),
             quantity: 9,
             amount: 12_345,
-            dist_info: "x".repeat(24),
+            dist_info: "x".repeat(24).into(),
         };
         for lines in [vec![], vec![line(1)], (1..=15).map(line).collect()] {
             let bare = archive(&|s| Value::encode(&lines, s).unwrap());
@@ -479,9 +597,56 @@ mod tests {
             delivery_d_us: None,
             quantity: 9,
             amount: 12_345,
-            dist_info: "x".repeat(24),
+            dist_info: "x".repeat(24).into(),
         };
         let p = styx_engine::Payload::encode(&vec![line.clone(), line.clone()]);
         assert_eq!(p.decode::<Vec<OrderLine>>().unwrap(), vec![line.clone(), line]);
+    }
+
+    #[test]
+    fn text_columns_keep_at_most_their_width() {
+        let t = Text::<8>::from("ORIGINAL and more");
+        assert_eq!(t.as_bytes(), b"ORIGINAL");
+        assert!(t.contains(b"ORIGINAL") && t.contains(b"") && !t.contains(b"more"));
+        assert_eq!(Text::<8>::from("GC").as_bytes(), b"GC");
+        assert!(Text::<2>::from("BC") == *"BC");
+        assert_eq!(Text::<16>::from("BARBARBAR").to_string(), "BARBARBAR");
+
+        // Stored in a row and read in place, without decoding the row.
+        let mut scratch = styx_engine::Scratch::default();
+        let item = Item {
+            im_id: 3,
+            name: "a name".into(),
+            price: 100,
+            data: "xxORIGINALyy".into(),
+        };
+        let value = styx_engine::Value::encode(&item, &mut scratch).unwrap();
+        let read = value
+            .read::<Item, _>(|i| (i.name.to_text(), i.data.contains(b"ORIGINAL")))
+            .unwrap();
+        assert_eq!(read, ("a name".into(), true));
+        assert_eq!(value.decode::<Item>().unwrap(), item);
+    }
+
+    /// As an argument or result a text is a length and its bytes (a
+    /// string's encoding); one longer than the type's width is refused.
+    #[test]
+    fn text_arguments_are_bytes_and_longer_ones_are_refused() {
+        let t = Text::<24>::from("abcdefghijklmnopqrstuvwx");
+        let p = styx_engine::Payload::encode(&t);
+        assert_eq!(
+            p.as_bytes(),
+            styx_engine::Payload::encode("abcdefghijklmnopqrstuvwx").as_bytes()
+        );
+        assert_eq!(p.decode::<Text<24>>().unwrap(), t);
+        assert!(matches!(
+            p.decode::<Text<10>>(),
+            Err(styx_engine::DecodeError::Invalid(_))
+        ));
+        let short = styx_engine::Payload::from_bytes(&p.as_bytes()[..10]);
+        assert!(matches!(
+            short.decode::<Text<24>>(),
+            Err(styx_engine::DecodeError::Short { .. })
+        ));
     }
 }

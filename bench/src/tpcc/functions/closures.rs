@@ -7,7 +7,7 @@
 //! and rows.
 
 use super::{CustomerPayment, Functions, ITEM_NOT_VALID, NewOrder, NewOrderReply, Payment, PaymentReply, StockOrder};
-use super::{check_key, insert, missing};
+use super::{bad_credit_data, check_key, history_data, insert, missing};
 use crate::tpcc::schema::*;
 use styx_engine::{Abort, App, Call};
 
@@ -25,7 +25,7 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
             .ok_or_else(|| missing(WAREHOUSE, &ctx))
     });
     let warehouse_name = app.function(t.warehouse, "name", |ctx, (): ()| async move {
-        ctx.read::<Warehouse, _>(|w| w.name.to_string())?
+        ctx.read::<Warehouse, _>(|w| w.name.to_text())?
             .ok_or_else(|| missing(WAREHOUSE, &ctx))
     });
     let warehouse_ytd_add = app.function(
@@ -39,7 +39,7 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
     });
     // C_DISCOUNT, C_LAST, C_CREDIT.
     let customer_new_order = app.function(t.customer, "new_order", |ctx, (): ()| async move {
-        ctx.read::<Customer, _>(|c| (c.discount.to_native(), c.last.to_string(), c.credit.to_string()))?
+        ctx.read::<Customer, _>(|c| (c.discount.to_native(), c.last.to_text(), c.credit.to_text()))?
             .ok_or_else(|| missing(CUSTOMER, &ctx))
     });
     let customer_payment = app.function(t.customer, "payment", |ctx, p: CustomerPayment| async move {
@@ -48,18 +48,8 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
         c.balance -= p.amount;
         c.ytd_payment += p.amount;
         c.payment_cnt += 1;
-        if c.credit == "BC" {
-            let mut data = format!(
-                "{c_id} {c_d_id} {c_w_id} {} {} {}.{:02} ",
-                p.d_id,
-                p.w_id,
-                p.amount / 100,
-                p.amount % 100
-            );
-            data.push_str(&c.data);
-            // ASCII only (the loader writes a-strings), so any cut is a char boundary.
-            data.truncate(CUSTOMER_DATA_LEN_MAX);
-            c.data = data;
+        if c.credit.as_bytes() == b"BC" {
+            c.data = bad_credit_data((c_w_id, c_d_id, c_id), &p, &c.data);
         }
         ctx.put(&c)?;
         Ok((c_id, c.balance))
@@ -83,7 +73,7 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
     });
     // I_PRICE, I_NAME, and whether I_DATA says "ORIGINAL"; none if unused.
     let item_get = app.function(t.item, "get", |ctx, (): ()| async move {
-        ctx.read::<Item, _>(|i| (i.price.to_native(), i.name.to_string(), i.data.contains("ORIGINAL")))
+        ctx.read::<Item, _>(|i| (i.price.to_native(), i.name.to_text(), i.data.contains(b"ORIGINAL")))
     });
     // Takes the ordered quantity; returns S_DIST_xx and whether S_DATA says
     // "ORIGINAL"; none if the warehouse stocks no such item.
@@ -106,8 +96,8 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
             .checked_sub(1)
             .filter(|d| *d < usize::from(DISTRICTS))
             .ok_or_else(|| Abort::new(format!("no district {}", o.d_id)))?;
-        let dist_info = String::from_utf8_lossy(&s.dist[district]).into_owned();
-        let original = s.data.contains("ORIGINAL");
+        let dist_info = Text::<24>::new(&s.dist[district]);
+        let original = s.data.contains(b"ORIGINAL");
         ctx.put(&s)?;
         Ok(Some((dist_info, original)))
     });
@@ -145,13 +135,13 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
         let w_tax = ctx.call_fn::<u32>(warehouse_tax, warehouse_key(r.w_id), ());
         let d_tax = ctx.call_fn::<u32>(district_tax, district_key(r.w_id, r.d_id), ());
         let customer =
-            ctx.call_fn::<(u32, String, String)>(customer_new_order, customer_key(r.w_id, r.d_id, r.c_id), ());
-        let items: Vec<Call<Option<(Cents, String, bool)>>> = r
+            ctx.call_fn::<(u32, Text<16>, Text<2>)>(customer_new_order, customer_key(r.w_id, r.d_id, r.c_id), ());
+        let items: Vec<Call<Option<(Cents, Text<24>, bool)>>> = r
             .lines
             .iter()
             .map(|l| ctx.call_fn(item_get, item_key(l.i_id), ()))
             .collect();
-        let stocks: Vec<Call<Option<(String, bool)>>> = r
+        let stocks: Vec<Call<Option<(Text<24>, bool)>>> = r
             .lines
             .iter()
             .map(|l| {
@@ -216,7 +206,7 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
         district.ytd += p.amount;
         ctx.put(&district)?;
 
-        let w_name = ctx.call_fn::<String>(warehouse_name, warehouse_key(p.w_id), ());
+        let w_name = ctx.call_fn::<Text<10>>(warehouse_name, warehouse_key(p.w_id), ());
         ctx.send_fn(warehouse_ytd_add, warehouse_key(p.w_id), p.amount)?;
         let pay = CustomerPayment {
             w_id: p.w_id,
@@ -241,7 +231,7 @@ pub fn install_closures(app: &mut App, partitions: u32) -> Functions {
             w_id: p.w_id,
             date_us: ctx.now_us(),
             amount: p.amount,
-            data: format!("{w_name}    {}", district.name),
+            data: history_data(&w_name, &district.name),
         };
         ctx.send_fn(
             history_insert,
