@@ -309,6 +309,31 @@ impl Store {
             .copied()
     }
 
+    /// Touches the entry of `key` and the bytes of its value, if its
+    /// partition is owned here and it has one, and returns a byte of
+    /// them; nothing changes. Called for a batch of invocations before
+    /// any of them runs: the lookups do not depend on each other, so the
+    /// processor overlaps their cache misses, where the invocations one
+    /// after another would take them one at a time.
+    #[inline]
+    pub fn warm(&self, op: OpId, partition: u32, key: &Key, hash: u64) -> u8 {
+        let Some(Some(part)) = self
+            .operators
+            .get(op.0 as usize)
+            .and_then(|o| o.partitions.get(partition as usize))
+        else {
+            return 0;
+        };
+        let entries = &self.entries;
+        match part
+            .map()
+            .find(table_hash(hash), |s| entries[*s as usize].key.as_ref() == Some(key))
+        {
+            Some(slot) => entries[*slot as usize].value.as_ref().map_or(0, Value::first_byte),
+            None => 0,
+        }
+    }
+
     /// Sets an entry's value, keeping the count of live entities and the
     /// snapshot marks: the old value of a slot the running snapshot has not
     /// copied yet is saved first, and the slot becomes dirty for the next.
@@ -896,5 +921,33 @@ mod tests {
                 assert!(store.begin_snapshot().is_empty(), "nothing tracked");
             }
         }
+    }
+
+    /// Warming reads what a lookup would find and changes nothing: a
+    /// missing key, an operator or a partition not owned here are no entry.
+    #[test]
+    fn warming_touches_an_entry_without_changing_the_store() {
+        let mut app = App::new("t");
+        let op = app.operator("a", 2);
+        let map = PartitionMap::new(&app, 2);
+        let mut store = Store::new(&app, 0, &map);
+        let owned = (0..2)
+            .find(|p| map.owner(op, *p) == 0)
+            .expect("shard 0 owns a partition");
+        let key = Key::from(7u64);
+        let heap = [9u8; 100];
+        let slot = store.slot(op, owned, &key, key.hash64());
+        store.set(slot, Some(Value::from_bytes(&heap)));
+        let (entries, live) = (store.entries.len(), store.live);
+        assert_eq!(store.warm(op, owned, &key, key.hash64()), 9);
+        let other = Key::from(8u64);
+        assert_eq!(store.warm(op, owned, &other, other.hash64()), 0);
+        assert_eq!(store.warm(OpId(5), owned, &key, key.hash64()), 0);
+        assert_eq!(store.warm(op, 99, &key, key.hash64()), 0);
+        if let Some(not_owned) = (0..2).find(|p| map.owner(op, *p) != 0) {
+            assert_eq!(store.warm(op, not_owned, &key, key.hash64()), 0);
+        }
+        assert_eq!((store.entries.len(), store.live), (entries, live));
+        assert!(store.find(op, owned, &other, other.hash64()).is_none());
     }
 }

@@ -29,7 +29,10 @@ pub struct Value(Repr);
 
 #[derive(Clone)]
 enum Repr {
-    Inline { len: u8, buf: [u8; VALUE_INLINE_MAX] },
+    Inline {
+        len: u8,
+        buf: [u8; VALUE_INLINE_MAX],
+    },
     /// The buffer itself, not a box of it: a read then follows one
     /// pointer to the bytes (a box cost a second, dependent cache miss
     /// per row read and a second allocation per write), and the enum
@@ -160,6 +163,16 @@ impl Value {
         match &self.0 {
             Repr::Inline { len, .. } => *len as usize,
             Repr::Heap(v) => v.len(),
+        }
+    }
+
+    /// The archive's first byte (0 if empty): a load from the bytes
+    /// themselves, for [`Store::warm`](crate::store::Store::warm).
+    #[inline]
+    pub fn first_byte(&self) -> u8 {
+        match &self.0 {
+            Repr::Inline { buf, .. } => buf[0],
+            Repr::Heap(v) => v.first().copied().unwrap_or(0),
         }
     }
 

@@ -15,12 +15,32 @@
 use super::release::{Release, ReplyTo};
 use super::{Shard, Stage};
 use crate::config::{Outcome, Reply as ClientReply};
+use crate::ids::Address;
 use crate::ids::ShardId;
 use crate::message::{Message, Phase};
+use crate::store::Store;
+
+/// Touches the state of every invocation in `msgs` before they run
+/// ([`Store::warm`]).
+pub(super) fn warm<'a>(store: &Store, msgs: impl Iterator<Item = &'a Message>) {
+    let mut any = 0u8;
+    for msg in msgs {
+        if let Message::Invoke(inv) = msg
+            && let Address::Entity(key) = &inv.address
+        {
+            any ^= store.warm(inv.function.op, inv.partition, key, inv.hash);
+        }
+    }
+    std::hint::black_box(any);
+}
 
 impl Shard {
     /// Handles local messages, at most `step_messages_max` of them.
     pub(super) fn run_local(&mut self) {
+        {
+            let st = self.exec.st.borrow();
+            warm(&st.store, st.local.iter().take(self.config.step_messages_max));
+        }
         for _ in 0..self.config.step_messages_max {
             let next = self.exec.st.borrow_mut().local.pop_front();
             match next {

@@ -446,6 +446,7 @@ impl Shard {
     /// kept to carry a later outgoing batch: batches cross between shards in
     /// both directions, so their allocations circulate instead of regrowing.
     pub fn receive(&mut self, from: ShardId, mut batch: Vec<Message>) {
+        inbox::warm(&self.exec.st.borrow().store, batch.iter());
         for msg in batch.drain(..) {
             self.handle(from, msg);
         }
