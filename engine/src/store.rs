@@ -329,7 +329,7 @@ impl Store {
             .map()
             .find(table_hash(hash), |s| entries[*s as usize].key.as_ref() == Some(key))
         {
-            Some(slot) => entries[*slot as usize].value.as_ref().map_or(0, Value::first_byte),
+            Some(slot) => entries[*slot as usize].value.as_ref().map_or(0, Value::touch),
             None => 0,
         }
     }
@@ -935,11 +935,12 @@ mod tests {
             .find(|p| map.owner(op, *p) == 0)
             .expect("shard 0 owns a partition");
         let key = Key::from(7u64);
-        let heap = [9u8; 100];
+        let mut heap = [0u8; 100];
+        (heap[0], heap[64]) = (9, 4);
         let slot = store.slot(op, owned, &key, key.hash64());
         store.set(slot, Some(Value::from_bytes(&heap)));
         let (entries, live) = (store.entries.len(), store.live);
-        assert_eq!(store.warm(op, owned, &key, key.hash64()), 9);
+        assert_eq!(store.warm(op, owned, &key, key.hash64()), 9 ^ 4);
         let other = Key::from(8u64);
         assert_eq!(store.warm(op, owned, &other, other.hash64()), 0);
         assert_eq!(store.warm(OpId(5), owned, &key, key.hash64()), 0);
