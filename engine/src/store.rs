@@ -302,9 +302,14 @@ impl Store {
 
     #[inline]
     pub fn find(&self, op: OpId, partition: u32, key: &Key, hash: u64) -> Option<u32> {
+        self.find_in(self.partition(op, partition), key, hash)
+    }
+
+    /// The slot of `key` in `part`'s table.
+    #[inline]
+    fn find_in(&self, part: &Partition, key: &Key, hash: u64) -> Option<u32> {
         let entries = &self.entries;
-        self.partition(op, partition)
-            .map()
+        part.map()
             .find(table_hash(hash), |s| entries[*s as usize].key.as_ref() == Some(key))
             .copied()
     }
@@ -324,14 +329,9 @@ impl Store {
         else {
             return 0;
         };
-        let entries = &self.entries;
-        match part
-            .map()
-            .find(table_hash(hash), |s| entries[*s as usize].key.as_ref() == Some(key))
-        {
-            Some(slot) => entries[*slot as usize].value.as_ref().map_or(0, Value::touch),
-            None => 0,
-        }
+        self.find_in(part, key, hash)
+            .and_then(|slot| self.entries[slot as usize].value.as_ref())
+            .map_or(0, Value::touch)
     }
 
     /// Sets an entry's value, keeping the count of live entities and the
