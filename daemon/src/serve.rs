@@ -5,7 +5,7 @@
 //! refuses new requests (`SHUTTING_DOWN`), finishes those in flight, and the
 //! run ends once every shard is quiet and its log flushed.
 
-use crate::settings::{Fsync, Settings, resolve};
+use crate::settings::{Fsync, Settings, resolve_all};
 use crate::{Extension, Program, Start};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -28,8 +28,14 @@ use styx_storage::wal::{self, FsyncMode};
 /// reconnect and retry (exactly-once).
 pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, extension: &E) -> Result<(), String> {
     let started = Instant::now();
-    let listen = resolve(&settings.listen)?;
-    let metrics_addr = settings.metrics.as_deref().map(resolve).transpose()?;
+    let mut named = vec![settings.listen.as_str()];
+    named.extend(settings.metrics.as_deref());
+    let resolved = resolve_all(&named)?;
+    let listen = resolved[0];
+    let metrics_addr = resolved.get(1).copied();
+    if metrics_addr == Some(listen) {
+        return Err(format!("--listen and --metrics name the same address, {listen}"));
+    }
     let mut addrs = vec![("--listen", listen)];
     addrs.extend(metrics_addr.map(|a| ("--metrics", a)));
     let _claim = crate::claim::claim(&addrs, &settings.data_dir)?;

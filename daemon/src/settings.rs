@@ -270,14 +270,51 @@ impl Settings {
 /// Resolves an address; port 0 becomes a free port (every shard then binds
 /// that same port with SO_REUSEPORT).
 pub(crate) fn resolve(addr: &str) -> Result<SocketAddr, String> {
-    let a = addr
-        .to_socket_addrs()
-        .map_err(|e| format!("address {addr}: {e}"))?
-        .next()
-        .ok_or_else(|| format!("address {addr} resolves to nothing"))?;
-    if a.port() != 0 {
-        return Ok(a);
+    resolve_all(&[addr]).map(|a| a[0])
+}
+
+/// Resolves addresses; each port 0 becomes a free port, distinct from the
+/// others picked here: each probe listener stays open until all are
+/// picked (closed at once, two could get the same port, and the daemon
+/// would then claim one address twice).
+pub(crate) fn resolve_all(addrs: &[&str]) -> Result<Vec<SocketAddr>, String> {
+    let mut probes = Vec::new();
+    let mut resolved = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        let a = addr
+            .to_socket_addrs()
+            .map_err(|e| format!("address {addr}: {e}"))?
+            .next()
+            .ok_or_else(|| format!("address {addr} resolves to nothing"))?;
+        if a.port() != 0 {
+            resolved.push(a);
+            continue;
+        }
+        let l = StdListener::bind(a).map_err(|e| format!("cannot find a free port on {a}: {e}"))?;
+        resolved.push(l.local_addr().map_err(|e| e.to_string())?);
+        probes.push(l);
     }
-    let l = StdListener::bind(a).map_err(|e| format!("cannot find a free port on {a}: {e}"))?;
-    l.local_addr().map_err(|e| e.to_string())
+    Ok(resolved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_picked_together_are_distinct() {
+        // Closed one by one, probes hand the same port out again often
+        // enough that a daemon restarted many times met it (its --listen
+        // and --metrics then claimed one address twice).
+        for _ in 0..200 {
+            let a = resolve_all(&["127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"]).unwrap();
+            assert!(a.iter().all(|x| x.port() != 0), "{a:?}");
+            assert!(a[0] != a[1] && a[1] != a[2] && a[0] != a[2], "{a:?}");
+        }
+        assert_eq!(
+            resolve("127.0.0.1:7").unwrap(),
+            "127.0.0.1:7".parse::<SocketAddr>().unwrap()
+        );
+        assert!(resolve_all(&["not an address"]).unwrap_err().contains("not an address"));
+    }
 }

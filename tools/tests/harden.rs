@@ -219,6 +219,31 @@ fn a_client_that_never_reads_is_held_at_its_in_flight_limit() {
 }
 
 #[test]
+fn one_address_for_clients_and_metrics_is_refused() {
+    let dir = data_dir("harden-same-address");
+    let addr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().to_string()
+    };
+    let (code, stderr) = refused(&[
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--listen",
+        &addr,
+        "--metrics",
+        &addr,
+        "--shards",
+        "1",
+    ]);
+    assert_ne!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!("--listen and --metrics name the same address, {addr}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("another styxd"), "{stderr}");
+}
+
+#[test]
 fn a_second_daemon_on_an_occupied_port_refuses_to_start() {
     let first = Daemon::start(styxd(), &data_dir("harden-port-first"), &["--shards", "1"]);
     let second_dir = data_dir("harden-port-second");
