@@ -114,6 +114,8 @@ pub struct Sim {
     now_us: u64,
     /// Replies released, each with the number of disk events before it.
     replies: Vec<(usize, Reply)>,
+    /// Outcomes of replayed transactions (token = tid), apart from replies.
+    replayed: Vec<Reply>,
     history: Vec<EpochRecord>,
     logs: Vec<Vec<Batch>>,
     snapshots: Vec<SnapshotChunk>,
@@ -150,6 +152,7 @@ impl Sim {
             seed,
             now_us: 1_700_000_000_000_000,
             replies: Vec::new(),
+            replayed: Vec::new(),
             history: Vec::new(),
             logs: vec![Vec::new(); n],
             snapshots: Vec::new(),
@@ -332,6 +335,7 @@ impl Sim {
         }
         let at = self.disk.len();
         self.replies.extend(self.out.replies.drain(..).map(|r| (at, r)));
+        self.replayed.append(&mut self.out.replayed);
         self.history.append(&mut self.out.history);
         for c in &self.out.snapshots {
             self.disk.push(DiskEvent::Chunk {
@@ -492,7 +496,14 @@ impl Sim {
         }
     }
 
-    /// Replies released so far, taken.
+    /// Outcomes of the transactions replayed from the log so far, taken
+    /// (each `token` is its tid): what recovery computed, which no client
+    /// is answered.
+    pub fn take_replayed(&mut self) -> Vec<Reply> {
+        std::mem::take(&mut self.replayed)
+    }
+
+    /// Replies to submitted requests released so far, taken.
     pub fn take_replies(&mut self) -> Vec<Reply> {
         self.replies.drain(..).map(|(_, r)| r).collect()
     }

@@ -412,8 +412,12 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
     }
     let replayed_batches = live.batches.values().filter(|b| b.epoch <= snapshot).chain(&survived);
     assert_placed(&rec, &map_of_log(&live.app, shards, replayed_batches), &at);
+    assert!(
+        rec.take_replies().is_empty(),
+        "{at}: recovery answered a request nobody submitted"
+    );
     let recovered_replies: HashMap<Tid, Outcome> = rec
-        .take_replies()
+        .take_replayed()
         .into_iter()
         .map(|r| {
             assert_eq!(r.token, r.tid, "{at}: a replayed transaction answers its own tid");

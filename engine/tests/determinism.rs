@@ -70,7 +70,7 @@ fn run(
     }
     sim.replay(batches);
     sim.run();
-    let replies = sim.take_replies().into_iter().map(|r| (r.tid, r.outcome)).collect();
+    let replies = sim.take_replayed().into_iter().map(|r| (r.tid, r.outcome)).collect();
     (sim.state(), replies)
 }
 
@@ -212,7 +212,7 @@ fn replaying_the_log_reproduces_state_and_replies() {
             replay.replay(batches);
             replay.run();
             let replayed: BTreeMap<Tid, Outcome> =
-                replay.take_replies().into_iter().map(|r| (r.tid, r.outcome)).collect();
+                replay.take_replayed().into_iter().map(|r| (r.tid, r.outcome)).collect();
             assert!(replayed == live, "replies differ on replay ({shards} shards)");
             assert!(
                 replay.state() == live_state,

@@ -221,9 +221,32 @@ fn acknowledged_requests_are_forgotten_not_rerun() {
 /// run it a second time.
 #[test]
 fn a_retry_forwarded_to_a_shard_still_replaying_gets_the_logged_outcome() {
+    const RETRY: u64 = 1_000_000;
+    retries_while_a_shard_replays(|seq, _| RETRY + seq);
+}
+
+/// A driver numbers the requests it submits from its own counter, which
+/// knows nothing of tids. The outcomes of replayed transactions must never
+/// be taken for answers to live requests: a retry submitted (on a shard
+/// done replaying) under a token equal to the tid of another logged
+/// transaction gets its own outcome, once, and nothing else answers it.
+#[test]
+fn a_live_token_equal_to_a_replayed_tid_gets_its_own_answer() {
+    retries_while_a_shard_replays(|seq, first| {
+        // The tid of the next logged request (wrapping): a mix-up shows.
+        let other = seq % first.len() as u64 + 1;
+        first[&other].0
+    });
+}
+
+/// Runs logged transfers of one client, recovers from the log, and once
+/// the client's home shard is the only one still replaying, retries every
+/// request on the other shard under `token(seq, first outcomes)`: each
+/// token gets exactly the first outcome of its seq, once, and nothing ran
+/// twice.
+fn retries_while_a_shard_replays(token: impl Fn(u64, &BTreeMap<u64, (Tid, Outcome)>) -> u64) {
     const CLIENT: u64 = 77;
     const SEQS: u64 = 30;
-    const RETRY: u64 = 1_000_000;
     let app = bank(16);
     let initial: Vec<(Key, Value)> = (0..ACCOUNTS)
         .map(|k| (Key::from(k), Value::encode(&100i64, &mut Default::default()).unwrap()))
@@ -275,22 +298,20 @@ fn a_retry_forwarded_to_a_shard_still_replaying_gets_the_logged_outcome() {
             return;
         }
         windows += 1;
+        let mut expect = BTreeMap::new();
         for (seq, (d, c)) in &sent {
-            rec.submit(
-                other,
-                RETRY + seq,
-                with_client(transfer(&app, *d, *c, 1), CLIENT, *seq, 0),
-            )
-            .unwrap();
+            let t = token(*seq, &first);
+            expect.insert(t, first[seq].clone());
+            rec.submit(other, t, with_client(transfer(&app, *d, *c, 1), CLIENT, *seq, 0))
+                .unwrap();
         }
         rec.run();
-        let retried: BTreeMap<u64, (Tid, Outcome)> = rec
-            .take_replies()
-            .into_iter()
-            .filter(|r| r.token >= RETRY)
-            .map(|r| (r.token - RETRY, (r.tid, r.outcome)))
-            .collect();
-        assert_eq!(retried, first, "seed {seed}: every retry gets the logged outcome");
+        let mut answered: BTreeMap<u64, (Tid, Outcome)> = BTreeMap::new();
+        for r in rec.take_replies() {
+            let again = answered.insert(r.token, (r.tid, r.outcome));
+            assert!(again.is_none(), "seed {seed}: token {} answered twice", r.token);
+        }
+        assert_eq!(answered, expect, "seed {seed}: every retry gets the logged outcome");
         assert_eq!(rec.state(), live.state(), "seed {seed}: nothing ran twice");
     });
     if all {

@@ -111,9 +111,20 @@ fn snapshot_plus_log_replay_equals_the_live_run() {
                 assert_eq!(shard.restore(meta).unwrap(), *epoch);
             }
             let later: Vec<_> = logs.iter().filter(|b| b.epoch > *epoch).cloned().collect();
+            let replayed_txns: usize = later.iter().map(|b| b.txns.len()).sum();
             rec.replay(later);
             rec.run();
-            for r in rec.take_replies() {
+            assert!(
+                rec.take_replies().is_empty(),
+                "seed {seed}: recovery answered a request nobody sent"
+            );
+            let replayed = rec.take_replayed();
+            assert_eq!(
+                replayed.len(),
+                replayed_txns,
+                "seed {seed}: one outcome per replayed transaction"
+            );
+            for r in replayed {
                 let logged_in = logs
                     .iter()
                     .find(|b| b.txns.iter().any(|(t, _)| *t == r.tid))

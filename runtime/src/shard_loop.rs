@@ -348,7 +348,10 @@ impl<F: Frontend> ShardLoop<F> {
     }
 
     /// Hands the released replies to the frontend; whether there were any.
+    /// Outcomes of replayed transactions answer nobody (a retry is answered
+    /// from the client table): dropped.
     fn deliver(&mut self, now: u64) -> bool {
+        self.out.replayed.clear();
         if self.out.replies.is_empty() {
             return false;
         }

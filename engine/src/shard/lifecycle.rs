@@ -169,10 +169,7 @@ impl Shard {
                     self.seq.lc = self.seq.lc.max(b.lc);
                     (
                         b.now_us,
-                        b.txns
-                            .into_iter()
-                            .map(|(tid, r)| (tid, ReplyTo::Local(tid), r))
-                            .collect(),
+                        b.txns.into_iter().map(|(tid, r)| (tid, ReplyTo::Replayed, r)).collect(),
                     )
                 }
                 _ => (self.m.now_us, Vec::new()),

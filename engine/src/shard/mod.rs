@@ -187,7 +187,14 @@ pub struct Stats {
 pub struct Outputs {
     /// Message batches per destination shard (the shard's own slot stays empty).
     pub messages: Vec<Vec<Message>>,
+    /// Answers to the requests submitted here (`token` is the submit's).
     pub replies: Vec<ClientReply>,
+    /// Outcomes of transactions replayed from the log (`token` is the tid).
+    /// No client waits for them — their connections died with the crash,
+    /// and a retry is answered from the client table — so a driver only
+    /// checks or drops them; kept apart from `replies`, a replayed tid can
+    /// never be taken for a live request's token.
+    pub replayed: Vec<ClientReply>,
     pub log: Vec<Batch>,
     pub history: Vec<EpochRecord>,
     pub snapshots: Vec<SnapshotChunk>,
@@ -195,7 +202,10 @@ pub struct Outputs {
 
 impl Outputs {
     pub fn is_empty(&self) -> bool {
-        self.messages.iter().all(Vec::is_empty) && self.replies.is_empty() && self.log.is_empty()
+        self.messages.iter().all(Vec::is_empty)
+            && self.replies.is_empty()
+            && self.replayed.is_empty()
+            && self.log.is_empty()
     }
 }
 
@@ -479,6 +489,7 @@ impl Shard {
             }
         }
         std::mem::swap(&mut out.replies, &mut self.outputs.replies);
+        std::mem::swap(&mut out.replayed, &mut self.outputs.replayed);
         std::mem::swap(&mut out.log, &mut self.outputs.log);
         std::mem::swap(&mut out.history, &mut self.outputs.history);
         std::mem::swap(&mut out.snapshots, &mut self.outputs.snapshots);

@@ -19,12 +19,14 @@ use crate::ids::{Epoch, ShardId, Tid};
 use crate::message::Message;
 use std::collections::VecDeque;
 
-/// Where a transaction's reply goes: a request submitted here, or one a
-/// peer forwarded because this shard is its client's home.
+/// Where a transaction's reply goes: a request submitted here, one a peer
+/// forwarded because this shard is its client's home, or none (a
+/// transaction replayed from the log, whose outcome only checks see).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ReplyTo {
     Local(Token),
     Remote { shard: ShardId, token: Token },
+    Replayed,
 }
 
 /// A reply waiting for its epoch's input to be durable everywhere.
@@ -104,9 +106,14 @@ impl Shard {
     }
 
     /// Sends a reply now: to the driver, or to the shard that took the
-    /// request.
+    /// request; a replayed transaction's outcome goes to `replayed`.
     pub(super) fn emit(&mut self, r: Release) {
         match r.to {
+            ReplyTo::Replayed => self.outputs.replayed.push(ClientReply {
+                token: r.tid,
+                tid: r.tid,
+                outcome: r.outcome,
+            }),
             ReplyTo::Local(token) => self.outputs.replies.push(ClientReply {
                 token,
                 tid: r.tid,
