@@ -48,7 +48,9 @@ pub struct Config {
     pub pending_txns_max: usize,
     /// Local messages (invocations, replies) one step handles before the
     /// driver gets control back to ship the batches produced so far: peers
-    /// start on their share of the epoch while this shard goes on.
+    /// start on their share of the epoch while this shard goes on. Among
+    /// several shards a small epoch's steps are shorter (down to 8, or
+    /// this if less): see `Shard::step_budget`.
     pub step_messages_max: usize,
     /// Bounds on a transaction's call graph.
     pub limits: CallLimits,

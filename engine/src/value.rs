@@ -170,8 +170,8 @@ impl Value {
     }
 
     /// A byte from each cache line of the archive, folded into one (0 if
-    /// empty), up to [`WARM_BYTES_MAX`] bytes: loads from the bytes
-    /// themselves, for [`Store::warm`](crate::store::Store::warm). Each
+    /// empty), up to `WARM_BYTES_MAX` bytes: loads from the bytes
+    /// themselves, for `Store::warm`. Each
     /// line counts: rkyv puts a row's root struct last, so the fields a
     /// reader wants are rarely in the first line of a row of several.
     #[inline]

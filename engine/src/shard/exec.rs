@@ -40,6 +40,8 @@ pub(super) struct ExecState {
     pub(super) epoch: Epoch,
     /// Messages for this shard itself, handled a budget per step.
     pub(super) local: VecDeque<Message>,
+    /// How many messages at the front of `local` were warmed (`run_local`).
+    pub(super) local_warmed: usize,
     /// Messages for peers, per destination, until the driver drains them.
     pub(super) outbox: Vec<Vec<Message>>,
     /// In phase 3, the serial queue position of the running transaction.

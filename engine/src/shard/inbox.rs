@@ -20,6 +20,14 @@ use crate::ids::ShardId;
 use crate::message::{Message, Phase};
 use crate::store::Store;
 
+/// A step among several shards handles at least this many messages …
+const STEP_MESSAGES_MIN: usize = 8;
+/// … and at most the epoch's transactions sequenced here over this.
+const STEP_EPOCH_SHARE: usize = 16;
+
+/// Local messages whose state `run_local` warms ahead of handling them.
+const WARM_AHEAD: usize = 64;
+
 /// Touches the state of every invocation in `msgs` before they run
 /// ([`Store::warm`]).
 pub(super) fn warm<'a>(store: &Store, msgs: impl Iterator<Item = &'a Message>) {
@@ -35,19 +43,44 @@ pub(super) fn warm<'a>(store: &Store, msgs: impl Iterator<Item = &'a Message>) {
 }
 
 impl Shard {
-    /// Handles local messages, at most `step_messages_max` of them.
+    /// Handles local messages, at most `step_messages_max` of them, after
+    /// warming the state of the next `WARM_AHEAD` (a step can be short, so
+    /// peers get this shard's messages soon, while the lookups it warms
+    /// together stay many).
     pub(super) fn run_local(&mut self) {
         {
-            let st = self.exec.st.borrow();
-            warm(&st.store, st.local.iter().take(self.config.step_messages_max));
+            let mut guard = self.exec.st.borrow_mut();
+            let st = &mut *guard;
+            let end = st.local.len().min(WARM_AHEAD.max(self.config.step_messages_max));
+            if st.local_warmed < end {
+                warm(&st.store, st.local.range(st.local_warmed..end));
+                st.local_warmed = end;
+            }
         }
-        for _ in 0..self.config.step_messages_max {
-            let next = self.exec.st.borrow_mut().local.pop_front();
+        for _ in 0..self.step_budget() {
+            let next = {
+                let mut st = self.exec.st.borrow_mut();
+                let next = st.local.pop_front();
+                st.local_warmed = st.local_warmed.saturating_sub(1);
+                next
+            };
             match next {
                 Some(msg) => self.handle(self.exec.id, msg),
                 None => break,
             }
         }
+    }
+
+    /// Local messages one step handles: `step_messages_max`, less in a
+    /// small epoch among several shards (its phases are short, and the
+    /// peers wait for what this shard sends them: a short step ships it
+    /// sooner; a large epoch keeps long steps, fewer and fuller batches).
+    fn step_budget(&self) -> usize {
+        let max = self.config.step_messages_max;
+        if self.exec.n_shards == 1 {
+            return max;
+        }
+        (self.m.coords.len() / STEP_EPOCH_SHARE).clamp(STEP_MESSAGES_MIN.min(max), max)
     }
 
     /// Messages of a later stage than ours wait in `deferred`; an idle

@@ -288,6 +288,7 @@ impl Shard {
                 phase: Phase::Optimistic,
                 epoch: 0,
                 local: VecDeque::new(),
+                local_warmed: 0,
                 outbox: (0..n_shards).map(|_| Vec::new()).collect(),
                 step: 0,
                 scan_slots: Vec::new(),
