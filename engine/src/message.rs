@@ -138,7 +138,6 @@ pub enum Message {
     /// takes one if any shard wants it).
     Done2 {
         epoch: Epoch,
-        pending: bool,
         snapshot: bool,
         /// Transactions coordinated by the sender whose re-execution left
         /// its recorded set, with their coordinator: phase 3 runs them.

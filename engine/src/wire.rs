@@ -220,13 +220,11 @@ fn encode_message(m: &Message, w: &mut Writer) {
         }
         Message::Done2 {
             epoch,
-            pending,
             snapshot,
             drifted,
         } => {
             DONE2.encode(w);
             epoch.encode(w);
-            pending.encode(w);
             snapshot.encode(w);
             drifted.encode(w);
         }
@@ -406,7 +404,6 @@ impl Decoder {
             },
             DONE2 => {
                 let epoch = Epoch::decode(input)?;
-                let pending = bool::decode(input)?;
                 let snapshot = bool::decode(input)?;
                 let drifted = Vec::<(Tid, ShardId)>::decode(input)?;
                 if let Some((_, s)) = drifted.iter().find(|(_, s)| *s >= self.n_shards) {
@@ -414,7 +411,6 @@ impl Decoder {
                 }
                 Message::Done2 {
                     epoch,
-                    pending,
                     snapshot,
                     drifted,
                 }
@@ -597,7 +593,6 @@ mod tests {
             },
             Message::Done2 {
                 epoch: 5,
-                pending: true,
                 snapshot: false,
                 drifted: vec![(11, 2)],
             },

@@ -136,12 +136,7 @@ impl Shard {
             Message::Finish {
                 tid, commit, serial, ..
             } => self.on_finish(tid, commit, serial),
-            Message::Done2 {
-                pending,
-                snapshot,
-                drifted,
-                ..
-            } => self.on_done2(pending, snapshot, drifted),
+            Message::Done2 { snapshot, drifted, .. } => self.on_done2(snapshot, drifted),
             Message::Next { index, .. } => self.on_next(index),
             Message::Submit { origin, token, request } => {
                 let to = ReplyTo::Remote { shard: origin, token };

@@ -115,7 +115,6 @@ struct Incoming {
 struct Held {
     epoch: Epoch,
     snapshot: bool,
-    any_pending: bool,
 }
 
 /// Moves of the current epoch and copies in flight from and to this shard.
@@ -434,7 +433,7 @@ impl Shard {
         if self.moves.held.is_some() && self.try_install() {
             let held = self.moves.held.take().expect("held");
             assert_eq!(held.epoch, self.m.epoch);
-            self.go_on(held.epoch, held.snapshot, held.any_pending);
+            self.go_on(held.epoch, held.snapshot);
         }
     }
 
@@ -473,13 +472,9 @@ impl Shard {
     }
 
     /// The epoch's end waits for partitions switching here.
-    pub(super) fn hold_boundary(&mut self, epoch: Epoch, snapshot: bool, any_pending: bool) {
+    pub(super) fn hold_boundary(&mut self, epoch: Epoch, snapshot: bool) {
         assert!(self.moves.held.is_none());
-        self.moves.held = Some(Held {
-            epoch,
-            snapshot,
-            any_pending,
-        });
+        self.moves.held = Some(Held { epoch, snapshot });
     }
 }
 

@@ -31,8 +31,6 @@ pub(super) struct Fallback {
     pub(super) parked: Vec<Option<Invoke>>,
     /// `Done2`s heard this epoch.
     pub(super) done2: usize,
-    /// Some shard has requests waiting: every shard starts the next epoch.
-    pub(super) any_pending: bool,
 }
 
 impl Fallback {
@@ -40,7 +38,6 @@ impl Fallback {
         Fallback {
             parked: Vec::new(),
             done2: 0,
-            any_pending: false,
         }
     }
 }
@@ -213,10 +210,6 @@ impl Shard {
     pub(super) fn send_done2(&mut self) {
         assert_eq!(self.m.stage, Stage::Exec2);
         self.m.stage = Stage::Wait2;
-        let pending = match &self.seq.replay {
-            Some(q) => !q.is_empty(),
-            None => !self.seq.pending.is_empty(),
-        };
         let drifted: Vec<(Tid, ShardId)> = self
             .m
             .coords
@@ -229,15 +222,13 @@ impl Shard {
             && self.m.now_us >= self.snap.last_us.saturating_add(self.config.snapshot_interval_us);
         self.exec.broadcast(Message::Done2 {
             epoch: self.m.epoch,
-            pending,
             snapshot,
             drifted,
         });
     }
 
-    pub(super) fn on_done2(&mut self, pending: bool, snapshot: bool, drifted: Vec<(Tid, ShardId)>) {
+    pub(super) fn on_done2(&mut self, snapshot: bool, drifted: Vec<(Tid, ShardId)>) {
         self.fallback.done2 += 1;
-        self.fallback.any_pending |= pending;
         self.snap.vote |= snapshot;
         self.serial.queue.extend(drifted);
         if self.fallback.done2 == self.exec.n_shards as usize {
