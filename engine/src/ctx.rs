@@ -102,6 +102,8 @@ pub(crate) struct Frame {
     pub now_us: u64,
     pub function: FnId,
     pub address: Address,
+    /// The partition it runs in, or [`NO_INDEX`] for an entity whose host
+    /// did not need it ([`Ctx::partition`] then works it out).
     pub partition: u32,
     pub depth: u16,
     pub seed: u64,
@@ -241,7 +243,13 @@ impl Ctx {
 
     /// The partition this invocation runs in.
     pub fn partition(&self) -> u32 {
-        self.frame.partition
+        match self.frame.partition {
+            NO_INDEX => {
+                let partitions = self.app().operator_info(self.frame.function.op).partitions();
+                self.key().partition(partitions)
+            }
+            p => p,
+        }
     }
 
     /// The transaction's id; its order is the transaction's priority.

@@ -21,7 +21,7 @@ use crate::codec::Payload;
 use crate::config::{Outcome, Request};
 use crate::ctx::{CallLimits, Ctx, Frame, Host, NO_INDEX, root_seed};
 use crate::ids::{Address, FnId, OpId, Tid};
-use crate::key::{Key, partition_of};
+use crate::key::Key;
 use crate::value::Value;
 use hashbrown::HashTable;
 use std::cell::RefCell;
@@ -35,10 +35,26 @@ use std::task::{Context, Poll, Waker};
 /// Finished frames kept for reuse.
 const SPARE_FRAMES_MAX: usize = 256;
 
-/// The hash the state table uses for entity `key` (stable hash `hash`) of `op`.
+/// The state table's hash of entity `key` of `op`. The table needs no
+/// stable hash (it is never stored), and the partition an entity belongs to
+/// is asked for rarely (a scan, `Ctx::partition`), so this skips the stable
+/// hash and its modulus: one multiply per 8 key bytes and a finaliser.
 #[inline]
-fn entity_hash(op: OpId, hash: u64) -> u64 {
-    crate::bytes::mix64(hash ^ (u64::from(op.0) << 48))
+fn table_hash(op: OpId, key: &Key) -> u64 {
+    let bytes = key.as_bytes();
+    let mut h = (u64::from(op.0) << 48) ^ bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        h = (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 32;
+    }
+    let rest = words.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+    crate::bytes::mix64(h)
 }
 
 /// Runs transactions one after another against one in-memory state.
@@ -62,7 +78,8 @@ impl Serial {
             limits,
             state: RefCell::new(State::default()),
             undo: RefCell::new(Vec::new()),
-            nodes: RefCell::new(Vec::new()),
+            child_aborts: RefCell::new(Vec::new()),
+            sends: RefCell::new(Vec::new()),
             frames: RefCell::new(Vec::new()),
             runners,
         });
@@ -71,10 +88,10 @@ impl Serial {
 
     /// Sets an entity's state outside any transaction.
     pub fn load(&mut self, op: OpId, key: Key, value: Option<Value>) {
-        let hash = entity_hash(op, key.hash64());
-        let partition = key.partition(self.txn.app.operator_info(op).partitions());
+        let hash = table_hash(op, &key);
+        let partitions = self.txn.app.operator_info(op).partitions();
         let mut state = self.txn.state.borrow_mut();
-        let slot = state.slot(op, partition, hash, &key);
+        let slot = state.slot(op, partitions, hash, &key);
         state.entities[slot as usize].value = value;
     }
 
@@ -89,7 +106,8 @@ impl Serial {
         }
         let txn = &self.txn;
         assert!(txn.undo.borrow().is_empty(), "undo log left by the last transaction");
-        txn.nodes.borrow_mut().clear();
+        txn.child_aborts.borrow_mut().clear();
+        txn.sends.borrow_mut().clear();
         let (result, abort) = txn.run(
             tid,
             now_us,
@@ -134,7 +152,7 @@ impl Serial {
 /// One entity; deleted ones keep their slot with no value.
 struct Entity {
     op: OpId,
-    /// Its table hash ([`entity_hash`]), kept for rehashing.
+    /// Its table hash ([`table_hash`]), kept for rehashing.
     hash: u64,
     key: Key,
     value: Option<Value>,
@@ -163,13 +181,16 @@ impl State {
             .copied()
     }
 
-    /// The entity's slot, created (without a value) if it has none.
-    fn slot(&mut self, op: OpId, partition: u32, hash: u64, key: &Key) -> u32 {
+    /// The entity's slot, created (without a value) if it has none; `op`
+    /// has `partitions` partitions.
+    fn slot(&mut self, op: OpId, partitions: u32, hash: u64, key: &Key) -> u32 {
         if let Some(slot) = self.find(op, hash, key) {
             return slot;
         }
         let slot = u32::try_from(self.entities.len()).expect("fewer than 2^32 entities");
-        if let Some(order) = self.scanned.get_mut(&(op, partition)) {
+        if !self.scanned.is_empty()
+            && let Some(order) = self.scanned.get_mut(&(op, key.partition(partitions)))
+        {
             order.insert(key.clone(), slot);
         }
         self.entities.push(Entity {
@@ -184,11 +205,15 @@ impl State {
     }
 }
 
-struct Node {
-    /// Async sends waiting to run after the body: (child, function, address, args).
-    sends: Vec<(u32, FnId, Address, Payload)>,
-    /// The lowest-numbered child's transaction-level abort.
-    child_abort: Option<(u32, Abort)>,
+/// An async send waiting to run after its sender's body: (child, function,
+/// address, args).
+type Send = (u32, FnId, Address, Payload);
+
+/// How one invocation's body ended.
+enum Ended {
+    Done(Result<Payload, Abort>),
+    /// It waits for something no call will bring.
+    Stalled,
 }
 
 struct Txn {
@@ -198,7 +223,13 @@ struct Txn {
     state: RefCell<State>,
     /// The values the running transaction overwrote: `(slot, before)`.
     undo: RefCell<Vec<(u32, Option<Value>)>>,
-    nodes: RefCell<Vec<Node>>,
+    /// Per running invocation (by its `task` number): the lowest-numbered
+    /// child's transaction-level abort.
+    child_aborts: RefCell<Vec<Option<(u32, Abort)>>>,
+    /// The async sends of the running invocations, each invocation's at
+    /// the end while its body runs (a sync callee takes its own before it
+    /// returns).
+    sends: RefCell<Vec<Send>>,
     frames: RefCell<Vec<Rc<Frame>>>,
     runners: RefCell<Runners>,
 }
@@ -238,65 +269,66 @@ impl Txn {
         depth: u16,
         seed: u64,
     ) -> (Result<Payload, Abort>, Option<Abort>) {
+        // An entity's partition is worked out only if asked (`Frame::partition`).
         let (partition, hash) = match &address {
-            Address::Entity(k) => {
-                let hash = k.hash64();
-                let partitions = self.app.operator_info(function.op).partitions();
-                (partition_of(hash, partitions), entity_hash(function.op, hash))
-            }
+            Address::Entity(k) => (NO_INDEX, table_hash(function.op, k)),
             Address::Partition(p) => (*p, 0),
         };
         let frame = self.frame(tid, now_us, function, address, partition, depth, seed);
         frame.hash.set(hash);
         let node = {
-            let mut nodes = self.nodes.borrow_mut();
-            nodes.push(Node {
-                sends: Vec::new(),
-                child_abort: None,
-            });
-            nodes.len() - 1
+            let mut child_aborts = self.child_aborts.borrow_mut();
+            child_aborts.push(None);
+            child_aborts.len() - 1
         };
         frame.task.set(node as u32);
+        let sends_from = self.sends.borrow().len();
         let mut runner = self.runners.borrow_mut().take(&self.app, function);
         let ctx = Ctx { frame: frame.clone() };
-        let result = match catch_unwind(AssertUnwindSafe(|| runner.start(ctx, args))) {
-            Err(panic) => Err(Abort::from_panic(&*panic)),
+        // One unwind guard around start and poll: a panic in either ends
+        // the body the same way.
+        let ended = catch_unwind(AssertUnwindSafe(|| {
+            runner.start(ctx, args)?;
+            match runner.poll(&mut Context::from_waker(Waker::noop())) {
+                Poll::Ready(r) => Ok(Ended::Done(r)),
+                // Every call already finished inline, so a pending
+                // function waits for something else.
+                Poll::Pending => Ok(Ended::Stalled),
+            }
+        }));
+        let result = match ended {
+            Ok(Ok(Ended::Done(r))) => {
+                self.runners.borrow_mut().give(&self.app, function, runner);
+                r
+            }
+            // `start` refused the arguments: the body never began.
             Ok(Err(abort)) => {
                 self.runners.borrow_mut().give(&self.app, function, runner);
                 Err(abort)
             }
-            Ok(Ok(())) => {
-                let mut cx = Context::from_waker(Waker::noop());
-                match catch_unwind(AssertUnwindSafe(|| runner.poll(&mut cx))) {
-                    Ok(Poll::Ready(r)) => {
-                        self.runners.borrow_mut().give(&self.app, function, runner);
-                        r
-                    }
-                    // Every call already finished inline, so a pending
-                    // function waits for something else.
-                    Ok(Poll::Pending) => {
-                        let _ = catch_unwind(AssertUnwindSafe(move || runner.clear()));
-                        Err(Abort::stalled(&self.app.describe(function)))
-                    }
-                    Err(panic) => {
-                        let _ = catch_unwind(AssertUnwindSafe(move || runner.clear()));
-                        Err(Abort::from_panic(&*panic))
-                    }
-                }
+            Ok(Ok(Ended::Stalled)) => {
+                let _ = catch_unwind(AssertUnwindSafe(move || runner.clear()));
+                Err(Abort::stalled(&self.app.describe(function)))
+            }
+            Err(panic) => {
+                let _ = catch_unwind(AssertUnwindSafe(move || runner.clear()));
+                Err(Abort::from_panic(&*panic))
             }
         };
         // Async sends run after the body, in the order they were sent.
-        let sends = std::mem::take(&mut self.nodes.borrow_mut()[node].sends);
-        for (child, f, address, args) in sends {
-            let (_, abort) = self.run(tid, now_us, f, address, &args, depth + 1, frame.child_seed(child));
-            self.note_child(node, child, abort);
+        if self.sends.borrow().len() > sends_from {
+            let sends: Vec<Send> = self.sends.borrow_mut().drain(sends_from..).collect();
+            for (child, f, address, args) in sends {
+                let (_, abort) = self.run(tid, now_us, f, address, &args, depth + 1, frame.child_seed(child));
+                self.note_child(node, child, abort);
+            }
         }
         let own = frame
             .forced
             .borrow_mut()
             .take()
             .or_else(|| result.as_ref().err().cloned());
-        let child_abort = self.nodes.borrow_mut()[node].child_abort.take();
+        let child_abort = self.child_aborts.borrow_mut()[node].take();
         // Unless the function kept a `Ctx` somewhere, this is the frame's
         // last handle: reuse it.
         if Rc::strong_count(&frame) == 1 {
@@ -310,10 +342,10 @@ impl Txn {
 
     fn note_child(&self, node: usize, child: u32, abort: Option<Abort>) {
         if let Some(abort) = abort {
-            let mut nodes = self.nodes.borrow_mut();
-            let n = &mut nodes[node];
-            if n.child_abort.as_ref().is_none_or(|(c, _)| child < *c) {
-                n.child_abort = Some((child, abort));
+            let mut child_aborts = self.child_aborts.borrow_mut();
+            let first = &mut child_aborts[node];
+            if first.as_ref().is_none_or(|(c, _)| child < *c) {
+                *first = Some((child, abort));
             }
         }
     }
@@ -361,7 +393,8 @@ impl Host for Txn {
         let mut state = self.state.borrow_mut();
         let mut slot = frame.slot.get();
         if slot == NO_INDEX {
-            slot = state.slot(frame.function.op, frame.partition, frame.hash.get(), Txn::key(frame));
+            let partitions = self.app.operator_info(frame.function.op).partitions();
+            slot = state.slot(frame.function.op, partitions, frame.hash.get(), Txn::key(frame));
             frame.slot.set(slot);
         }
         let before = std::mem::replace(&mut state.entities[slot as usize].value, value);
@@ -373,7 +406,8 @@ impl Host for Txn {
         let mut state = self.state.borrow_mut();
         let mut slot = frame.slot.get();
         if slot == NO_INDEX {
-            slot = state.slot(frame.function.op, frame.partition, frame.hash.get(), Txn::key(frame));
+            let partitions = self.app.operator_info(frame.function.op).partitions();
+            slot = state.slot(frame.function.op, partitions, frame.hash.get(), Txn::key(frame));
             frame.slot.set(slot);
         }
         let sum = Value::added(state.entities[slot as usize].value.as_ref(), delta)?;
@@ -401,9 +435,7 @@ impl Host for Txn {
         let node = frame.task.get();
         assert_ne!(node, NO_INDEX);
         if !sync {
-            self.nodes.borrow_mut()[node as usize]
-                .sends
-                .push((child, function, address, args));
+            self.sends.borrow_mut().push((child, function, address, args));
             // An async send's slot is never read.
             return;
         }

@@ -219,6 +219,7 @@ impl Value {
     }
 
     /// Validates and deserializes the archive as `T`.
+    #[inline]
     pub fn decode<T: Load>(&self) -> Result<T, Abort> {
         if let Some(v) = primitive::decode::<T>(self) {
             return v;
@@ -245,6 +246,7 @@ mod primitive {
 
     macro_rules! primitives {
         ($($t:ty),*) => {
+            #[inline(always)]
             pub(super) fn encode<T: 'static>(v: &T) -> Option<Value> {
                 let any = v as &dyn Any;
                 $(
@@ -255,6 +257,7 @@ mod primitive {
                 None
             }
 
+            #[inline(always)]
             pub(super) fn decode<T: 'static>(value: &Value) -> Option<Result<T, Abort>> {
                 let Repr::Inline { len, buf } = &value.0 else {
                     return None;
@@ -283,6 +286,7 @@ mod primitive {
     }
     primitives!(i64, u64, i32, u32, i16, u16, f64, f32);
 
+    #[inline(always)]
     pub(super) fn inline(bytes: &[u8]) -> Value {
         let mut buf = [0; VALUE_INLINE_MAX];
         buf[..bytes.len()].copy_from_slice(bytes);

@@ -190,3 +190,42 @@ fn the_serial_executor_pages_like_the_engine() {
         );
     }
 }
+
+/// `Ctx::partition` names the partition that owns the entity, in the
+/// engine and in the serial executor (which works it out only when asked).
+#[test]
+fn an_entity_function_knows_its_partition_in_the_engine_and_the_serial_executor() {
+    const PARTS: u32 = 7;
+    let mut app = styx_engine::App::new("where");
+    let op = app.operator("thing", PARTS);
+    app.function(op, "partition", |ctx, (): ()| async move {
+        // Written first, so the serial executor also creates a slot for it.
+        ctx.put(&1u64)?;
+        Ok(ctx.partition())
+    });
+    let app = std::sync::Arc::new(app);
+    let function = app.resolve("thing", "partition").unwrap();
+    let serial = Serial::new(app.clone(), CallLimits::default());
+    let mut sim = Sim::new(app.clone(), test_config(10), 3, 1);
+    for k in 0..40u64 {
+        let key = Key::from(k);
+        let request = Request {
+            function,
+            address: Address::Entity(key.clone()),
+            args: Payload::encode(&()),
+            client: None,
+        };
+        sim.submit((k % 3) as u16, k + 1, request.clone()).unwrap();
+        sim.run();
+        let engine = match &sim.take_replies()[0].outcome {
+            Outcome::Committed(p) => p.decode::<u32>().unwrap(),
+            Outcome::Aborted(a) => panic!("{a}"),
+        };
+        let oracle = match serial.execute(k + 1, 0, &request) {
+            Outcome::Committed(p) => p.decode::<u32>().unwrap(),
+            Outcome::Aborted(a) => panic!("{a}"),
+        };
+        assert_eq!(engine, key.partition(PARTS), "key {k}");
+        assert_eq!(oracle, key.partition(PARTS), "key {k}");
+    }
+}
