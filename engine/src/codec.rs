@@ -132,6 +132,11 @@ impl Writer {
 
     #[inline]
     pub fn finish(self) -> Payload {
+        if self.len == 0 && self.heap.is_empty() {
+            // A constant, not a copy of the zeroed buffer (most results
+            // are `()`).
+            return Payload::EMPTY;
+        }
         if self.heap.is_empty() {
             // Zeros after `len`, as the inline representation requires:
             // the buffer started zeroed and only its first `len` bytes were

@@ -314,6 +314,7 @@ impl Ctx {
     }
 
     /// The entity's state as `T`, or `None` if it has none.
+    #[inline(always)]
     pub fn get<T: Load>(&self) -> Result<Option<T>, Abort> {
         self.entity_only("get")?;
         let mut out = Ok(None);
@@ -623,8 +624,9 @@ impl Ctx {
                 Address::Partition(_) => None,
             };
             calls.push(CallSlot {
+                result: None,
+                waker: None,
                 open,
-                ..CallSlot::default()
             });
             (calls.len() - 1) as u32
         };
