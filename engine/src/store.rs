@@ -314,23 +314,31 @@ impl Store {
             .copied()
     }
 
-    /// Touches the entry of `key` and the bytes of its value, if its
-    /// partition is owned here and it has one, and returns a byte of
-    /// them; nothing changes. Called for a batch of invocations before
-    /// any of them runs: the lookups do not depend on each other, so the
-    /// processor overlaps their cache misses, where the invocations one
-    /// after another would take them one at a time.
+    /// The first slot whose table tag matches `hash` in `partition` of
+    /// `op` (`key`'s slot unless a rare tag collision), if the partition is
+    /// owned here. Half of warming a lookup: it loads the table's control bytes and
+    /// bucket but not the entry, so a batch's probes overlap and its
+    /// entries are touched after ([`Store::touch`]), instead of each at the
+    /// end of its own chain of three dependent misses (control bytes,
+    /// bucket, entry). Called for a batch of invocations before any of them
+    /// runs.
     #[inline]
-    pub fn warm(&self, op: OpId, partition: u32, key: &Key, hash: u64) -> u8 {
-        let Some(Some(part)) = self
+    pub fn probe(&self, op: OpId, partition: u32, hash: u64) -> Option<u32> {
+        let part = self
             .operators
             .get(op.0 as usize)
-            .and_then(|o| o.partitions.get(partition as usize))
-        else {
-            return 0;
-        };
-        self.find_in(part, key, hash)
-            .and_then(|slot| self.entries[slot as usize].value.as_ref())
+            .and_then(|o| o.partitions.get(partition as usize))?
+            .as_ref()?;
+        part.map().iter_hash(table_hash(hash)).next().copied()
+    }
+
+    /// Touches the entry at `slot` and the bytes of its value, and returns
+    /// a byte of them; nothing changes.
+    #[inline]
+    pub fn touch(&self, slot: u32) -> u8 {
+        self.entries
+            .get(slot as usize)
+            .and_then(|e| e.value.as_ref())
             .map_or(0, Value::touch)
     }
 
@@ -940,13 +948,15 @@ mod tests {
         let slot = store.slot(op, owned, &key, key.hash64());
         store.set(slot, Some(Value::from_bytes(&heap)));
         let (entries, live) = (store.entries.len(), store.live);
-        assert_eq!(store.warm(op, owned, &key, key.hash64()), 9 ^ 4);
+        assert_eq!(store.probe(op, owned, key.hash64()), Some(slot));
+        assert_eq!(store.touch(slot), 9 ^ 4);
         let other = Key::from(8u64);
-        assert_eq!(store.warm(op, owned, &other, other.hash64()), 0);
-        assert_eq!(store.warm(OpId(5), owned, &key, key.hash64()), 0);
-        assert_eq!(store.warm(op, 99, &key, key.hash64()), 0);
+        assert_eq!(store.probe(op, owned, other.hash64()), None);
+        assert_eq!(store.probe(OpId(5), owned, key.hash64()), None);
+        assert_eq!(store.probe(op, 99, key.hash64()), None);
+        assert_eq!(store.touch(slot + 100), 0);
         if let Some(not_owned) = (0..2).find(|p| map.owner(op, *p) != 0) {
-            assert_eq!(store.warm(op, not_owned, &key, key.hash64()), 0);
+            assert_eq!(store.probe(op, not_owned, key.hash64()), None);
         }
         assert_eq!((store.entries.len(), store.live), (entries, live));
         assert!(store.find(op, owned, &other, other.hash64()).is_none());

@@ -171,7 +171,7 @@ impl Value {
 
     /// A byte from each cache line of the archive, folded into one (0 if
     /// empty), up to `WARM_BYTES_MAX` bytes: loads from the bytes
-    /// themselves, for `Store::warm`. Each
+    /// themselves, for `Store::touch`. Each
     /// line counts: rkyv puts a row's root struct last, so the fields a
     /// reader wants are rarely in the first line of a row of several.
     #[inline]

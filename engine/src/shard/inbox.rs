@@ -28,17 +28,29 @@ const STEP_EPOCH_SHARE: usize = 16;
 /// Local messages whose state `run_local` warms ahead of handling them.
 const WARM_AHEAD: usize = 64;
 
-/// Touches the state of every invocation in `msgs` before they run
-/// ([`Store::warm`]).
+/// Touches the state of every invocation in `msgs` before they run, in two
+/// passes per [`WARM_AHEAD`] of them: the table probes ([`Store::probe`]),
+/// then the entries they found ([`Store::touch`]). The lookups do not
+/// depend on each other, so the processor overlaps their misses; split in
+/// two, each invocation's chain of dependent misses is two long, not three.
 pub(super) fn warm<'a>(store: &Store, msgs: impl Iterator<Item = &'a Message>) {
     let mut any = 0u8;
+    let mut slots = [0u32; WARM_AHEAD];
+    let mut n = 0;
     for msg in msgs {
         if let Message::Invoke(inv) = msg
-            && let Address::Entity(key) = &inv.address
+            && let Address::Entity(_) = &inv.address
+            && let Some(slot) = store.probe(inv.function.op, inv.partition, inv.hash)
         {
-            any ^= store.warm(inv.function.op, inv.partition, key, inv.hash);
+            slots[n] = slot;
+            n += 1;
+            if n == WARM_AHEAD {
+                any ^= slots.iter().fold(0, |a, s| a ^ store.touch(*s));
+                n = 0;
+            }
         }
     }
+    any ^= slots[..n].iter().fold(0, |a, s| a ^ store.touch(*s));
     std::hint::black_box(any);
 }
 
