@@ -62,8 +62,9 @@ pub const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 const HTTP_BUSY_DRAIN: Duration = Duration::from_millis(200);
 /// Bytes of an HTTP request head read at most.
 const HTTP_HEAD_LEN_MAX: usize = 4096;
-/// How often the totals behind STATUS's rates are sampled.
-const RATE_SAMPLE_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the totals behind STATUS's rates are sampled (each sample
+/// wakes shard 0's executor: an idle daemon's CPU is mostly such wake-ups).
+const RATE_SAMPLE_INTERVAL: Duration = Duration::from_millis(250);
 /// The window STATUS's rates are taken over.
 const RATE_WINDOW: Duration = Duration::from_secs(1);
 /// Samples kept: one window's worth and the one just before it.
