@@ -275,6 +275,10 @@ impl<F: Frontend> ShardLoop<F> {
                 }
                 continue;
             }
+            // Counters published every `METRICS_PUBLISH_US` may miss the
+            // last replies; a reader (STATUS, /metrics) served while this
+            // shard parks must see them.
+            self.publish_now(now);
             self.park(now, quiet).await;
         }
         self.finish().await
@@ -390,6 +394,16 @@ impl<F: Frontend> ShardLoop<F> {
     /// its per-partition counts and owners about every
     /// `PARTITIONS_PUBLISH_US`, and at once when the partition map changed
     /// (PLACEMENT answers from them).
+    /// Publishes the counters now, unless they were this microsecond.
+    fn publish_now(&mut self, now: u64) {
+        if let Some(m) = &self.metrics
+            && self.published_us != now
+        {
+            m.publish(&self.shard.stats(), self.shard.epoch(), self.shard.pending());
+            self.published_us = now;
+        }
+    }
+
     fn publish(&mut self, now: u64) {
         let Some(m) = &self.metrics else {
             return;
