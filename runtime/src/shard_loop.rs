@@ -43,8 +43,8 @@ const BUSY_PARK_US: u64 = 1_000;
 
 /// How long a quiet shard (no epoch open, nothing pending or held) parks
 /// at most. Whatever it waits for wakes it at once (a client's request, a
-/// peer's doorbell, the log); the timer only bounds how stale its published
-/// counters and its view of a cluster failure or a shutdown get. Parking
+/// peer's doorbell, the log); the timer only bounds how late it sees a
+/// cluster failure or a shutdown (it publishes its counters first). Parking
 /// this long instead of 1 ms, and not spinning first, takes an idle daemon
 /// from a fifth of a core to ~0.3%: each timed wake-up costs the reactor
 /// ~0.2 ms of CPU here (a timer armed and cancelled through io_uring), so
