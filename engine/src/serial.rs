@@ -41,18 +41,19 @@ const SPARE_FRAMES_MAX: usize = 256;
 /// hash and its modulus: one multiply per 8 key bytes and a finaliser.
 #[inline]
 fn table_hash(op: OpId, key: &Key) -> u64 {
+    const K: u64 = 0x9e37_79b9_7f4a_7c15;
     let bytes = key.as_bytes();
     let mut h = (u64::from(op.0) << 48) ^ bytes.len() as u64;
     let mut words = bytes.chunks_exact(8);
     for w in &mut words {
-        h = (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ u64::from_le_bytes(w.try_into().expect("8 bytes"))).wrapping_mul(K);
         h ^= h >> 32;
     }
     let rest = words.remainder();
     if !rest.is_empty() {
         let mut w = [0u8; 8];
         w[..rest.len()].copy_from_slice(rest);
-        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(K);
     }
     crate::bytes::mix64(h)
 }
@@ -89,9 +90,8 @@ impl Serial {
     /// Sets an entity's state outside any transaction.
     pub fn load(&mut self, op: OpId, key: Key, value: Option<Value>) {
         let hash = table_hash(op, &key);
-        let partitions = self.txn.app.operator_info(op).partitions();
         let mut state = self.txn.state.borrow_mut();
-        let slot = state.slot(op, partitions, hash, &key);
+        let slot = state.slot(&self.txn.app, op, hash, &key);
         state.entities[slot as usize].value = value;
     }
 
@@ -181,15 +181,16 @@ impl State {
             .copied()
     }
 
-    /// The entity's slot, created (without a value) if it has none; `op`
-    /// has `partitions` partitions.
-    fn slot(&mut self, op: OpId, partitions: u32, hash: u64, key: &Key) -> u32 {
+    /// The entity's slot, created (without a value) if it has none.
+    fn slot(&mut self, app: &App, op: OpId, hash: u64, key: &Key) -> u32 {
         if let Some(slot) = self.find(op, hash, key) {
             return slot;
         }
         let slot = u32::try_from(self.entities.len()).expect("fewer than 2^32 entities");
         if !self.scanned.is_empty()
-            && let Some(order) = self.scanned.get_mut(&(op, key.partition(partitions)))
+            && let Some(order) = self
+                .scanned
+                .get_mut(&(op, key.partition(app.operator_info(op).partitions())))
         {
             order.insert(key.clone(), slot);
         }
@@ -350,6 +351,17 @@ impl Txn {
         }
     }
 
+    /// The frame's entity slot, looked up (and created) at its first write
+    /// if no read found it.
+    fn slot(&self, state: &mut State, frame: &Frame) -> u32 {
+        let mut slot = frame.slot.get();
+        if slot == NO_INDEX {
+            slot = state.slot(&self.app, frame.function.op, frame.hash.get(), Txn::key(frame));
+            frame.slot.set(slot);
+        }
+        slot
+    }
+
     fn key(frame: &Frame) -> &Key {
         match &frame.address {
             Address::Entity(k) => k,
@@ -391,12 +403,7 @@ impl Host for Txn {
     #[inline]
     fn write(&self, frame: &Frame, value: Option<Value>) -> Result<(), Abort> {
         let mut state = self.state.borrow_mut();
-        let mut slot = frame.slot.get();
-        if slot == NO_INDEX {
-            let partitions = self.app.operator_info(frame.function.op).partitions();
-            slot = state.slot(frame.function.op, partitions, frame.hash.get(), Txn::key(frame));
-            frame.slot.set(slot);
-        }
+        let slot = self.slot(&mut state, frame);
         let before = std::mem::replace(&mut state.entities[slot as usize].value, value);
         self.undo.borrow_mut().push((slot, before));
         Ok(())
@@ -404,12 +411,7 @@ impl Host for Txn {
 
     fn add(&self, frame: &Frame, delta: i64) -> Result<(), Abort> {
         let mut state = self.state.borrow_mut();
-        let mut slot = frame.slot.get();
-        if slot == NO_INDEX {
-            let partitions = self.app.operator_info(frame.function.op).partitions();
-            slot = state.slot(frame.function.op, partitions, frame.hash.get(), Txn::key(frame));
-            frame.slot.set(slot);
-        }
+        let slot = self.slot(&mut state, frame);
         let sum = Value::added(state.entities[slot as usize].value.as_ref(), delta)?;
         let before = state.entities[slot as usize].value.replace(sum);
         self.undo.borrow_mut().push((slot, before));

@@ -315,13 +315,13 @@ impl Store {
     }
 
     /// The first slot whose table tag matches `hash` in `partition` of
-    /// `op` (`key`'s slot unless a rare tag collision), if the partition is
-    /// owned here. Half of warming a lookup: it loads the table's control bytes and
-    /// bucket but not the entry, so a batch's probes overlap and its
-    /// entries are touched after ([`Store::touch`]), instead of each at the
-    /// end of its own chain of three dependent misses (control bytes,
-    /// bucket, entry). Called for a batch of invocations before any of them
-    /// runs.
+    /// `op` (the key's slot unless a rare tag collision), if the partition
+    /// is owned here. Half of warming a lookup: it loads the table's
+    /// control bytes and bucket but not the entry, so a batch's probes
+    /// overlap and its entries are touched after ([`Store::touch`]),
+    /// instead of each at the end of its own chain of three dependent
+    /// misses (control bytes, bucket, entry). Called for a batch of
+    /// invocations before any of them runs.
     #[inline]
     pub fn probe(&self, op: OpId, partition: u32, hash: u64) -> Option<u32> {
         let part = self

@@ -39,7 +39,7 @@ pub(super) fn warm<'a>(store: &Store, msgs: impl Iterator<Item = &'a Message>) {
     let mut n = 0;
     for msg in msgs {
         if let Message::Invoke(inv) = msg
-            && let Address::Entity(_) = &inv.address
+            && matches!(inv.address, Address::Entity(_))
             && let Some(slot) = store.probe(inv.function.op, inv.partition, inv.hash)
         {
             slots[n] = slot;
