@@ -59,6 +59,10 @@ pub struct Program {
     pub name: String,
     /// One line for the top of `--help`.
     pub about: String,
+    /// Called on a shard's thread after a second without progress (see
+    /// `styx_runtime::Options::on_quiet`): where a binary has its
+    /// allocator give an idle thread's freed memory back.
+    pub on_quiet: Option<fn()>,
 }
 
 impl Program {
@@ -74,6 +78,7 @@ impl Program {
                 app.name()
             ),
             name,
+            on_quiet: None,
         }
     }
 }

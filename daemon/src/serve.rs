@@ -131,6 +131,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             durable: Some(durable),
             cluster: Some(run.clone()),
             idle_poll_us: settings.idle_poll_us,
+            on_quiet: program.on_quiet,
             ..Options::default()
         };
         // Announce once every shard listens; tests and scripts read this

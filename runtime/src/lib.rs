@@ -94,6 +94,14 @@ pub struct Options {
     /// ones (`shards` is ignored) and the others are reached over TCP.
     /// `None`: every shard is here.
     pub cluster: Option<Arc<cluster::Run>>,
+    /// Called on a shard's thread when the shard has made no progress for
+    /// a second after making some (once per quiet spell, and once after
+    /// loading): the place for a binary to have its allocator give the
+    /// thread's freed memory back to the system (`styxd` calls mimalloc's
+    /// `mi_collect`). A thread-caching allocator otherwise keeps what a
+    /// burst of load freed resident for as long as the shard idles, since
+    /// it returns memory only when the thread allocates again.
+    pub on_quiet: Option<fn()>,
 }
 
 impl Default for Options {
@@ -108,6 +116,7 @@ impl Default for Options {
             metrics: None,
             durable: None,
             cluster: None,
+            on_quiet: None,
         }
     }
 }
@@ -238,6 +247,7 @@ where
                     waiter,
                     clock,
                     opts.idle_poll_us,
+                    opts.on_quiet,
                 )
                 .run(receivers)
                 .await;

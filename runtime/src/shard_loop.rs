@@ -51,6 +51,12 @@ const BUSY_PARK_US: u64 = 1_000;
 /// io_uring), so at 50 ms an idle 2-shard daemon still used ~1% of a core.
 const QUIET_PARK_US: u64 = 200_000;
 
+/// How long a shard makes no progress before it calls its `on_quiet` hook
+/// (once per quiet spell): long enough that a steady trickle of requests
+/// never pays for it, short enough that an idle daemon gives its memory
+/// back soon after the load stops.
+const QUIET_COLLECT_US: u64 = 1_000_000;
+
 /// How often a shard polling for its peers lets the executor poll its I/O
 /// ring, at most (see `ShardLoop::yield_to_io`): a socket read, a reply
 /// write or a log completion waits at most this long behind a spin.
@@ -148,6 +154,12 @@ pub(crate) struct ShardLoop<F: Frontend> {
     progress_us: u64,
     /// Whether the run has no other shard (nothing to spin for).
     alone: bool,
+    /// Called on this thread once the shard has been quiet for
+    /// `QUIET_COLLECT_US` after progress (see [`crate::Options::on_quiet`]).
+    on_quiet: Option<fn()>,
+    /// Progress was made since `on_quiet` last ran (or since the start:
+    /// loading the shard's state leaves garbage too).
+    busy_since_quiet: bool,
     /// Whether anything of this shard waits on the executor's ring:
     /// sockets (its frontend's, links to other nodes) or the log.
     has_io: bool,
@@ -190,6 +202,7 @@ impl<F: Frontend> ShardLoop<F> {
         waiter: Rc<RefCell<Option<Waker>>>,
         clock: Clock,
         spin_us: u64,
+        on_quiet: Option<fn()>,
     ) -> ShardLoop<F> {
         let me = usize::from(shard.id());
         let has_io = frontend.does_io() || durable.is_some() || mesh.remote.is_some();
@@ -206,6 +219,8 @@ impl<F: Frontend> ShardLoop<F> {
             spin_us,
             has_io,
             alone,
+            on_quiet,
+            busy_since_quiet: true,
             counted: false,
             me,
             out: Outputs::default(),
@@ -256,6 +271,7 @@ impl<F: Frontend> ShardLoop<F> {
             self.watch(now, why);
             if why != 0 || delivered || durable {
                 self.progress_us = now;
+                self.busy_since_quiet = true;
                 if let Some(p) = &mut self.profile {
                     p.busy(self.clock.now_us() - started);
                 }
@@ -279,6 +295,12 @@ impl<F: Frontend> ShardLoop<F> {
             // last replies; a reader (STATUS, /metrics) served while this
             // shard parks must see them.
             self.publish_now(now);
+            if quiet && self.busy_since_quiet && now >= self.progress_us + QUIET_COLLECT_US {
+                self.busy_since_quiet = false;
+                if let Some(f) = self.on_quiet {
+                    f();
+                }
+            }
             self.park(now, quiet).await;
         }
         self.finish().await

@@ -4,6 +4,7 @@
 //! verify`'s checks. The load generators are `styx_bench`'s.
 
 pub mod apps;
+pub mod memory;
 pub mod preload;
 pub mod schema_json;
 pub mod verify;

@@ -101,6 +101,9 @@ impl Visit for Preload<'_, '_> {
             &load,
         )
         .map_err(|e| format!("preload: {e}"))?;
+        // The state was built and written from this thread, which now only
+        // waits for the daemon to stop.
+        crate::memory::collect();
         tracing::info!(
             preload = %label,
             entities = done.entities,

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         about: "styxd: the Styx engine as a local daemon, serving a built-in application (--app) and \
                 preloading a benchmark's state (--preload)"
             .into(),
+        on_quiet: Some(styx_tools::memory::collect),
     };
     let (settings, styxd) = match styx_daemon::parse::<Styxd>(&program, std::env::args().collect()) {
         Ok(parsed) => parsed,

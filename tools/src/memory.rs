@@ -1,0 +1,14 @@
+//! Giving freed memory back: the binaries use mimalloc, which returns a
+//! thread's free pages to the system only when that thread allocates
+//! again. A thread that goes idle after a burst (a shard after the load
+//! stops, the main thread after `--preload`) keeps them resident for as
+//! long as it idles: at 1M accounts ~140 B an account instead of ~80.
+
+/// Releases the calling thread's free pages (and purges the arenas' freed
+/// memory) now. Costs a walk of the thread's heap: call it when a thread
+/// goes quiet, not on a hot path.
+pub fn collect() {
+    // SAFETY: `mi_collect` takes no pointers; it releases the calling
+    // thread's own free pages and purges freed arena memory.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
