@@ -427,6 +427,7 @@ impl<S: Source> Frontend for Generator<S> {
                     serialized: s.serialized - w.serialized,
                     invocations: s.invocations - w.invocations,
                     snapshots: s.snapshots - w.snapshots,
+                    without_phase2: s.without_phase2 - w.without_phase2,
                 },
                 cs - cw,
             ),

@@ -120,10 +120,13 @@ pub enum Message {
         /// every shard switches them at the epoch's end.
         switches: Vec<(crate::OpId, u32)>,
     },
-    /// Conflict flags the sender found for the keys it owns.
+    /// Conflict flags the sender found for the keys it owns. `snapshot`:
+    /// the sender wants a snapshot of the state after this epoch (every
+    /// shard takes one if any shard wants it).
     Flags {
         epoch: Epoch,
         flags: Vec<(Tid, u8)>,
+        snapshot: bool,
     },
     /// A phase-2 (or, with `serial`, phase-3) transaction finished: apply
     /// (`commit`) or discard its buffered writes and release its locks.
@@ -133,12 +136,11 @@ pub enum Message {
         commit: bool,
         serial: bool,
     },
-    /// The sender's phase-2 roots of `epoch` all finished. `snapshot`: the
-    /// sender wants a snapshot of the state after this epoch (every shard
-    /// takes one if any shard wants it).
+    /// The sender's phase-2 roots of `epoch` all finished. Not sent in an
+    /// epoch where no transaction falls back (every shard knows that from
+    /// the flags, see `shard::phase1`).
     Done2 {
         epoch: Epoch,
-        snapshot: bool,
         /// Transactions coordinated by the sender whose re-execution left
         /// its recorded set, with their coordinator: phase 3 runs them.
         drifted: Vec<(Tid, ShardId)>,

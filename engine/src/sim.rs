@@ -576,6 +576,12 @@ impl Sim {
             total.reexecuted += st.reexecuted;
             total.serialized += st.serialized;
             total.invocations += st.invocations;
+            assert_eq!(
+                st.without_phase2,
+                self.shards[0].stats().without_phase2,
+                "every shard skips the same phases 2"
+            );
+            total.without_phase2 = st.without_phase2;
         }
         total
     }

@@ -201,10 +201,11 @@ fn encode_message(m: &Message, w: &mut Writer) {
                 partition.encode(w);
             }
         }
-        Message::Flags { epoch, flags } => {
+        Message::Flags { epoch, flags, snapshot } => {
             FLAGS.encode(w);
             epoch.encode(w);
             flags.encode(w);
+            snapshot.encode(w);
         }
         Message::Finish {
             epoch,
@@ -218,14 +219,9 @@ fn encode_message(m: &Message, w: &mut Writer) {
             commit.encode(w);
             serial.encode(w);
         }
-        Message::Done2 {
-            epoch,
-            snapshot,
-            drifted,
-        } => {
+        Message::Done2 { epoch, drifted } => {
             DONE2.encode(w);
             epoch.encode(w);
-            snapshot.encode(w);
             drifted.encode(w);
         }
         Message::Next { epoch, index } => {
@@ -395,6 +391,7 @@ impl Decoder {
             FLAGS => Message::Flags {
                 epoch: Epoch::decode(input)?,
                 flags: Vec::<(Tid, u8)>::decode(input)?,
+                snapshot: bool::decode(input)?,
             },
             FINISH => Message::Finish {
                 epoch: Epoch::decode(input)?,
@@ -404,16 +401,11 @@ impl Decoder {
             },
             DONE2 => {
                 let epoch = Epoch::decode(input)?;
-                let snapshot = bool::decode(input)?;
                 let drifted = Vec::<(Tid, ShardId)>::decode(input)?;
                 if let Some((_, s)) = drifted.iter().find(|(_, s)| *s >= self.n_shards) {
                     return Err(WireError::Invalid(format!("drifted on shard {s}")));
                 }
-                Message::Done2 {
-                    epoch,
-                    snapshot,
-                    drifted,
-                }
+                Message::Done2 { epoch, drifted }
             }
             NEXT => Message::Next {
                 epoch: Epoch::decode(input)?,
@@ -584,6 +576,7 @@ mod tests {
             Message::Flags {
                 epoch: 5,
                 flags: vec![(3, 1), (9, 6)],
+                snapshot: true,
             },
             Message::Finish {
                 epoch: 5,
@@ -593,7 +586,6 @@ mod tests {
             },
             Message::Done2 {
                 epoch: 5,
-                snapshot: false,
                 drifted: vec![(11, 2)],
             },
             Message::Next { epoch: 5, index: 2 },

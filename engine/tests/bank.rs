@@ -96,7 +96,51 @@ fn run(seed: u64, shards: u16, accounts: u64, zipf: Option<f64>, txns: u64) {
     let stats = sim.stats();
     if zipf.is_some() {
         assert!(stats.reexecuted > 0, "contention sends transactions to phase 2");
+        assert!(
+            stats.without_phase2 < stats.epochs,
+            "an epoch with a fallback runs phase 2"
+        );
     }
+}
+
+/// An epoch where no transaction falls back ends at its flags, on every
+/// shard (no phase 2, no `Done2`); one where a transaction falls back runs
+/// phase 2 everywhere, and both leave the exact balances.
+#[test]
+fn an_epoch_without_fallbacks_ends_at_its_flags() {
+    let app = bank(16);
+    let mut config = test_config(200);
+    config.epoch_gather_us = 200;
+    let shards = 2;
+    let mut sim = Sim::new(app.clone(), config, shards, 1);
+    for (op, k, v) in accounts(4, 100) {
+        sim.load(op, &k, Some(v));
+    }
+    // Disjoint transfers in one epoch: no conflict.
+    sim.submit(0, 0, transfer(&app, 0, 1, 10)).unwrap();
+    sim.submit(1, 1, transfer(&app, 2, 3, 10)).unwrap();
+    sim.run();
+    let first = sim.stats();
+    assert_eq!(first.reexecuted, 0);
+    assert!(first.epochs >= 1);
+    assert_eq!(first.without_phase2, first.epochs, "{first:?}");
+    // Two transfers from one account in one epoch: the later one reads what
+    // the earlier one writes, so it falls back.
+    sim.submit(0, 2, transfer(&app, 0, 2, 10)).unwrap();
+    sim.submit(1, 3, transfer(&app, 0, 3, 10)).unwrap();
+    sim.run();
+    let second = sim.stats();
+    assert!(second.reexecuted > 0, "{second:?}");
+    assert!(
+        second.epochs - first.epochs > second.without_phase2 - first.without_phase2,
+        "{second:?}"
+    );
+    let replies = sim.take_replies();
+    assert_eq!(replies.len(), 4);
+    assert!(replies.iter().all(|r| matches!(r.outcome, Outcome::Committed(_))));
+    let state = sim.state();
+    let balance = |k: u64| state.get(&(OpId(0), Key::from(k))).map(balance_of).unwrap();
+    assert_eq!([balance(0), balance(1), balance(2), balance(3)], [70, 110, 100, 120]);
 }
 
 #[test]

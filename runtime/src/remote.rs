@@ -41,8 +41,9 @@ const OUTGOING_BYTES_MAX: usize = 64 << 20;
 /// How long the shards of a run may take to connect to each other.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const LINK_MAGIC: u64 = 0x5354_5958_4c49_4e4b; // "STYXLINK"
-/// The peer link's version: 2 dropped `Done2`'s pending flag.
-const LINK_VERSION: u16 = 2;
+/// The peer link's version: 2 dropped `Done2`'s pending flag, 3 moved
+/// the snapshot vote from `Done2` to `Flags`.
+const LINK_VERSION: u16 = 3;
 const HANDSHAKE_BYTES: usize = 22;
 
 struct Outgoing {

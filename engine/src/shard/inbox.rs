@@ -144,11 +144,11 @@ impl Shard {
                 switches,
                 ..
             } => self.on_done1(lc, aborted, moves, switches),
-            Message::Flags { flags, .. } => self.on_flags(flags),
+            Message::Flags { flags, snapshot, .. } => self.on_flags(flags, snapshot),
             Message::Finish {
                 tid, commit, serial, ..
             } => self.on_finish(tid, commit, serial),
-            Message::Done2 { snapshot, drifted, .. } => self.on_done2(snapshot, drifted),
+            Message::Done2 { drifted, .. } => self.on_done2(drifted),
             Message::Next { index, .. } => self.on_next(index),
             Message::Submit { origin, token, request } => {
                 let to = ReplyTo::Remote { shard: origin, token };

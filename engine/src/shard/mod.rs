@@ -19,7 +19,9 @@
 //! 3. **Check**: with every `Done1` in, each shard computes reservations and
 //!    flags for the entities it owns and broadcasts them (`Flags`); with all
 //!    flags in, every shard applies the same rule to the ORed flags: commit
-//!    phase-1 winners, build tid-ordered lock queues for the rest.
+//!    phase-1 winners, build tid-ordered lock queues for the rest. If
+//!    nothing falls back on any shard (every shard sees that in the same
+//!    flags), the epoch ends here: no phase 2, no `Done2`.
 //! 4. **Phase 2**: coordinators re-run their fallback roots; an invocation
 //!    runs once its transaction heads its entity's queue. When a root is
 //!    done its coordinator sends `Finish` (apply or discard, release) to every
@@ -180,6 +182,10 @@ pub struct Stats {
     pub invocations: u64,
     /// Snapshots begun.
     pub snapshots: u64,
+    /// Epochs that ended at their flags: no transaction fell back on any
+    /// shard, so no phase 2 and no `Done2` barrier (the same count on
+    /// every shard).
+    pub without_phase2: u64,
 }
 
 /// Everything a shard wants the driver to do.

@@ -127,16 +127,21 @@ impl Shard {
             st.tables.conflict_flags(&st.store)
         };
         self.m.stage = Stage::Check;
+        let snapshot = self.config.snapshot_interval_us > 0
+            && self.seq.replay.is_none()
+            && self.m.now_us >= self.snap.last_us.saturating_add(self.config.snapshot_interval_us);
         self.exec.broadcast(Message::Flags {
             epoch: self.m.epoch,
             flags,
+            snapshot,
         });
     }
 
-    pub(super) fn on_flags(&mut self, flags: Vec<(Tid, u8)>) {
+    pub(super) fn on_flags(&mut self, flags: Vec<(Tid, u8)>, snapshot: bool) {
         for (tid, f) in flags {
             *self.check.merged.entry(tid).or_insert(0) |= f;
         }
+        self.snap.vote |= snapshot;
         self.check.flags_in += 1;
         if self.check.flags_in == self.exec.n_shards as usize {
             assert_eq!(self.m.stage, Stage::Check);
@@ -144,8 +149,36 @@ impl Shard {
         }
     }
 
-    /// All flags are in: commit phase-1 winners, queue the rest.
+    /// Whether any transaction of the epoch, on any shard, falls back to
+    /// phase 2: one whose merged flags fail the rule and that did not abort
+    /// by its own logic. Every shard holds the same merged flags and the
+    /// same aborted set (every `Done1`'s), so every shard answers alike.
+    fn any_fallback(&mut self) -> bool {
+        let aborted = &mut self.check.aborted;
+        let mut sorted = false;
+        for (tid, f) in self.check.merged.iter() {
+            if flags::commits(*f) {
+                continue;
+            }
+            if !sorted {
+                aborted.sort_unstable();
+                sorted = true;
+            }
+            if aborted.binary_search(tid).is_err() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// All flags are in: commit phase-1 winners, queue the rest. When no
+    /// transaction falls back anywhere (and no partition moves, whose
+    /// deltas are ordered after `Done2`), every shard knows it from the
+    /// same flags and ends the epoch here: phase 2 and its `Done2` barrier
+    /// would do nothing but make every shard wait for the slowest one once
+    /// more (no phase 2 means no drifted transactions, so no phase 3).
     fn decide(&mut self) {
+        let skip_phase2 = !self.any_fallback() && self.moves.decided.is_empty() && !self.exec.map.borrow().is_moving();
         let mut merged = std::mem::take(&mut self.check.merged);
         let verdict = |tid: Tid| flags::commits(merged.get(&tid).copied().unwrap_or(0));
         {
@@ -202,6 +235,12 @@ impl Shard {
         // Keep the map's capacity for the next epoch.
         merged.clear();
         self.check.merged = merged;
+        if skip_phase2 {
+            assert_eq!(self.m.running, 0, "a transaction fell back in an epoch without phase 2");
+            self.m.stats.without_phase2 += 1;
+            self.end_epoch();
+            return;
+        }
         if self.m.running == 0 {
             self.send_done2();
         }

@@ -14,7 +14,9 @@
 //! executions, after the root replied, so a participant applies or discards
 //! a transaction only once none of its invocations runs; `Done2` is sent
 //! after every `Finish` of the sender (same links, FIFO), so with every
-//! `Done2` in, phase 2 is over everywhere.
+//! `Done2` in, phase 2 is over everywhere. An epoch in which no
+//! transaction falls back on any shard skips this phase and its barrier
+//! (see `phase1`'s decision).
 
 use super::txn::Status;
 use super::{Shard, Stage};
@@ -217,19 +219,14 @@ impl Shard {
             .filter(|c| matches!(c.status, Status::Serial))
             .map(|c| (c.tid, self.exec.id))
             .collect();
-        let snapshot = self.config.snapshot_interval_us > 0
-            && self.seq.replay.is_none()
-            && self.m.now_us >= self.snap.last_us.saturating_add(self.config.snapshot_interval_us);
         self.exec.broadcast(Message::Done2 {
             epoch: self.m.epoch,
-            snapshot,
             drifted,
         });
     }
 
-    pub(super) fn on_done2(&mut self, snapshot: bool, drifted: Vec<(Tid, ShardId)>) {
+    pub(super) fn on_done2(&mut self, drifted: Vec<(Tid, ShardId)>) {
         self.fallback.done2 += 1;
-        self.snap.vote |= snapshot;
         self.serial.queue.extend(drifted);
         if self.fallback.done2 == self.exec.n_shards as usize {
             assert_eq!(self.m.stage, Stage::Wait2);

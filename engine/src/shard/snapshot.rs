@@ -1,7 +1,7 @@
 //! Snapshots: the state after an epoch, copied out while later epochs run;
 //! and a shard's restore from one.
 //!
-//! Every shard votes in `Done2`; if any wants a snapshot, all begin one
+//! Every shard votes in `Flags`; if any wants a snapshot, all begin one
 //! after the same epoch. The entities changed since the last snapshot are
 //! copied a budgeted share per step (`SNAPSHOT_SLOTS_PER_STEP`), so an
 //! epoch never pauses for a whole copy; the store saves the old value of an
@@ -85,7 +85,7 @@ impl Snapshots {
 
 impl Shard {
     /// Starts a snapshot of the state after `epoch` (all shards start one at
-    /// the same epoch: the vote rides on `Done2`). The entities changed since
+    /// the same epoch: the vote rides on `Flags`). The entities changed since
     /// the last snapshot are copied a share per step; one written before it
     /// is copied gets its old value saved first (copy-on-write), so the
     /// snapshot is exactly the state after `epoch` while later epochs run.
