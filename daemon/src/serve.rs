@@ -130,7 +130,9 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             metrics: Some(metrics.clone()),
             durable: Some(durable),
             cluster: Some(run.clone()),
-            idle_poll_us: settings.idle_poll_us,
+            idle_poll_us: settings
+                .idle_poll_us
+                .unwrap_or_else(|| styx_runtime::idle_poll_default(n_local)),
             on_quiet: program.on_quiet,
             ..Options::default()
         };

@@ -106,10 +106,12 @@ pub struct Flags {
     #[arg(long, env = "STYX_EPOCH_GATHER_US")]
     pub epoch_gather_us: Option<u64>,
     /// Microseconds a shard with an epoch open polls for its peers before
-    /// it parks [default: 200]. Polling answers a peer in ~1 µs where a
-    /// parked shard takes ~80 µs to wake, but it burns the core: lower it
-    /// when shards share cores with other busy processes. A daemon of one
-    /// shard never polls (it has no peer to wait for).
+    /// it parks [default: 200 when the machine has a core beyond the
+    /// daemon's shards, else 0]. Polling answers a peer in ~1 µs where a
+    /// parked shard takes ~80 µs to wake, but it holds the core: with a
+    /// shard on every core it delays what the shards wait on (the log's
+    /// sync, run by a kernel worker, and clients on the same machine). A
+    /// daemon of one shard never polls (it has no peer to wait for).
     #[arg(long, env = "STYX_IDLE_POLL_US")]
     pub idle_poll_us: Option<u64>,
     /// Entities a moving partition's old owner copies to the new one at
@@ -159,7 +161,9 @@ pub struct Settings {
     pub snapshot_interval_ms: u64,
     pub epoch_txns_max: usize,
     pub epoch_gather_us: u64,
-    pub idle_poll_us: u64,
+    /// `None`: chosen by the shards on this node
+    /// (`styx_runtime::idle_poll_default`).
+    pub idle_poll_us: Option<u64>,
     pub move_share_entities: usize,
     pub limits: styx_net::Limits,
     pub log: String,
@@ -253,10 +257,7 @@ impl Settings {
             snapshot_interval_ms: args.snapshot_interval_ms.or(file.snapshot_interval_ms).unwrap_or(1_000),
             epoch_txns_max: args.epoch_txns_max.or(file.epoch_txns_max).unwrap_or(2_000),
             epoch_gather_us: args.epoch_gather_us.or(file.epoch_gather_us).unwrap_or(0),
-            idle_poll_us: args
-                .idle_poll_us
-                .or(file.idle_poll_us)
-                .unwrap_or(styx_runtime::IDLE_POLL_US),
+            idle_poll_us: args.idle_poll_us.or(file.idle_poll_us),
             move_share_entities,
             limits,
             log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
