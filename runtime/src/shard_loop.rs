@@ -62,6 +62,17 @@ const QUIET_COLLECT_US: u64 = 1_000_000;
 /// write or a log completion waits at most this long behind a spin.
 const SPIN_IO_US: u64 = 20;
 
+/// A parked shard that wakes this much later than its timer asked was not
+/// run by the machine, and every request it held waited as long: it logs
+/// a warning. On the 2-vCPU VM of docs/BENCHMARKS.md both shards, the
+/// client and an unrelated sleeping process all woke ~100 ms late at the
+/// same moments, a few times a minute under load.
+const LATE_WAKE_US: u64 = 10_000;
+
+/// At most one late-wake warning per this many µs (the count of those not
+/// reported goes with the next).
+const LATE_WAKE_REPORT_US: u64 = 10_000_000;
+
 /// A shard with open work that made no progress for this long logs its
 /// state (a stuck run is diagnosed from that line).
 const STALL_REPORT_US: u64 = 5_000_000;
@@ -165,6 +176,10 @@ pub(crate) struct ShardLoop<F: Frontend> {
     has_io: bool,
     /// When it last let the executor poll its I/O, µs.
     io_yielded_us: u64,
+    /// Parks that ended `LATE_WAKE_US` or more after their deadline since
+    /// the last warning, and when that warning was logged, µs.
+    late_wakes: u64,
+    late_reported_us: Option<u64>,
     /// When the counters were last published, µs.
     published_us: u64,
     partitions_published_us: u64,
@@ -228,6 +243,8 @@ impl<F: Frontend> ShardLoop<F> {
             iterations: 0,
             progress_us: 0,
             io_yielded_us: 0,
+            late_wakes: 0,
+            late_reported_us: None,
             published_us: 0,
             partitions_published_us: 0,
             map_published: None,
@@ -509,6 +526,22 @@ impl<F: Frontend> ShardLoop<F> {
         futures_lite::future::or(arrival, timeout).await;
         self.mesh.links.unpark(self.me);
         *self.waiter.borrow_mut() = None;
+        let woke = self.clock.now_us();
+        let late = woke.saturating_sub(now + wait_us);
+        if late >= LATE_WAKE_US {
+            self.late_wakes += 1;
+            if self.late_reported_us.is_none_or(|t| woke >= t + LATE_WAKE_REPORT_US) {
+                tracing::warn!(
+                    shard = self.me,
+                    late_ms = late / 1_000,
+                    late_wakes = self.late_wakes,
+                    "a parked shard woke {} ms after its timer: the machine did not run it (requests waited as long)",
+                    late / 1_000
+                );
+                self.late_wakes = 0;
+                self.late_reported_us = Some(woke);
+            }
+        }
     }
 
     /// Reports the profile, closes the links to other nodes and the log,

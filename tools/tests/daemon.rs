@@ -767,3 +767,64 @@ fn rebalance_auto_moves_load_off_the_busy_shard() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("no partitions of \"nothing\""), "{out}");
 }
+
+/// A parked shard that the machine did not run for a while says so: a
+/// host stall shows in the daemon's log, not only in its clients' tails.
+/// Stopping the process (SIGSTOP) for 0.6 s is such a stall.
+#[test]
+fn a_shard_the_machine_did_not_run_warns_that_it_woke_late() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = data_dir("late_wake");
+    let mut child = Command::new(styxd())
+        .args(["--data-dir", &dir.display().to_string()])
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+            "--log",
+            "warn",
+            "--shards",
+            "2",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("styxd starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.starts_with("styxd listening on "), "{line:?}");
+    let pid = child.id() as i32;
+    // Idle by now: its shards are parked on their timers.
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) with the child's own pid and valid signals.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(600));
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    // Its parked shards wake ≥ 0.4 s after their timers (a quiet park is
+    // at most 0.2 s); the warning comes once they run again.
+    let stderr = BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    let warned = loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(l) if l.contains("woke") && l.contains("after its timer") => break true,
+            Ok(l) => seen.push(l),
+            Err(_) => break false,
+        }
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(warned, "no late-wake warning; stderr: {seen:?}");
+}
