@@ -77,8 +77,8 @@ pub const IDLE_POLL_US: u64 = 200;
 /// fdatasync runs on a kernel worker thread, and clients may share the
 /// machine. Two shards on two cores over TCP at 150 000 requests/s: the
 /// sync worker waited ~1.2–1.8 ms on average for a core while both shards
-/// polled (`perf sched latency`), and p99 went from 4–13 ms (with 70–100 ms
-/// stalls in some runs) to 2.1–2.7 ms without polling, at ~10% less
+/// polled (`perf sched latency`), and p99 went from ~5 ms to ~3 ms without
+/// polling (median of the runs the VM did not stall), at ~5% less
 /// closed-loop throughput.
 pub fn idle_poll_default(local_shards: usize) -> u64 {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());

@@ -532,3 +532,38 @@ fn sigterm_stops_cleanly_every_time() {
         assert!(!stderr.contains("panicked"), "round {round}:\n{stderr}");
     }
 }
+
+/// A parked shard that the machine did not run for a while says so: a
+/// host stall shows in the daemon's log, not only in its clients' tails.
+/// Stopping the process (SIGSTOP) for 0.6 s is such a stall.
+#[test]
+fn a_shard_the_machine_did_not_run_warns_that_it_woke_late() {
+    let dir = data_dir("late_wake");
+    let d = Piped::start(&[
+        "--data-dir",
+        dir.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics",
+        "off",
+        "--log",
+        "warn",
+        "--shards",
+        "2",
+    ]);
+    let pid = d.child.id() as i32;
+    // Idle by now: its shards are parked on their timers.
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) with the child's own pid and valid signals.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_millis(600));
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    // Its parked shards wake ≥ 0.4 s after their timers (a quiet park is
+    // at most 0.2 s) and warn as soon as they run again.
+    std::thread::sleep(Duration::from_millis(500));
+    let (_, stderr) = d.stop();
+    assert!(
+        stderr.contains("woke") && stderr.contains("after its timer"),
+        "no late-wake warning; stderr:\n{stderr}"
+    );
+}
