@@ -728,6 +728,9 @@ impl Workload for Travel {
 #[derive(Clone, Debug)]
 pub struct Params {
     pub shards: u16,
+    /// Executor threads for the shards (`None`: one per shard; see
+    /// `styx_runtime::Options::threads`).
+    pub threads: Option<usize>,
     pub keys: u64,
     pub zipf: Option<f64>,
     pub warmup: Duration,
@@ -748,6 +751,7 @@ impl Default for Params {
     fn default() -> Params {
         Params {
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()) as u16,
+            threads: None,
             keys: 10_000,
             zipf: None,
             warmup: Duration::from_secs(2),
@@ -776,6 +780,7 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
     };
     let p = runner::Params {
         shards: params.shards,
+        threads: params.threads,
         warmup: params.warmup,
         duration: params.duration,
         load: params.load,

@@ -54,6 +54,10 @@ pub struct Report {
     /// The workload's own knobs (YCSB-T: keys, zipf; TPC-C: warehouses, …).
     pub parameters: BTreeMap<String, serde_json::Value>,
     pub shards: u16,
+    /// Executor threads the shards ran on, when fewer than one per shard
+    /// was asked for (`--threads`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threads: Option<usize>,
     /// CPUs of the machine the run saw (the conditions of the figures).
     pub cpus: usize,
     /// Offered rate in transactions per second (open loop).

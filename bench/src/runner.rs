@@ -28,8 +28,8 @@ use crate::report::{Latency, Report, histogram};
 use crate::sys;
 use hdrhistogram::Histogram;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use styx_engine::{
     AbortKind, App, CallLimits, Config, Key, OpId, Outcome, Reply, Request, Serial, Shard, Stats, Value,
@@ -45,6 +45,8 @@ pub const TIMELINE_BUCKET_MS: u64 = 100;
 pub const TIMELINE_BUCKETS_MAX: usize = 36_000;
 /// Distinct unexpected-abort messages a tally keeps.
 pub const FAILURES_KEPT_MAX: usize = 5;
+/// How often a loaded shard looks whether the others have loaded, µs.
+const LOAD_POLL_US: u64 = 100;
 
 /// Commits per timeline bucket over a run of `span` as (ms since the start,
 /// commits per second) points, one per bucket of the run (empty ones too).
@@ -132,6 +134,9 @@ pub trait Workload: Send + Sync + 'static {
 #[derive(Clone, Debug)]
 pub struct Params {
     pub shards: u16,
+    /// Executor threads for the shards (`None`: one per shard; see
+    /// `styx_runtime::Options::threads`).
+    pub threads: Option<usize>,
     pub warmup: Duration,
     pub duration: Duration,
     pub load: Load,
@@ -155,6 +160,7 @@ impl Default for Params {
     fn default() -> Params {
         Params {
             shards: std::thread::available_parallelism().map_or(1, |n| n.get()) as u16,
+            threads: None,
             warmup: Duration::from_secs(2),
             duration: Duration::from_secs(10),
             load: Load::Closed { in_flight: 1 },
@@ -174,7 +180,11 @@ impl Default for Params {
 struct Shared {
     start_us: AtomicU64,
     committed: Vec<AtomicU64>,
-    loaded: Barrier,
+    /// Shards that have loaded their state. Generators send nothing until
+    /// every shard has: a shard that loads fast would otherwise run ahead
+    /// of one that loads slowly. Not a blocking barrier: shards sharing a
+    /// thread load one after the other.
+    loaded: AtomicUsize,
 }
 
 impl Shared {
@@ -244,7 +254,10 @@ struct Measured<T> {
     windows: Vec<Histogram<u64>>,
     entities: Vec<(OpId, Key, Value)>,
     stats: Stats,
+    /// The CPU time of the shard's thread over the measured window, and
+    /// that thread (shards sharing one count it once).
     cpu_us: u64,
+    thread: std::thread::ThreadId,
     tally: T,
 }
 
@@ -312,6 +325,9 @@ impl<S: Source> Frontend for Generator<S> {
     fn pump(&mut self, shard: &mut Shard, now: u64) -> bool {
         self.now = now;
         if self.warm_at == 0 {
+            if self.shared.loaded.load(Ordering::Acquire) < self.shared.committed.len() {
+                return false;
+            }
             self.origin = self.shared.origin(now);
             self.warm_at = self.origin + self.warmup_us;
             self.stop_at = self.warm_at + self.duration_us;
@@ -402,6 +418,8 @@ impl<S: Source> Frontend for Generator<S> {
 
     fn next_wakeup_us(&self) -> Option<u64> {
         match self.load {
+            // Waiting for the other shards to load.
+            _ if self.warm_at == 0 => Some(self.now + LOAD_POLL_US),
             Load::Open { .. } if self.now < self.stop_at => Some(self.next_send_us as u64),
             _ => None,
         }
@@ -446,6 +464,7 @@ impl<S: Source> Frontend for Generator<S> {
             entities,
             stats,
             cpu_us,
+            thread: std::thread::current().id(),
             tally: self.source.finish(),
         }
     }
@@ -501,12 +520,13 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
             move_share_entities: params.move_share_entities,
             ..Config::default()
         },
+        threads: params.threads,
         ..Options::default()
     };
     let shared = Arc::new(Shared {
         start_us: AtomicU64::new(0),
         committed: (0..n).map(|_| AtomicU64::new(0)).collect(),
-        loaded: Barrier::new(usize::from(n)),
+        loaded: AtomicUsize::new(0),
     });
     let load_s = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
@@ -562,8 +582,9 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
         let source = w.source(&a, id, n, p.seed.wrapping_mul(1_000_003).wrapping_add(u64::from(id)));
         let lanes = source.lanes();
         assert!(lanes > 0, "shard {id} has no lane to send on");
-        // Every shard starts sending at once, after the slowest has loaded.
-        sh.loaded.wait();
+        // Every shard starts sending at once, after the slowest has loaded
+        // (see `Generator::pump`).
+        sh.loaded.fetch_add(1, Ordering::AcqRel);
         ls.fetch_max(began.elapsed().as_micros() as u64, Ordering::Relaxed);
         let (interval_us, ready) = match p.load {
             // The total rate splits over shards by their lanes.
@@ -645,7 +666,8 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
         ..Report::default()
     };
     let mut hist = histogram();
-    let (mut rss, mut cpu_us, mut rejected) = (0, 0, 0);
+    let (mut rss, mut rejected) = (0, 0);
+    let mut cpu_us_of_thread = std::collections::HashMap::new();
     let mut failures = Vec::new();
     let mut timeline: Vec<u64> = Vec::new();
     let mut windows: Vec<Histogram<u64>> = Vec::new();
@@ -659,7 +681,8 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
         report.reexecuted += m.stats.reexecuted;
         report.serialized += m.stats.serialized;
         report.epochs = report.epochs.max(m.stats.epochs);
-        cpu_us += m.cpu_us;
+        let cpu = cpu_us_of_thread.entry(m.thread).or_insert(0u64);
+        *cpu = (*cpu).max(m.cpu_us);
         rss = rss.max(m.rss_at_stop);
         rejected += m.rejected;
         failures.extend(m.failures);
@@ -689,7 +712,15 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
     report.peak_rss_mb = rss as f64 / (1024.0 * 1024.0);
     report.latency_us = Latency::of(&hist);
     report.tps = report.committed as f64 / params.duration.as_secs_f64();
-    report.tps_per_core = report.tps / f64::from(n);
+    // Per thread the shards ran on (one per shard up to one per core,
+    // unless `--threads`).
+    let threads = params
+        .threads
+        .unwrap_or_else(|| styx_runtime::threads_default(usize::from(n)))
+        .clamp(1, usize::from(n));
+    report.threads = (threads < usize::from(n)).then_some(threads);
+    report.tps_per_core = report.tps / threads as f64;
+    let cpu_us: u64 = cpu_us_of_thread.values().sum();
     report.cpu_us_per_txn = if report.committed > 0 {
         cpu_us as f64 / report.committed as f64
     } else {

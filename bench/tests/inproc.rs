@@ -40,3 +40,24 @@ fn open_loop_on_one_shard_measures_latency() {
     // 20k/s for 0.8 s, within scheduling slack.
     assert!((12_000..=20_000).contains(&r.committed), "{}", r.committed);
 }
+
+/// Several shards as tasks of one executor thread (and uneven blocks of
+/// them over two): cross-shard transactions between shards of one thread
+/// and of two keep every invariant, under contention too.
+#[test]
+fn shards_sharing_threads_keep_every_invariant() {
+    for (shards, threads, zipf) in [(3, 1, None), (5, 2, Some(0.99))] {
+        let p = Params {
+            threads: Some(threads),
+            ..params(shards, zipf, Load::Closed { in_flight: 200 })
+        };
+        let r = inproc::run(&p).unwrap();
+        assert!(
+            r.invariants_ok,
+            "{shards} shards on {threads}: {:?}",
+            r.invariant_errors
+        );
+        assert!(r.committed > 1_000, "{shards} shards on {threads}: {}", r.committed);
+        assert_eq!(r.threads, Some(threads));
+    }
+}

@@ -124,15 +124,20 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             move_share_entities: settings.move_share_entities,
             ..Config::default()
         };
+        let threads = settings
+            .threads
+            .map_or_else(|| styx_runtime::threads_default(n_local), usize::from)
+            .min(n_local);
         let opts = Options {
             shards: n_local as u16,
             engine,
             metrics: Some(metrics.clone()),
             durable: Some(durable),
             cluster: Some(run.clone()),
+            threads: Some(threads),
             idle_poll_us: settings
                 .idle_poll_us
-                .unwrap_or_else(|| styx_runtime::idle_poll_default(n_local)),
+                .unwrap_or_else(|| styx_runtime::idle_poll_default(threads)),
             on_quiet: program.on_quiet,
             ..Options::default()
         };
@@ -157,7 +162,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
                 announced.store(true, Ordering::Release);
             });
         }
-        tracing::info!(%listen, shards = n_local, round, "serving");
+        tracing::info!(%listen, shards = n_local, threads, round, "serving");
         let first = local.start;
         let server = shared.clone();
         styx_runtime::run(app.clone(), opts, move |shard| {

@@ -53,6 +53,7 @@ pub struct FileSettings {
     pub listen: Option<String>,
     pub metrics: Option<String>,
     pub shards: Option<u16>,
+    pub threads: Option<u16>,
     pub fsync: Option<Fsync>,
     pub snapshot_interval_ms: Option<u64>,
     pub epoch_txns_max: Option<usize>,
@@ -93,6 +94,12 @@ pub struct Flags {
     /// keeps the shard count it was written with.
     #[arg(long, env = "STYX_SHARDS")]
     pub shards: Option<u16>,
+    /// Threads running the shards, each a contiguous block of them [default:
+    /// one per shard up to one per core]. More shards than threads makes a
+    /// shard a unit of placement smaller than a core; more threads than
+    /// cores only has the kernel time-slice shards that wait on each other.
+    #[arg(long, env = "STYX_THREADS")]
+    pub threads: Option<u16>,
     /// When the input log is made durable [default: epoch]. `none` is UNSAFE.
     #[arg(long, env = "STYX_FSYNC", value_enum)]
     pub fsync: Option<Fsync>,
@@ -157,6 +164,8 @@ pub struct Settings {
     pub listen: String,
     pub metrics: Option<String>,
     pub shards: u16,
+    /// `None`: `styx_runtime::threads_default`.
+    pub threads: Option<u16>,
     pub fsync: Fsync,
     pub snapshot_interval_ms: u64,
     pub epoch_txns_max: usize,
@@ -248,11 +257,18 @@ impl Settings {
         if shards == 0 || shards as usize > styx_engine::SHARDS_MAX {
             return Err(format!("--shards {shards}: between 1 and {}", styx_engine::SHARDS_MAX));
         }
+        let threads = args.threads.or(file.threads);
+        if let Some(t) = threads
+            && (t == 0 || t > shards)
+        {
+            return Err(format!("--threads {t}: between 1 and the shards ({shards})"));
+        }
         Ok(Settings {
             data_dir: args.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from("data")),
             listen: listen.unwrap_or_else(|| "127.0.0.1:7400".into()),
             metrics: (metrics != "off").then_some(metrics),
             shards,
+            threads,
             fsync: args.fsync.or(file.fsync).unwrap_or(Fsync::Epoch),
             snapshot_interval_ms: args.snapshot_interval_ms.or(file.snapshot_interval_ms).unwrap_or(1_000),
             epoch_txns_max: args.epoch_txns_max.or(file.epoch_txns_max).unwrap_or(2_000),

@@ -1,7 +1,8 @@
 //! The production driver: the runtime glue that the engine core stays free of.
 //!
-//! One glommio executor per shard, pinned to its own CPU, runs the shard's
-//! loop (`shard_loop`): it moves the shard's message batches over queues
+//! Glommio executors, each pinned to its own CPU, run the shards' loops
+//! (`shard_loop`; one shard per executor by default, or a block of them as
+//! tasks of one, see [`Options::threads`]): a loop moves the shard's message batches over queues
 //! between shards (`link`; glommio's channel mesh only rings a parked
 //! shard's doorbell) and, in a cluster, TCP links to other nodes
 //! (`remote`), feeds it requests from a [`Frontend`] (an in-process load
@@ -25,13 +26,14 @@ use link::Links;
 pub use metrics::{Metrics, ShardMetrics};
 use shard_loop::{Mesh, ShardLoop};
 
-use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::channels::channel_mesh::{MeshBuilder, Senders};
+use glommio::channels::shared_channel::ConnectedReceiver;
 use glommio::{LocalExecutorBuilder, Placement};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
-use std::task::Poll;
+use std::task::{Poll, Waker};
 use std::time::Duration;
 use styx_engine::{App, Config, Message, Reply, Shard, ShardId};
 
@@ -44,9 +46,9 @@ const DOORBELLS_MAX: usize = 1024;
 /// Errors of the runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot start the executor of shard {shard}: {source}")]
+    #[error("cannot start executor {executor}: {source}")]
     Executor {
-        shard: usize,
+        executor: usize,
         #[source]
         source: glommio::GlommioError<()>,
     },
@@ -70,7 +72,17 @@ pub enum Error {
 /// (p99 at 20 000 requests/s over TCP ~4.6 ms polling, ~1.2 ms parking).
 pub const IDLE_POLL_US: u64 = 200;
 
-/// The poll budget for `local_shards` shards with I/O (a daemon's: sockets
+/// Executor threads for `local_shards` shards unless told otherwise: one
+/// per shard up to one per core. More threads than cores only make the
+/// kernel time-slice shards that wait on each other at every barrier: 4
+/// YCSB-T shards on 4 threads on this 2-core VM committed 153 K/s, on 2
+/// threads 2.21 M/s (2 shards on 2 threads: 2.15 M/s).
+pub fn threads_default(local_shards: usize) -> usize {
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    local_shards.min(cores).max(1)
+}
+
+/// The poll budget for `threads` executor threads with I/O (a daemon's: sockets
 /// and a log) unless told otherwise: [`IDLE_POLL_US`] when the machine has
 /// a core beyond them, else 0. A polling shard holds its core; with a shard
 /// on every core, polling delays what the shards wait on — the log's
@@ -80,9 +92,9 @@ pub const IDLE_POLL_US: u64 = 200;
 /// polled (`perf sched latency`), and p99 went from ~5 ms to ~3 ms without
 /// polling (median of the runs the VM did not stall), at ~5% less
 /// closed-loop throughput.
-pub fn idle_poll_default(local_shards: usize) -> u64 {
+pub fn idle_poll_default(threads: usize) -> u64 {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-    if cores > local_shards { IDLE_POLL_US } else { 0 }
+    if cores > threads { IDLE_POLL_US } else { 0 }
 }
 
 /// How to run the shards.
@@ -109,6 +121,12 @@ pub struct Options {
     /// ones (`shards` is ignored) and the others are reached over TCP.
     /// `None`: every shard is here.
     pub cluster: Option<Arc<cluster::Run>>,
+    /// Executor threads for this node's shards, each running a contiguous
+    /// block of them as tasks; `None`: [`threads_default`]. Fewer threads
+    /// than shards make a shard a unit of placement smaller than a core (a
+    /// node can hand one over without the others); shards sharing a thread
+    /// take turns at each iteration that made progress.
+    pub threads: Option<usize>,
     /// Called on a shard's thread when the shard has made no progress for
     /// a second after making some (once per quiet spell, and once after
     /// loading): the place for a binary to have its allocator give the
@@ -131,6 +149,7 @@ impl Default for Options {
             metrics: None,
             durable: None,
             cluster: None,
+            threads: None,
             on_quiet: None,
         }
     }
@@ -174,9 +193,13 @@ pub trait Frontend: 'static {
     fn finish(self, shard: &Shard) -> Self::Output;
 }
 
-/// Runs `shards` executors until every frontend is done; returns their
-/// outputs in shard order. `make` builds each shard's frontend on its own
-/// thread and may load initial state into the shard.
+/// Runs this node's shards until every frontend is done; returns their
+/// outputs in shard order. `make` builds each shard's frontend on its
+/// executor's thread and may load initial state into the shard; it must
+/// not block waiting for another shard (two shards may share a thread).
+///
+/// The shards run on [`Options::threads`] executors, one thread each, a
+/// contiguous block of shards per executor ([`executor_of`]).
 pub fn run<F, M>(app: Arc<App>, opts: Options, make: M) -> Result<Vec<F::Output>, Error>
 where
     F: Frontend,
@@ -190,96 +213,224 @@ where
         return Err(Error::Shards(n));
     }
     let n_local = local.len();
-    let base = local.start;
+    let n_exec = opts
+        .threads
+        .unwrap_or_else(|| threads_default(n_local))
+        .clamp(1, n_local);
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
-    let mesh: MeshBuilder<(), _> = MeshBuilder::full(n_local, DOORBELLS_MAX);
-    let links = Arc::new(Links::new(n, MESH_CAPACITY));
-    let make = Arc::new(make);
-    let done = Arc::new(AtomicUsize::new(0));
-    let clock = Clock::new();
-    let mut handles = Vec::with_capacity(n_local);
-    for i in 0..n_local {
-        let placement = if opts.pin && n_local <= cpus {
+    let mesh: MeshBuilder<u16, _> = MeshBuilder::full(n_exec, DOORBELLS_MAX);
+    let node = Arc::new(Node {
+        app,
+        links: Arc::new(Links::new(n, MESH_CAPACITY)),
+        make,
+        done: Arc::new(AtomicUsize::new(0)),
+        clock: Clock::new(),
+        n,
+        base: local.start,
+        n_local,
+        n_exec,
+        opts,
+    });
+    let mut handles = Vec::with_capacity(n_exec);
+    for e in 0..n_exec {
+        let placement = if node.opts.pin && n_exec <= cpus {
             // By the shard's id across the cluster: nodes sharing a machine
             // (a test, a benchmark) spread over its CPUs instead of all
-            // pinning their first shard to CPU 0.
-            Placement::Fixed((base as usize + i) % cpus)
+            // pinning their first executor to CPU 0.
+            Placement::Fixed((usize::from(node.base) + e) % cpus)
         } else {
             Placement::Unbound
         };
-        let (mesh, make, done, app, opts) = (mesh.clone(), make.clone(), done.clone(), app.clone(), opts.clone());
-        let links = links.clone();
+        let (mesh, node) = (mesh.clone(), node.clone());
         let handle = LocalExecutorBuilder::new(placement)
-            .name(&format!("shard-{}", base as usize + i))
-            .spin_before_park(opts.spin_before_park)
-            .io_memory(opts.io_memory)
+            .name(&format!("shards-{}", usize::from(node.base) + e))
+            .spin_before_park(node.opts.spin_before_park)
+            .io_memory(node.opts.io_memory)
             .spawn(move || async move {
-                let (senders, receivers) = mesh.join().await.expect("channel mesh");
-                // Shard ids follow the mesh's peer ids (its join order).
-                let id = base + senders.peer_id() as ShardId;
-                let mut shard = Shard::new(app, opts.engine.clone(), id, n as u16);
-                let frontend = make(&mut shard);
-                let metrics = opts.metrics.as_ref().map(|m| m.shards[senders.peer_id()].clone());
-                let waiter = Rc::new(RefCell::new(None));
-                let remote = match &opts.cluster {
-                    Some(run) if run.is_cluster() => {
-                        match remote::Remote::connect(run.clone(), id, links.clone(), waiter.clone(), metrics.clone())
-                            .await
-                        {
-                            Ok(r) => Some(r),
-                            Err(e) => {
-                                run.failure.fail(e);
-                                let output = frontend.finish(&shard);
-                                settle().await;
-                                return (id, output);
-                            }
-                        }
-                    }
-                    _ => None,
-                };
-                let durable = match &opts.durable {
-                    Some(d) => {
-                        Some(durable::ShardDurable::start(d.clone(), &mut shard, waiter.clone(), metrics.clone()).await)
-                    }
-                    None => None,
-                };
-                let mesh = Mesh {
-                    links,
-                    doorbells: senders,
-                    n,
-                    base: usize::from(base),
+                let (senders, mut receivers) = mesh.join().await.expect("channel mesh");
+                // Which shards an executor runs follows its id in the mesh
+                // (the order executors joined it).
+                let first = first_of_executor(senders.peer_id(), n_exec, n_local);
+                let shards = first..first_of_executor(senders.peer_id() + 1, n_exec, n_local);
+                let waiters: Rc<[Waiter]> = shards.clone().map(|_| Waiter::default()).collect();
+                let doorbells = Rc::new(Doorbells {
+                    senders,
+                    n_exec,
                     n_local,
-                    done,
-                    remote,
-                    run: opts.cluster.clone(),
-                };
-                let output = ShardLoop::new(
-                    shard,
-                    frontend,
-                    mesh,
-                    durable,
-                    metrics,
-                    waiter,
-                    clock,
-                    opts.idle_poll_us,
-                    opts.on_quiet,
-                )
-                .run(receivers)
-                .await;
-                (id, output)
+                    first,
+                    waiters: waiters.clone(),
+                });
+                for (_, rx) in receivers.streams() {
+                    glommio::spawn_local(doorbell(rx, first, waiters.clone())).detach();
+                }
+                let tasks: Vec<_> = shards
+                    .map(|l| {
+                        glommio::spawn_local(run_shard(
+                            node.clone(),
+                            l,
+                            waiters[l - first].clone(),
+                            doorbells.clone(),
+                        ))
+                    })
+                    .collect();
+                let mut outputs = Vec::with_capacity(tasks.len());
+                for t in tasks {
+                    outputs.push(t.await);
+                }
+                outputs
             })
-            .map_err(|source| Error::Executor { shard: i, source })?;
+            .map_err(|source| Error::Executor { executor: e, source })?;
         handles.push(handle);
     }
     let mut outputs: Vec<Option<F::Output>> = (0..n_local).map(|_| None).collect();
-    for (i, h) in handles.into_iter().enumerate() {
-        let (id, output) = h.join().map_err(|e| Error::Shard {
-            shard: i,
-            message: e.to_string(),
+    for (e, h) in handles.into_iter().enumerate() {
+        let done = h.join().map_err(|err| Error::Shard {
+            shard: usize::from(node.base) + first_of_executor(e, n_exec, n_local),
+            message: err.to_string(),
         })?;
-        outputs[usize::from(id - base)] = Some(output);
+        for (id, output) in done {
+            outputs[usize::from(id - node.base)] = Some(output);
+        }
     }
     Ok(outputs.into_iter().map(|o| o.expect("every shard reported")).collect())
+}
+
+/// What every shard of this node shares, whichever executor runs it.
+struct Node<M> {
+    app: Arc<App>,
+    opts: Options,
+    links: Arc<Links<Envelope>>,
+    make: M,
+    /// Local shards that have nothing left to do.
+    done: Arc<AtomicUsize>,
+    clock: Clock,
+    /// Shards of the whole run (every node).
+    n: usize,
+    /// The first local shard's id.
+    base: ShardId,
+    n_local: usize,
+    n_exec: usize,
+}
+
+/// Starts local shard `l` (its frontend, links to other nodes, log) and
+/// runs its loop as a task of the current executor.
+async fn run_shard<F, M>(node: Arc<Node<M>>, l: usize, waiter: Waiter, doorbells: Rc<Doorbells>) -> (ShardId, F::Output)
+where
+    F: Frontend,
+    M: Fn(&mut Shard) -> F + Send + Sync + 'static,
+{
+    let opts = &node.opts;
+    let id = node.base + l as ShardId;
+    let mut shard = Shard::new(node.app.clone(), opts.engine.clone(), id, node.n as u16);
+    let frontend = (node.make)(&mut shard);
+    let metrics = opts.metrics.as_ref().map(|m| m.shards[l].clone());
+    let remote = match &opts.cluster {
+        Some(run) if run.is_cluster() => {
+            match remote::Remote::connect(run.clone(), id, node.links.clone(), waiter.clone(), metrics.clone()).await {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    run.failure.fail(e);
+                    let output = frontend.finish(&shard);
+                    settle().await;
+                    return (id, output);
+                }
+            }
+        }
+        _ => None,
+    };
+    let durable = match &opts.durable {
+        Some(d) => Some(durable::ShardDurable::start(d.clone(), &mut shard, waiter.clone(), metrics.clone()).await),
+        None => None,
+    };
+    let mesh = Mesh {
+        links: node.links.clone(),
+        doorbells,
+        n: node.n,
+        base: usize::from(node.base),
+        n_local: node.n_local,
+        shares_executor: node.n_exec < node.n_local,
+        done: node.done.clone(),
+        remote,
+        run: opts.cluster.clone(),
+    };
+    let output = ShardLoop::new(
+        shard,
+        frontend,
+        mesh,
+        durable,
+        metrics,
+        waiter,
+        node.clock,
+        opts.idle_poll_us,
+        opts.on_quiet,
+    )
+    .run()
+    .await;
+    (id, output)
+}
+
+/// Where a parked shard loop leaves its waker: whoever has work for it
+/// (a peer's doorbell, its log, a client, a link to another node) wakes it.
+pub(crate) type Waiter = Rc<RefCell<Option<Waker>>>;
+
+/// Wakes a parked shard loop, if it is parked.
+pub(crate) fn wake(waiter: &Waiter) {
+    if let Some(w) = waiter.borrow_mut().take() {
+        w.wake();
+    }
+}
+
+/// The first of the `n_local` local shards that executor `e` of `n_exec`
+/// runs (`e == n_exec`: `n_local`). Blocks are contiguous and differ in
+/// size by at most one.
+pub fn first_of_executor(e: usize, n_exec: usize, n_local: usize) -> usize {
+    e * n_local / n_exec
+}
+
+/// The executor that runs local shard `l` (the inverse of
+/// [`first_of_executor`]: the last executor whose first shard is at most
+/// `l`).
+pub fn executor_of(l: usize, n_exec: usize, n_local: usize) -> usize {
+    ((l + 1) * n_exec - 1) / n_local
+}
+
+/// How a shard wakes a parked peer of this node: directly when both run on
+/// this executor, else by a doorbell to the peer's executor (glommio's
+/// channel mesh, which wakes a sleeping thread).
+pub(crate) struct Doorbells {
+    senders: Senders<u16>,
+    n_exec: usize,
+    n_local: usize,
+    /// The first local shard of this executor.
+    first: usize,
+    /// This executor's shards' waiters, from `first` on.
+    waiters: Rc<[Waiter]>,
+}
+
+impl Doorbells {
+    /// Wakes local shard `l` (known to be parked).
+    pub(crate) fn ring(&self, l: usize) {
+        let e = executor_of(l, self.n_exec, self.n_local);
+        if e == self.senders.peer_id() {
+            wake(&self.waiters[l - self.first]);
+            return;
+        }
+        match self.senders.try_send_to(e, l as u16) {
+            // A full queue: the executor has a thousand rings unread (a ring
+            // is sent once per park); this shard re-checks its links at its
+            // park's timer at the latest.
+            Ok(()) | Err(glommio::GlommioError::WouldBlock(_)) => {}
+            // The peer's executor is gone: the engine cannot go on without it.
+            Err(err) => panic!("cannot wake local shard {l}: {err}"),
+        }
+    }
+}
+
+/// Wakes this executor's shard loops as their doorbells ring.
+async fn doorbell(rx: ConnectedReceiver<u16>, first: usize, waiters: Rc<[Waiter]>) {
+    while let Some(l) = rx.recv().await {
+        wake(&waiters[usize::from(l) - first]);
+    }
 }
 
 /// A batch between two shards, stamped with its send time.
@@ -294,4 +445,33 @@ pub(crate) struct Envelope {
 /// taking a share of new connections (SO_REUSEPORT) and never answer.
 pub(crate) async fn settle() {
     glommio::timer::sleep(Duration::from_millis(2)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn executors_run_contiguous_blocks_that_differ_by_at_most_one() {
+        for n_local in 1..=SHARDS_TESTED {
+            for n_exec in 1..=n_local {
+                let sizes: Vec<usize> = (0..n_exec)
+                    .map(|e| first_of_executor(e + 1, n_exec, n_local) - first_of_executor(e, n_exec, n_local))
+                    .collect();
+                assert_eq!(sizes.iter().sum::<usize>(), n_local);
+                let (min, max) = (sizes.iter().min().unwrap(), sizes.iter().max().unwrap());
+                assert!(*min >= 1 && max - min <= 1, "{n_local} on {n_exec}: {sizes:?}");
+                for l in 0..n_local {
+                    let e = executor_of(l, n_exec, n_local);
+                    let block = first_of_executor(e, n_exec, n_local)..first_of_executor(e + 1, n_exec, n_local);
+                    assert!(
+                        block.contains(&l),
+                        "{n_local} on {n_exec}: shard {l} is not in {e}'s {block:?}"
+                    );
+                }
+            }
+        }
+    }
+
+    const SHARDS_TESTED: usize = 70;
 }

@@ -20,15 +20,12 @@
 
 use crate::link::Links;
 use crate::{Clock, Envelope, Frontend, ShardMetrics, cluster, durable, remote};
-use glommio::GlommioError;
-use glommio::channels::channel_mesh::{Receivers, Senders};
-use glommio::channels::shared_channel::ConnectedReceiver;
-use std::cell::RefCell;
+use crate::{Doorbells, Waiter};
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::task::{Poll, Waker};
+use std::task::Poll;
 use std::time::Duration;
 use styx_engine::{Message, Outputs, Shard, ShardId, Stage};
 
@@ -88,12 +85,14 @@ const SHIPPED: u8 = 8;
 /// shards of this node) and, in a cluster, connections to the others.
 pub(crate) struct Mesh {
     pub(crate) links: Arc<Links<Envelope>>,
-    pub(crate) doorbells: Senders<()>,
+    pub(crate) doorbells: Rc<Doorbells>,
     /// Shards of the whole run (every node).
     pub(crate) n: usize,
     /// The first local shard's id (doorbells are numbered from it).
     pub(crate) base: usize,
     pub(crate) n_local: usize,
+    /// Whether other shards run on this shard's executor.
+    pub(crate) shares_executor: bool,
     /// Local shards that have nothing left to do; the run ends when all have.
     pub(crate) done: Arc<AtomicUsize>,
     pub(crate) remote: Option<remote::Remote>,
@@ -112,31 +111,13 @@ impl Mesh {
         }
         let parked = self.links.send(me, to, envelope)?;
         if parked {
-            ring(&self.doorbells, to - self.base);
+            self.doorbells.ring(to - self.base);
         }
         Ok(())
     }
 
     fn failed(&self) -> bool {
         self.run.as_ref().is_some_and(|r| r.failure.is_failed())
-    }
-}
-
-/// Wakes the shard loop when a doorbell rings (a peer sent to a parked shard).
-async fn doorbell(rx: ConnectedReceiver<()>, waiter: Rc<RefCell<Option<Waker>>>) {
-    while rx.recv().await.is_some() {
-        if let Some(w) = waiter.borrow_mut().take() {
-            w.wake();
-        }
-    }
-}
-
-/// Rings `to`'s doorbell. A full doorbell queue already holds a ring.
-fn ring(doorbells: &Senders<()>, to: usize) {
-    match doorbells.try_send_to(to, ()) {
-        Ok(()) | Err(GlommioError::WouldBlock(_)) => {}
-        // The peer's executor is gone: the engine cannot go on without it.
-        Err(e) => panic!("cannot wake shard {to}: {e}"),
     }
 }
 
@@ -149,7 +130,7 @@ pub(crate) struct ShardLoop<F: Frontend> {
     metrics: Option<Arc<ShardMetrics>>,
     /// The loop's waker while it is parked: doorbells, the log task and the
     /// frontend wake it through this.
-    waiter: Rc<RefCell<Option<Waker>>>,
+    waiter: Waiter,
     clock: Clock,
     /// µs without progress spent polling before parking.
     spin_us: u64,
@@ -214,7 +195,7 @@ impl<F: Frontend> ShardLoop<F> {
         mesh: Mesh,
         durable: Option<durable::ShardDurable>,
         metrics: Option<Arc<ShardMetrics>>,
-        waiter: Rc<RefCell<Option<Waker>>>,
+        waiter: Waiter,
         clock: Clock,
         spin_us: u64,
         on_quiet: Option<fn()>,
@@ -256,10 +237,7 @@ impl<F: Frontend> ShardLoop<F> {
     /// Runs the shard until the run ends (every local shard done, or the
     /// cluster lost a node), then closes its log and links and returns the
     /// frontend's output.
-    pub(crate) async fn run(mut self, mut receivers: Receivers<()>) -> F::Output {
-        for (_, rx) in receivers.streams() {
-            glommio::spawn_local(doorbell(rx, self.waiter.clone())).detach();
-        }
+    pub(crate) async fn run(mut self) -> F::Output {
         loop {
             self.iterations += 1;
             let started = self.clock.now_us();
@@ -292,7 +270,13 @@ impl<F: Frontend> ShardLoop<F> {
                 if let Some(p) = &mut self.profile {
                     p.busy(self.clock.now_us() - started);
                 }
-                glommio::yield_if_needed().await;
+                if self.mesh.shares_executor {
+                    // Its peers on this thread take their turn (the loop
+                    // would otherwise keep the thread until preempted).
+                    futures_lite::future::yield_now().await;
+                } else {
+                    glommio::yield_if_needed().await;
+                }
                 continue;
             }
             // No progress: spin a while (`spin_us`, see `IDLE_POLL_US`) if an epoch is open

@@ -88,6 +88,10 @@ struct RunArgs {
     /// Shards (one per core); default: the number of CPUs.
     #[arg(long)]
     shards: Option<u16>,
+    /// Executor threads running the shards, each a contiguous block of
+    /// them [default: one per shard]. In-process runs only.
+    #[arg(long)]
+    threads: Option<usize>,
     /// Measured seconds (after the warm-up).
     #[arg(long, default_value_t = 10.0)]
     duration: f64,
@@ -487,6 +491,7 @@ fn execute<W: Workload>(
     };
     let params = runner::Params {
         shards: args.shards.unwrap_or_else(default_shards),
+        threads: args.threads,
         warmup: Duration::from_secs_f64(args.warmup),
         duration: Duration::from_secs_f64(args.duration),
         load,
@@ -504,6 +509,12 @@ fn execute<W: Workload>(
         moves,
     };
     let workload = Arc::new(workload);
+    if args.threads.is_some() && args.connect.is_some() {
+        return Err("--threads sets how this process runs its shards: a daemon takes its own --threads".into());
+    }
+    if args.threads == Some(0) {
+        return Err("--threads must be at least 1".into());
+    }
     if args.exactly_once && args.connect.is_none() {
         return Err("--exactly-once names requests on the wire: it needs --connect".into());
     }

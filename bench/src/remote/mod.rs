@@ -661,6 +661,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
         },
         parameters: workload.parameters(),
         shards,
+        threads: None,
         cpus: std::thread::available_parallelism().map_or(1, |c| c.get()),
         offered_tps: match r.load {
             Load::Open { rate } => Some(rate),
