@@ -3,10 +3,13 @@
 # `styxd --preload ycsbt` (10 000 accounts, fsync=epoch unless FSYNC says
 # otherwise), runs alternating A B A B … so both see the same machine.
 #
-#   closed      closed loop, 2 connections × 512 in flight, 2 shards
-#   open RATE   open loop at RATE/s (HALF, default 90 000), 2 shards
+#   closed      closed loop, 2 connections × 512 in flight, SHARDS shards
+#   open RATE   open loop at RATE/s (HALF, default 90 000), SHARDS shards
 #   open 20k    open loop at 20 000/s on 1 shard (a light load)
 #   snapshot    open loop at HALF with a snapshot every 1 s
+#
+# KINDS picks among them (default "closed open light snapshot"); SHARDS
+# defaults to 2.
 #
 # Every command is printed with `+`; one JSON line per run goes to OUT.
 #
@@ -22,6 +25,8 @@ HALF=${HALF:-90000}
 OUT=${OUT:-/tmp/tcp_ab.jsonl}
 PORT=${PORT:-7831}
 FSYNC=${FSYNC:-epoch}
+SHARDS=${SHARDS:-2}
+KINDS=" ${KINDS:-closed open light snapshot} "
 WORK=$(mktemp -d)
 trap 'kill $daemon 2>/dev/null || true; rm -rf "$WORK"' EXIT
 daemon=
@@ -48,10 +53,10 @@ run() { # label, build dir, shards, snapshot ms, bench args…
 
 for round in $(seq 1 "$ROUNDS"); do
     for dir in "$A" "$B"; do
-        run closed "$dir" 2 0 --connections 2 --in-flight 512
-        run "open $HALF" "$dir" 2 0 --connections 2 --rate "$HALF"
-        run "open 20k 1 shard" "$dir" 1 0 --connections 2 --rate 20000
-        run "open $HALF snapshot 1s" "$dir" 2 1000 --connections 2 --rate "$HALF"
+        case $KINDS in *" closed "*) run closed "$dir" "$SHARDS" 0 --connections 2 --in-flight 512 ;; esac
+        case $KINDS in *" open "*) run "open $HALF" "$dir" "$SHARDS" 0 --connections 2 --rate "$HALF" ;; esac
+        case $KINDS in *" light "*) run "open 20k 1 shard" "$dir" 1 0 --connections 2 --rate 20000 ;; esac
+        case $KINDS in *" snapshot "*) run "open $HALF snapshot 1s" "$dir" "$SHARDS" 1000 --connections 2 --rate "$HALF" ;; esac
     done
 done
 
