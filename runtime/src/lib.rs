@@ -234,10 +234,11 @@ where
     let mut handles = Vec::with_capacity(n_exec);
     for e in 0..n_exec {
         let placement = if node.opts.pin && n_exec <= cpus {
-            // By the shard's id across the cluster: nodes sharing a machine
-            // (a test, a benchmark) spread over its CPUs instead of all
+            // Numbered across the cluster as if every node ran as many
+            // shards per thread as this one: nodes sharing a machine (a
+            // test, a benchmark) spread over its CPUs instead of all
             // pinning their first executor to CPU 0.
-            Placement::Fixed((usize::from(node.base) + e) % cpus)
+            Placement::Fixed((usize::from(node.base) * n_exec / n_local + e) % cpus)
         } else {
             Placement::Unbound
         };
