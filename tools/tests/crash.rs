@@ -43,9 +43,23 @@ fn send(c: &mut Conn, seq: u64, t: Transfer) -> u32 {
 
 #[test]
 fn kill_9_loop_under_load_loses_nothing_acknowledged_and_applies_nothing_twice() {
-    let dir = data_dir("crash");
+    kill_9_loop("crash", &["--shards", "2"], CYCLES);
+}
+
+/// The same with three shards as tasks of one thread: their logs, snapshot
+/// files and exactly-once tables share an executor, and every restart
+/// recovers them one after another on it.
+#[test]
+fn kill_9_loop_with_shards_sharing_a_thread() {
+    kill_9_loop("crash-shared-thread", &["--shards", "3", "--threads", "1"], CYCLES / 2);
+}
+
+fn kill_9_loop(name: &str, layout: &[&str], cycles: usize) {
+    let dir = data_dir(name);
     let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
-    let mut d = Daemon::start(bin, &dir, &["--shards", "2", "--snapshot-interval-ms", "150"]);
+    let mut args = layout.to_vec();
+    args.extend_from_slice(&["--snapshot-interval-ms", "150"]);
+    let mut d = Daemon::start(bin, &dir, &args);
     // Load: one deposit per account, exactly-once client 1.
     {
         let mut c = d.connect();
@@ -58,7 +72,7 @@ fn kill_9_loop_under_load_loses_nothing_acknowledged_and_applies_nothing_twice()
     let mut sent: BTreeMap<u64, Transfer> = BTreeMap::new();
     let mut answered: BTreeMap<u64, (Tid, Outcome)> = BTreeMap::new();
     let mut next_seq = 1;
-    for cycle in 0..CYCLES {
+    for cycle in 0..cycles {
         let mut c = d.connect();
         // Resend whatever is unanswered, then a new burst.
         let mut corr_seq = BTreeMap::new();
