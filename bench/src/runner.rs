@@ -416,6 +416,12 @@ impl<S: Source> Frontend for Generator<S> {
         false
     }
 
+    /// Drawing requests is this generator's real work on the shard's
+    /// thread: done while the shard waits, not while a peer waits for it.
+    fn pump_after_local_work(&self) -> bool {
+        true
+    }
+
     fn next_wakeup_us(&self) -> Option<u64> {
         match self.load {
             // Waiting for the other shards to load.

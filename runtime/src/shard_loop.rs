@@ -152,6 +152,8 @@ pub(crate) struct ShardLoop<F: Frontend> {
     /// Progress was made since `on_quiet` last ran (or since the start:
     /// loading the shard's state leaves garbage too).
     busy_since_quiet: bool,
+    /// The frontend's `pump_after_local_work`, asked once.
+    pump_after_local_work: bool,
     /// Whether anything of this shard waits on the executor's ring:
     /// sockets (its frontend's, links to other nodes) or the log.
     has_io: bool,
@@ -202,6 +204,7 @@ impl<F: Frontend> ShardLoop<F> {
     ) -> ShardLoop<F> {
         let me = usize::from(shard.id());
         let has_io = frontend.does_io() || durable.is_some() || mesh.remote.is_some();
+        let pump_after_local_work = frontend.pump_after_local_work();
         let alone = mesh.n == 1;
         let profile = std::env::var_os("STYX_PROFILE").map(|_| Profile::new(&shard, clock.now_us()));
         ShardLoop {
@@ -214,6 +217,7 @@ impl<F: Frontend> ShardLoop<F> {
             clock,
             spin_us,
             has_io,
+            pump_after_local_work,
             alone,
             on_quiet,
             busy_since_quiet: true,
@@ -335,10 +339,13 @@ impl<F: Frontend> ShardLoop<F> {
         why
     }
 
-    /// Lets the frontend submit requests, unless batches wait to leave:
-    /// new work would only add to them.
+    /// Lets the frontend submit requests, unless batches wait to leave (new
+    /// work would only add to them), or, for a frontend that asks, while
+    /// the shard has local work in a running epoch.
     fn pump(&mut self, now: u64) -> u8 {
-        if self.overflow.is_empty() && self.frontend.pump(&mut self.shard, now) {
+        // See `Frontend::pump_after_local_work`.
+        let later = self.pump_after_local_work && self.shard.stage() != Stage::Idle && self.shard.has_work();
+        if self.overflow.is_empty() && !later && self.frontend.pump(&mut self.shard, now) {
             PUMPED
         } else {
             0
