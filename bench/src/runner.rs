@@ -164,7 +164,7 @@ impl Default for Params {
             warmup: Duration::from_secs(2),
             duration: Duration::from_secs(10),
             load: Load::Closed { in_flight: 1 },
-            epoch_txns_max: 10_000,
+            epoch_txns_max: styx_engine::EPOCH_TXNS_MAX_DEFAULT,
             epoch_gather_us: 0,
             step_messages_max: Config::default().step_messages_max,
             move_share_entities: Config::default().move_share_entities,

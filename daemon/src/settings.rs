@@ -106,7 +106,8 @@ pub struct Flags {
     /// Milliseconds between incremental snapshots [default: 1000]; 0 disables.
     #[arg(long, env = "STYX_SNAPSHOT_INTERVAL_MS")]
     pub snapshot_interval_ms: Option<u64>,
-    /// Transactions a shard seals into one epoch [default: 2000].
+    /// Transactions a shard seals into one epoch, at most [default: 256;
+    /// fewer when its transactions conflict].
     #[arg(long, env = "STYX_EPOCH_TXNS_MAX")]
     pub epoch_txns_max: Option<usize>,
     /// Least microseconds between epoch starts [default: 0].
@@ -271,7 +272,10 @@ impl Settings {
             threads,
             fsync: args.fsync.or(file.fsync).unwrap_or(Fsync::Epoch),
             snapshot_interval_ms: args.snapshot_interval_ms.or(file.snapshot_interval_ms).unwrap_or(1_000),
-            epoch_txns_max: args.epoch_txns_max.or(file.epoch_txns_max).unwrap_or(2_000),
+            epoch_txns_max: args
+                .epoch_txns_max
+                .or(file.epoch_txns_max)
+                .unwrap_or(styx_engine::EPOCH_TXNS_MAX_DEFAULT),
             epoch_gather_us: args.epoch_gather_us.or(file.epoch_gather_us).unwrap_or(0),
             idle_poll_us: args.idle_poll_us.or(file.idle_poll_us),
             move_share_entities,

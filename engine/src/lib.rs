@@ -61,8 +61,8 @@ pub use app::{
 pub use bytes::{mix64, stable_hash};
 pub use codec::{Decode, DecodeError, Encode, PAYLOAD_LEN_MAX, Payload, Writer};
 pub use config::{
-    Batch, ClientSeq, Config, Durability, EPOCH_FALLBACK_HIGH_PCT, EPOCH_FALLBACK_LOW_PCT, EPOCH_TXNS_MIN,
-    EPOCH_TXNS_START, Outcome, Reply, Request, SnapshotChunk, Token,
+    Batch, ClientSeq, Config, Durability, EPOCH_FALLBACK_HIGH_PCT, EPOCH_FALLBACK_LOW_PCT, EPOCH_TXNS_MAX_DEFAULT,
+    EPOCH_TXNS_MIN, EPOCH_TXNS_START, Outcome, Reply, Request, SnapshotChunk, Token,
 };
 pub use ctx::{Call, CallLimits, Ctx};
 pub use history::{EpochRecord, serial_order};

@@ -109,7 +109,7 @@ struct RunArgs {
     #[arg(long)]
     in_flight: Option<usize>,
     /// Transactions one shard seals into one epoch.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = styx_engine::EPOCH_TXNS_MAX_DEFAULT)]
     epoch_txns: usize,
     /// Least µs between epoch starts (lets batches gather).
     #[arg(long, default_value_t = 0)]
