@@ -128,10 +128,11 @@ impl Report {
         let l = &self.latency_us;
         let mut s = String::new();
         s.push_str(&format!(
-            "{} {} · {} shards · {}{}{}\n",
+            "{} {} · {} shards{} · {}{}{}\n",
             self.workload,
             self.mode,
             self.shards,
+            self.threads.map_or(String::new(), |t| format!(" on {t} threads")),
             self.parameters_line(),
             self.offered_tps
                 .map_or(String::new(), |r| format!(" · offered {:.0}/s", r)),
