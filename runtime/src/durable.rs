@@ -25,6 +25,7 @@
 //! loads its files, and writes the empty batches to the logs before
 //! serving, so every log agrees again.
 
+use crate::Waiter;
 use crate::cluster::{Run, Spec};
 use crate::metrics::ShardMetrics;
 use std::cell::RefCell;
@@ -340,7 +341,7 @@ impl ShardDurable {
     pub(crate) async fn start(
         durable: Arc<Durable>,
         shard: &mut Shard,
-        loop_waker: Rc<RefCell<Option<Waker>>>,
+        loop_waker: Waiter,
         metrics: Option<Arc<ShardMetrics>>,
     ) -> ShardDurable {
         let id = shard.id();
@@ -520,7 +521,7 @@ async fn log_task(
     shard: ShardId,
     mut writer: wal::Writer,
     state: Rc<RefCell<LogState>>,
-    loop_waker: Rc<RefCell<Option<Waker>>>,
+    loop_waker: Waiter,
     metrics: Option<Arc<ShardMetrics>>,
 ) {
     loop {
@@ -556,9 +557,7 @@ async fn log_task(
             }
             durable.log_durable[usize::from(shard - durable.shards.start)].store(epoch, Relaxed);
             state.borrow_mut().durable = Some(epoch);
-            if let Some(w) = loop_waker.borrow_mut().take() {
-                w.wake();
-            }
+            crate::wake(&loop_waker);
         }
         if closing && state.borrow().queue.is_empty() {
             let _ = writer.close().await;
@@ -583,9 +582,7 @@ struct Stop {
 impl Stop {
     fn set(&self) {
         self.set.set(true);
-        if let Some(w) = self.waker.borrow_mut().take() {
-            w.wake();
-        }
+        crate::wake(&self.waker);
     }
 
     fn get(&self) -> bool {

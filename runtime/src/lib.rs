@@ -241,7 +241,6 @@ where
         n,
         base: local.start,
         n_local,
-        n_exec,
         opts,
     });
     let mut handles = Vec::with_capacity(n_exec);
@@ -323,7 +322,6 @@ struct Node<M> {
     /// The first local shard's id.
     base: ShardId,
     n_local: usize,
-    n_exec: usize,
 }
 
 /// Starts local shard `l` (its frontend, links to other nodes, log) and
@@ -358,11 +356,11 @@ where
     };
     let mesh = Mesh {
         links: node.links.clone(),
-        doorbells,
         n: node.n,
         base: usize::from(node.base),
         n_local: node.n_local,
-        shares_executor: node.n_exec < node.n_local,
+        shares_executor: doorbells.shares_executor(),
+        doorbells,
         done: node.done.clone(),
         remote,
         run: opts.cluster.clone(),
@@ -388,7 +386,7 @@ where
 pub(crate) type Waiter = Rc<RefCell<Option<Waker>>>;
 
 /// Wakes a parked shard loop, if it is parked.
-pub(crate) fn wake(waiter: &Waiter) {
+pub(crate) fn wake(waiter: &RefCell<Option<Waker>>) {
     if let Some(w) = waiter.borrow_mut().take() {
         w.wake();
     }
@@ -422,6 +420,11 @@ pub(crate) struct Doorbells {
 }
 
 impl Doorbells {
+    /// Whether this executor runs more than one shard.
+    pub(crate) fn shares_executor(&self) -> bool {
+        self.waiters.len() > 1
+    }
+
     /// Wakes local shard `l` (known to be parked).
     pub(crate) fn ring(&self, l: usize) {
         let e = executor_of(l, self.n_exec, self.n_local);

@@ -20,10 +20,10 @@
 //! written; past it the shard keeps the batch in its overflow queue (as for
 //! a full in-process link) and stops taking client requests until it drains.
 
-use crate::Envelope;
 use crate::cluster::Run;
 use crate::link::Links;
 use crate::metrics::ShardMetrics;
+use crate::{Envelope, Waiter, wake};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
 use std::cell::RefCell;
@@ -70,7 +70,7 @@ impl Remote {
         run: Arc<Run>,
         me: ShardId,
         links: Arc<Links<Envelope>>,
-        waiter: Rc<RefCell<Option<Waker>>>,
+        waiter: Waiter,
         metrics: Option<Arc<ShardMetrics>>,
     ) -> Result<Remote, String> {
         let n = run.spec.n_shards();
@@ -269,7 +269,7 @@ async fn read_loop(
     peer: ShardId,
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
     links: Arc<Links<Envelope>>,
-    waiter: Rc<RefCell<Option<Waker>>>,
+    waiter: Waiter,
 ) {
     let n = run.spec.n_shards();
     let mut body = Vec::new();
@@ -306,18 +306,14 @@ async fn read_loop(
                     }
                 }
             }
-            if let Some(w) = waiter.borrow_mut().take() {
-                w.wake();
-            }
+            wake(&waiter);
         }
     }
     .await;
     if let Err(e) = result {
         run.failure.fail(format!("link from shard {peer} to shard {me}: {e}"));
     }
-    if let Some(w) = waiter.borrow_mut().take() {
-        w.wake();
-    }
+    wake(&waiter);
 }
 
 async fn write_loop(
@@ -325,7 +321,7 @@ async fn write_loop(
     peer: ShardId,
     mut writer: futures_lite::io::WriteHalf<TcpStream>,
     out: Rc<RefCell<Outgoing>>,
-    waiter: Rc<RefCell<Option<Waker>>>,
+    waiter: Waiter,
 ) {
     let mut spare = Vec::new();
     loop {
@@ -353,16 +349,12 @@ async fn write_loop(
         .await;
         if let Err(e) = written {
             run.failure.fail(format!("link to shard {peer}: {e}"));
-            if let Some(w) = waiter.borrow_mut().take() {
-                w.wake();
-            }
+            wake(&waiter);
             return;
         }
         // The buffer was full a moment ago: the shard may be waiting on it.
-        if buf.len() >= OUTGOING_BYTES_MAX
-            && let Some(w) = waiter.borrow_mut().take()
-        {
-            w.wake();
+        if buf.len() >= OUTGOING_BYTES_MAX {
+            wake(&waiter);
         }
         buf.clear();
         spare = buf;
