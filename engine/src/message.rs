@@ -119,6 +119,9 @@ pub enum Message {
         /// Partitions moving away from the sender whose copy it has sent:
         /// every shard switches them at the epoch's end.
         switches: Vec<(crate::OpId, u32)>,
+        /// Shard handovers the sender sequenced this epoch: every shard
+        /// decides every shard's at the epoch's end, in tid order.
+        handovers: Vec<(Tid, crate::layout::Handover)>,
     },
     /// Conflict flags the sender found for the keys it owns. `snapshot`:
     /// the sender wants a snapshot of the state after this epoch (every

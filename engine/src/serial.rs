@@ -100,8 +100,9 @@ impl Serial {
         if let Err(abort) = crate::Shard::validate(&self.txn.app, request) {
             return Outcome::Aborted(abort);
         }
-        if crate::Move::of(request).is_some() {
-            // Where partitions live does not change what transactions see.
+        if crate::Move::of(request).is_some() || crate::Handover::of(request).is_some() {
+            // Where partitions and shards live does not change what
+            // transactions see.
             return Outcome::Committed(crate::Payload::encode(&()));
         }
         let txn = &self.txn;

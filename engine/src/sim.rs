@@ -39,6 +39,7 @@ use crate::config::{Batch, Config, Durability, Reply, Request, SnapshotChunk, To
 use crate::history::EpochRecord;
 use crate::ids::{Epoch, OpId, ShardId};
 use crate::key::Key;
+use crate::layout::{Layout, Switched};
 use crate::message::Message;
 use crate::rng::Rng;
 use crate::shard::{Outputs, Shard};
@@ -101,12 +102,18 @@ pub struct Sim {
     shards: Vec<Shard>,
     /// `links[from * n + to]`: batches in flight, oldest first.
     links: Vec<VecDeque<Flight>>,
-    /// Per shard, the node it runs on (see [`Sim::set_nodes`]).
-    node_of: Vec<u16>,
-    /// Per node, how many shards it runs.
-    node_shards: Vec<u16>,
+    /// Which node runs each shard now (see [`Sim::set_nodes`]; it follows
+    /// the engine's handovers).
+    layout: Layout,
+    /// The layouts the run went through: `(e, layout)` holds from epoch
+    /// `e` on, until the next entry's.
+    layouts: Vec<(Epoch, Layout)>,
+    /// Every handover followed, in version order.
+    switched: Vec<Switched>,
     /// Per shard, false once its node crashed ([`Sim::crash_node`]).
     alive: Vec<bool>,
+    /// Per node, false once it crashed.
+    node_alive: Vec<bool>,
     /// See [`Sim::set_remote_delay_us_max`].
     remote_delay_us_max: u64,
     rng: Rng,
@@ -126,9 +133,11 @@ pub struct Sim {
     chunks_emitted: usize,
     /// Per shard, the epoch through which its log is synced.
     synced: Vec<Epoch>,
-    /// Per node, its snapshots not yet committed: epoch -> shards of the
-    /// node whose file is complete.
-    snapshot_files: Vec<BTreeMap<Epoch, u16>>,
+    /// Snapshots not yet committed by every node: epoch -> per node, how
+    /// many of the shards it runs after the epoch completed their file.
+    snapshot_files: BTreeMap<Epoch, Vec<u16>>,
+    /// Per node, the newest snapshot whose manifest it committed.
+    manifested: Vec<Epoch>,
     /// See [`Sim::set_fsync_busy`].
     fsync_busy: f64,
     out: Outputs,
@@ -144,9 +153,11 @@ impl Sim {
         Sim {
             shards,
             links: (0..n * n).map(|_| VecDeque::new()).collect(),
-            node_of: vec![0; n],
-            node_shards: vec![n_shards],
+            layout: Layout::single(n_shards),
+            layouts: vec![(0, Layout::single(n_shards))],
+            switched: Vec::new(),
             alive: vec![true; n],
+            node_alive: vec![true],
             remote_delay_us_max: REMOTE_DELAY_US_MAX,
             rng: Rng::new(seed),
             seed,
@@ -160,7 +171,8 @@ impl Sim {
             disk: Vec::new(),
             chunks_emitted: 0,
             synced: vec![0; n],
-            snapshot_files: vec![BTreeMap::new()],
+            snapshot_files: BTreeMap::new(),
+            manifested: vec![0],
             fsync_busy: 0.0,
             out: Outputs::default(),
             steps: 0,
@@ -197,29 +209,74 @@ impl Sim {
             self.steps == 0 && self.disk.is_empty() && self.links.iter().all(VecDeque::is_empty),
             "set_nodes after the run started"
         );
-        self.node_of = shards
-            .iter()
-            .enumerate()
-            .flat_map(|(node, count)| std::iter::repeat_n(node as u16, usize::from(*count)))
-            .collect();
-        self.node_shards = shards.to_vec();
-        self.snapshot_files = vec![BTreeMap::new(); shards.len()];
+        self.set_layout(Layout::contiguous(shards));
+    }
+
+    /// Sets which node runs each shard (a node may run none: a spare that
+    /// shards can be handed over to). Call it before anything runs.
+    pub fn set_layout(&mut self, layout: Layout) {
+        assert_eq!(layout.n_shards(), self.n_shards(), "a layout of other shards");
+        assert!(
+            self.steps == 0 && self.disk.is_empty() && self.links.iter().all(VecDeque::is_empty),
+            "set_layout after the run started"
+        );
+        for shard in &mut self.shards {
+            shard.set_layout(layout.clone());
+        }
+        let nodes = usize::from(layout.nodes());
+        self.layouts = vec![(0, layout.clone())];
+        self.layout = layout;
+        self.node_alive = vec![true; nodes];
+        self.manifested = vec![0; nodes];
+    }
+
+    /// After shards were restored from a snapshot (before anything ran):
+    /// takes their layout, the snapshot's, as the driver's.
+    pub fn adopt_restored_layout(&mut self) {
+        assert!(
+            self.steps == 0 && self.disk.is_empty(),
+            "adopt_restored_layout after the run started"
+        );
+        let layout = self.shards[0].layout().clone();
+        assert!(
+            self.shards.iter().all(|s| *s.layout() == layout),
+            "shards restored different layouts"
+        );
+        assert_eq!(layout.nodes(), self.layout.nodes(), "a restored layout of other nodes");
+        self.switched.clear();
+        self.layouts = vec![(0, layout.clone())];
+        self.layout = layout;
+    }
+
+    /// Which node runs each shard now.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The shards handed over so far, in the order the engine decided.
+    pub fn handovers(&self) -> &[Switched] {
+        &self.switched
+    }
+
+    /// The layout during `epoch`.
+    fn layout_at(&self, epoch: Epoch) -> &Layout {
+        let at = self.layouts.partition_point(|(e, _)| *e <= epoch);
+        &self.layouts[at - 1].1
     }
 
     /// How many nodes the shards run on.
     pub fn n_nodes(&self) -> u16 {
-        self.node_shards.len() as u16
+        self.layout.nodes()
     }
 
     /// The node that runs `shard`.
     pub fn node_of(&self, shard: ShardId) -> u16 {
-        self.node_of[shard as usize]
+        self.layout.node_of(shard)
     }
 
-    /// The shards of `node`.
-    pub fn shards_of(&self, node: u16) -> std::ops::Range<ShardId> {
-        let start: u16 = self.node_shards[..usize::from(node)].iter().sum();
-        start..start + self.node_shards[usize::from(node)]
+    /// The shards `node` runs now.
+    pub fn shards_of(&self, node: u16) -> Vec<ShardId> {
+        self.layout.shards_of(node).collect()
     }
 
     /// The simulated clock (µs since the Unix epoch).
@@ -259,6 +316,7 @@ impl Sim {
     pub fn crash_node(&mut self, node: u16) {
         assert!(node < self.n_nodes(), "node {node} of {}", self.n_nodes());
         let n = self.shards.len();
+        self.node_alive[usize::from(node)] = false;
         for s in self.shards_of(node) {
             self.alive[s as usize] = false;
         }
@@ -309,6 +367,11 @@ impl Sim {
     fn collect(&mut self, shard: ShardId) {
         let n = self.shards.len();
         self.shards[shard as usize].drain(&mut self.out);
+        // First: a snapshot's chunks below go to the disk of the node that
+        // runs the shard after the switch.
+        for s in std::mem::take(&mut self.out.handovers) {
+            self.follow(s);
+        }
         for (to, msgs) in self.out.messages.iter_mut().enumerate() {
             if msgs.is_empty() {
                 continue;
@@ -319,7 +382,7 @@ impl Sim {
                 msgs.clear();
                 continue;
             }
-            let deliverable_us = if self.node_of[shard as usize] == self.node_of[to] {
+            let deliverable_us = if self.layout.node_of(shard) == self.layout.node_of(to as ShardId) {
                 0
             } else {
                 let mut delay_us = self.rng.below(self.remote_delay_us_max + 1);
@@ -346,8 +409,11 @@ impl Sim {
             });
             self.chunks_emitted += 1;
             if c.last {
-                let node = self.node_of[c.shard as usize] as usize;
-                *self.snapshot_files[node].entry(c.epoch).or_default() += 1;
+                // The file is on the node that runs the shard after the
+                // snapshot's epoch (the layout switches before it begins).
+                let node = usize::from(self.layout_at(c.epoch + 1).node_of(c.shard));
+                let nodes = usize::from(self.n_nodes());
+                self.snapshot_files.entry(c.epoch).or_insert_with(|| vec![0; nodes])[node] += 1;
             }
         }
         self.snapshots.append(&mut self.out.snapshots);
@@ -358,32 +424,61 @@ impl Sim {
         self.commit_manifests();
     }
 
+    /// A shard reported a handover: the first report of each switches the
+    /// layout (links and disks follow it); the others must agree.
+    fn follow(&mut self, s: Switched) {
+        if s.version <= self.layout.version() {
+            // Versions before those followed here came with a snapshot.
+            let first = self.layout.version() - self.switched.len() as u64;
+            if s.version > first {
+                assert_eq!(
+                    self.switched[(s.version - first) as usize - 1],
+                    s,
+                    "shards decided different handovers"
+                );
+            }
+            return;
+        }
+        self.layout.follow(&s);
+        self.switched.push(s);
+        let first = s.epoch + 1;
+        if self.layouts.last().is_some_and(|(e, _)| *e == first) {
+            self.layouts.pop();
+        }
+        self.layouts.push((first, self.layout.clone()));
+    }
+
     /// Writes, per live node, the manifest of every snapshot whose files
     /// are all complete on the node and whose epoch every log of the node
-    /// holds durably, oldest first.
+    /// holds durably, oldest first. The node's shards are those it runs
+    /// after the snapshot's epoch (a node running none commits at once).
     fn commit_manifests(&mut self) {
+        if self.snapshot_files.is_empty() {
+            return;
+        }
         let nodes = self.n_nodes();
+        let epochs: Vec<Epoch> = self.snapshot_files.keys().copied().collect();
         for node in 0..nodes {
-            let shards = self.shards_of(node);
-            if !self.alive[shards.start as usize] {
+            let i = usize::from(node);
+            if !self.node_alive[i] {
                 continue;
             }
-            let n = self.node_shards[usize::from(node)];
-            let logged = self.synced[shards.start as usize..shards.end as usize]
-                .iter()
-                .copied()
-                .min()
-                .unwrap_or(0);
-            let files = &mut self.snapshot_files[usize::from(node)];
-            while let Some((&epoch, &complete)) = files.first_key_value() {
+            for &epoch in &epochs {
+                if self.manifested[i] >= epoch {
+                    continue;
+                }
+                let shards: Vec<ShardId> = self.layout_at(epoch + 1).shards_of(node).collect();
+                let complete = self.snapshot_files[&epoch][i];
                 assert!(
-                    complete <= n,
+                    usize::from(complete) <= shards.len(),
                     "snapshot {epoch} completed {complete} times on node {node}"
                 );
-                if complete < n || epoch > logged {
+                let logged = shards.iter().all(|s| self.synced[*s as usize] >= epoch);
+                if usize::from(complete) < shards.len() || !logged {
+                    // Oldest first: the newer ones wait for this one.
                     break;
                 }
-                files.pop_first();
+                self.manifested[i] = epoch;
                 self.disk.push(if nodes == 1 {
                     DiskEvent::Manifest { epoch }
                 } else {
@@ -391,6 +486,8 @@ impl Sim {
                 });
             }
         }
+        let manifested = &self.manifested;
+        self.snapshot_files.retain(|e, _| manifested.iter().any(|m| m < e));
     }
 
     /// Does one thing chosen by the seed; false when nothing is left to do.

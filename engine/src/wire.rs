@@ -15,6 +15,7 @@ use crate::codec::{Decode, DecodeError, Encode, Payload, Writer};
 use crate::config::{Outcome, Request};
 use crate::ids::{Address, Epoch, FnId, OpId, ShardId, ShardSet, Tid};
 use crate::key::{KEY_LEN_MAX, Key};
+use crate::layout::Handover;
 use crate::message::{Invoke, Message, Parent, Phase, Reply};
 use crate::partition_map::Move;
 use crate::value::Value;
@@ -183,6 +184,7 @@ fn encode_message(m: &Message, w: &mut Writer) {
             aborted,
             moves,
             switches,
+            handovers,
         } => {
             DONE1.encode(w);
             epoch.encode(w);
@@ -199,6 +201,12 @@ fn encode_message(m: &Message, w: &mut Writer) {
             for (op, partition) in switches {
                 op.0.encode(w);
                 partition.encode(w);
+            }
+            (handovers.len() as u32).encode(w);
+            for (tid, h) in handovers {
+                tid.encode(w);
+                h.shard.encode(w);
+                h.node.encode(w);
             }
         }
         Message::Flags { epoch, flags, snapshot } => {
@@ -387,6 +395,7 @@ impl Decoder {
                 aborted: Vec::<Tid>::decode(input)?,
                 moves: self.moves(input)?,
                 switches: switches(input)?,
+                handovers: self.handovers(input)?,
             },
             FLAGS => Message::Flags {
                 epoch: Epoch::decode(input)?,
@@ -449,6 +458,21 @@ impl Decoder {
             moves.push((tid, Move { op, partition, to }));
         }
         Ok(moves)
+    }
+
+    /// A `Done1`'s handovers: a count, then `(tid, shard, node)` each (the
+    /// node is checked against the layout by the shard that decides it).
+    fn handovers(&self, input: &mut &[u8]) -> Result<Vec<(Tid, Handover)>, WireError> {
+        // Each takes 12 bytes: a count past that is a lie.
+        let count = counted(input, 12)?;
+        let mut out = Vec::with_capacity(count);
+        for _ in 0..count {
+            let tid = Tid::decode(input)?;
+            let shard = self.shard(input)?;
+            let node = u16::decode(input)?;
+            out.push((tid, Handover { shard, node }));
+        }
+        Ok(out)
     }
 
     fn parent(&self, input: &mut &[u8]) -> Result<Parent, WireError> {
@@ -572,6 +596,7 @@ mod tests {
                     },
                 )],
                 switches: vec![(OpId(1), 4), (OpId(0), 9)],
+                handovers: vec![(23, Handover { shard: 1, node: 3 })],
             },
             Message::Flags {
                 epoch: 5,

@@ -142,8 +142,9 @@ impl Shard {
                 aborted,
                 moves,
                 switches,
+                handovers,
                 ..
-            } => self.on_done1(lc, aborted, moves, switches),
+            } => self.on_done1(lc, aborted, moves, switches, handovers),
             Message::Flags { flags, snapshot, .. } => self.on_flags(flags, snapshot),
             Message::Finish {
                 tid, commit, serial, ..

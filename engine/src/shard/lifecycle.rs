@@ -231,6 +231,16 @@ impl Shard {
                 self.m.running -= 1;
                 continue;
             }
+            if let Some(h) = crate::layout::Handover::of(&c.request) {
+                let h = h.expect("a sequenced handover was checked");
+                c.status = Status::Ran {
+                    result: Ok(Shard::move_result()),
+                    abort: None,
+                };
+                self.seal_handover(c.tid, h);
+                self.m.running -= 1;
+                continue;
+            }
             c.status = Status::Running;
             self.dispatch_root(c, index as u32, epoch, Phase::Optimistic, 0);
         }
@@ -321,6 +331,9 @@ impl Shard {
         // vote holds them in the queue, which the snapshot keeps) until
         // the copies under way switch and the snapshot is taken, so moves
         // one after the other cannot starve snapshots.
+        // The layout too: a snapshot after this epoch holds the nodes that
+        // run its shards from the next epoch on.
+        self.switch_nodes(epoch);
         let ready = self.switch_partitions(epoch, snapshot);
         let snapshot = snapshot && !self.exec.map.borrow().is_copying();
         if ready && snapshot {

@@ -83,6 +83,7 @@ use crate::epoch::Tables;
 use crate::history::EpochRecord;
 use crate::ids::{Address, Epoch, SHARDS_MAX, ShardId, partition_owner};
 use crate::key::Key;
+use crate::layout::{Handover, Layout, NODES_MAX};
 use crate::message::{Message, Phase};
 use crate::partition_map::{Move, PartitionMap};
 use crate::store::Store;
@@ -204,6 +205,9 @@ pub struct Outputs {
     pub log: Vec<Batch>,
     pub history: Vec<EpochRecord>,
     pub snapshots: Vec<SnapshotChunk>,
+    /// Shards handed to another node at an epoch's end, in the order
+    /// decided (every shard reports the same ones; see `layout`).
+    pub handovers: Vec<crate::layout::Switched>,
 }
 
 impl Outputs {
@@ -253,6 +257,8 @@ pub struct Shard {
     gate: Gate,
     snap: Snapshots,
     moves: moves::Moves,
+    /// Which node runs each shard (see `layout`).
+    layout: Layout,
     tasks: Tasks,
     outputs: Outputs,
     /// Emptied message batches, to carry outgoing ones.
@@ -323,6 +329,7 @@ impl Shard {
             gate: Gate::new(n_shards),
             snap: Snapshots::new(),
             moves: moves::Moves::new(),
+            layout: Layout::single(n_shards),
             tasks,
             outputs: Outputs::default(),
             spare: Vec::new(),
@@ -397,6 +404,20 @@ impl Shard {
             && !self.exec.map.borrow().is_moving()
     }
 
+    /// Sets which node runs each shard, before anything ran here (the
+    /// default is one node running every shard). A snapshot restored later
+    /// brings its own layout.
+    pub fn set_layout(&mut self, layout: Layout) {
+        assert_eq!(self.m.epoch, 0, "set_layout after the shard ran");
+        assert_eq!(layout.n_shards(), self.exec.n_shards, "a layout of other shards");
+        self.layout = layout;
+    }
+
+    /// Which node runs each shard, as of the last epoch's end.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
     /// Checks a request before it is accepted: the function exists, runs on
     /// that kind of address, and the partition is in range.
     pub fn validate(app: &App, request: &Request) -> Result<(), Abort> {
@@ -408,6 +429,14 @@ impl Shard {
             // The shard count is checked where it is known (`submit`).
             let m = m.map_err(Abort::unknown)?;
             return m.check(app, SHARDS_MAX as u16).map(|_| ()).map_err(Abort::unknown);
+        }
+        if let Some(h) = Handover::of(request) {
+            // The shard and node counts are checked where known (`submit`).
+            let h = h.map_err(Abort::unknown)?;
+            return h
+                .check(SHARDS_MAX as u16, NODES_MAX as u16)
+                .map(|_| ())
+                .map_err(Abort::unknown);
         }
         let op = app.operator_info(f.op);
         if f.index as usize >= op.functions().count() {
@@ -435,6 +464,10 @@ impl Shard {
         Shard::validate(&self.exec.app, &request)?;
         if let Some(Ok(m)) = Move::of(&request) {
             m.check(&self.exec.app, self.exec.n_shards).map_err(Abort::unknown)?;
+        }
+        if let Some(Ok(h)) = Handover::of(&request) {
+            h.check(self.exec.n_shards, self.layout.nodes())
+                .map_err(Abort::unknown)?;
         }
         assert!(self.seq.replay.is_none(), "submit while replaying");
         if let Some(c) = request.client {
@@ -500,6 +533,7 @@ impl Shard {
         std::mem::swap(&mut out.log, &mut self.outputs.log);
         std::mem::swap(&mut out.history, &mut self.outputs.history);
         std::mem::swap(&mut out.snapshots, &mut self.outputs.snapshots);
+        out.handovers.append(&mut self.outputs.handovers);
     }
 
     /// Whether local work is waiting for [`Shard::step`].

@@ -51,6 +51,7 @@ use super::exec::{Exec, ExecState};
 use crate::codec::Payload;
 use crate::ids::{Epoch, OpId, ShardId, Tid};
 use crate::key::Key;
+use crate::layout::Handover;
 use crate::message::Message;
 use crate::partition_map::{Move, Moving};
 use crate::value::Value;
@@ -126,6 +127,10 @@ pub(super) struct Moves {
     /// Partitions whose copy every shard announced sent (from the
     /// `Done1`s): they switch at this epoch's end.
     pub(super) switches: Vec<(OpId, u32)>,
+    /// Shard handovers this shard sequenced this epoch, for its `Done1`.
+    pub(super) handovers_sealed: Vec<(Tid, Handover)>,
+    /// Every shard's handovers of this epoch (from the `Done1`s).
+    pub(super) handovers_decided: Vec<(Tid, Handover)>,
     outgoing: Vec<Outgoing>,
     incoming: Vec<Incoming>,
     retiring: Vec<Retiring>,
@@ -140,6 +145,8 @@ impl Moves {
             sealed: Vec::new(),
             decided: Vec::new(),
             switches: Vec::new(),
+            handovers_sealed: Vec::new(),
+            handovers_decided: Vec::new(),
             outgoing: Vec::new(),
             incoming: Vec::new(),
             retiring: Vec::new(),
@@ -193,6 +200,23 @@ impl Shard {
     /// is `()` and the copy starts at the epoch's end.
     pub(super) fn seal_move(&mut self, tid: Tid, m: Move) {
         self.moves.sealed.push((tid, m));
+    }
+
+    /// A handover request sealed into this epoch: like a move, it runs
+    /// nothing; every shard decides it at the epoch's end.
+    pub(super) fn seal_handover(&mut self, tid: Tid, h: Handover) {
+        self.moves.handovers_sealed.push((tid, h));
+    }
+
+    /// At the end of `epoch`: applies the epoch's handovers to the layout
+    /// and tells the driver which shards now run elsewhere.
+    pub(super) fn switch_nodes(&mut self, epoch: Epoch) {
+        if self.moves.handovers_decided.is_empty() {
+            return;
+        }
+        let mut decided = std::mem::take(&mut self.moves.handovers_decided);
+        let switched = self.layout.decide(epoch, &mut decided);
+        self.outputs.handovers.extend(switched);
     }
 
     /// The outcome of every move.

@@ -88,6 +88,7 @@ impl Shard {
             aborted,
             moves: std::mem::take(&mut self.moves.sealed),
             switches,
+            handovers: std::mem::take(&mut self.moves.handovers_sealed),
         });
     }
 
@@ -97,6 +98,7 @@ impl Shard {
         aborted: Vec<Tid>,
         moves: Vec<(Tid, Move)>,
         switches: Vec<(crate::OpId, u32)>,
+        handovers: Vec<(Tid, crate::layout::Handover)>,
     ) {
         self.check.done1 += 1;
         self.check.lc_max = self.check.lc_max.max(lc);
@@ -109,6 +111,12 @@ impl Shard {
             self.moves.decided.push((tid, m));
         }
         self.moves.switches.extend(switches);
+        for (tid, h) in handovers {
+            let h = h
+                .check(self.exec.n_shards, self.layout.nodes())
+                .unwrap_or_else(|e| panic!("handover of tid {tid} from a peer: {e}"));
+            self.moves.handovers_decided.push((tid, h));
+        }
         self.check_done1();
     }
 

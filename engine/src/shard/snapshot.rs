@@ -24,6 +24,7 @@ use crate::codec::Payload;
 use crate::config::SnapshotChunk;
 use crate::ids::Epoch;
 use crate::key::{Key, partition_of};
+use crate::layout::{Layout, LayoutMeta};
 use crate::partition_map::{MapMeta, PartitionMap};
 use crate::value::Value;
 
@@ -32,8 +33,11 @@ pub(super) const SNAPSHOT_SLOTS_PER_STEP: usize = 512;
 /// Entities per snapshot chunk handed to the driver.
 const SNAPSHOT_CHUNK_ENTRIES_MAX: usize = 16_384;
 /// Version of the machine state in a snapshot's `meta`: 3 added the
-/// partition map, 4 its queued moves.
-const META_VERSION: u8 = 4;
+/// partition map, 4 its queued moves, 5 the layout (shard → node).
+const META_VERSION: u8 = 5;
+/// The version before the layout: the driver's layout holds (shards could
+/// not change nodes then).
+const META_VERSION_NO_LAYOUT: u8 = 4;
 /// The version before the queued moves: none were queued.
 const META_VERSION_NO_QUEUE: u8 = 3;
 /// The version before the partition map: such a snapshot has the default
@@ -42,8 +46,8 @@ const META_VERSION_DEFAULT_MAP: u8 = 2;
 
 /// A snapshot's machine state: version, epoch, sequencer counter, client
 /// table, partition map (its version, the partitions off the default, the
-/// moves queued).
-type Meta = (u8, Epoch, u64, Vec<ClientMeta>, MapMeta);
+/// moves queued), layout (none before version 5).
+type Meta = (u8, Epoch, u64, Vec<ClientMeta>, MapMeta, Option<LayoutMeta>);
 
 /// A snapshot being copied.
 struct Snapshotting {
@@ -157,26 +161,37 @@ impl Shard {
     fn encode_meta(&self, epoch: Epoch) -> Vec<u8> {
         let clients = self.clients.to_meta();
         let map = self.exec.map.borrow().to_meta();
-        Payload::encode(&(META_VERSION, epoch, self.seq.lc, clients, map))
+        let layout = self.layout.to_meta();
+        Payload::encode(&(META_VERSION, epoch, self.seq.lc, clients, map, layout))
             .as_bytes()
             .to_vec()
     }
 
-    /// Decodes a snapshot's machine state, of this version or the two
+    /// Decodes a snapshot's machine state, of this version or the three
     /// before.
     fn decode_meta(meta: &[u8]) -> Result<Meta, crate::DecodeError> {
+        type MetaNoLayout = (u8, Epoch, u64, Vec<ClientMeta>, MapMeta);
         type MetaNoQueue = (u8, Epoch, u64, Vec<ClientMeta>, (u64, Vec<(u16, u32, u16)>));
         let payload = Payload::from_bytes(meta);
         // The leading version byte says which layout follows.
         let version = *meta.first().ok_or(crate::DecodeError::Short { expected: 1 })?;
         match version {
-            META_VERSION => payload.decode::<Meta>(),
-            META_VERSION_NO_QUEUE => payload
-                .decode::<MetaNoQueue>()
-                .map(|(v, epoch, lc, clients, (version, moved))| (v, epoch, lc, clients, (version, moved, Vec::new()))),
+            META_VERSION => payload
+                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMeta, LayoutMeta)>()
+                .map(|(v, epoch, lc, clients, map, layout)| (v, epoch, lc, clients, map, Some(layout))),
+            META_VERSION_NO_LAYOUT => payload
+                .decode::<MetaNoLayout>()
+                .map(|(v, epoch, lc, clients, map)| (v, epoch, lc, clients, map, None)),
+            META_VERSION_NO_QUEUE => {
+                payload
+                    .decode::<MetaNoQueue>()
+                    .map(|(v, epoch, lc, clients, (version, moved))| {
+                        (v, epoch, lc, clients, (version, moved, Vec::new()), None)
+                    })
+            }
             META_VERSION_DEFAULT_MAP => payload
                 .decode::<(u8, Epoch, u64, Vec<ClientMeta>)>()
-                .map(|(v, epoch, lc, clients)| (v, epoch, lc, clients, (0, Vec::new(), Vec::new()))),
+                .map(|(v, epoch, lc, clients)| (v, epoch, lc, clients, (0, Vec::new(), Vec::new()), None)),
             v => Err(crate::DecodeError::Tag(v)),
         }
     }
@@ -186,9 +201,12 @@ impl Shard {
     /// Replay the logged epochs after it with [`Shard::replay`].
     pub fn restore(&mut self, meta: &[u8]) -> Result<Epoch, crate::DecodeError> {
         assert_eq!(self.m.epoch, 0, "restore into a shard that already ran");
-        let (_, epoch, lc, clients, map) = Shard::decode_meta(meta)?;
+        let (_, epoch, lc, clients, map, layout) = Shard::decode_meta(meta)?;
         let map =
             PartitionMap::from_meta(&self.exec.app, self.exec.n_shards, &map).map_err(crate::DecodeError::Invalid)?;
+        if let Some(layout) = layout {
+            self.layout = Layout::from_meta(self.exec.n_shards, &layout).map_err(crate::DecodeError::Invalid)?;
+        }
         self.install_map(map)?;
         self.clients.restore(clients);
         self.m.epoch = epoch;
@@ -275,8 +293,9 @@ impl Shard {
 mod tests {
     use super::*;
 
-    /// Snapshots of the two versions before still restore: without a map
-    /// (the default one), and without queued moves (none queued).
+    /// Snapshots of the three versions before still restore: without a
+    /// map (the default one), without queued moves (none queued), and
+    /// without a layout (the driver's holds).
     #[test]
     fn metas_of_earlier_versions_decode() {
         let clients: Vec<ClientMeta> = vec![(7, 3, 2, vec![])];
@@ -289,7 +308,7 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v2).unwrap(),
-            (2, 9, 40, clients.clone(), (0, vec![], vec![]))
+            (2, 9, 40, clients.clone(), (0, vec![], vec![]), None)
         );
         let moved = vec![(0u16, 1u32, 1u16)];
         let v3 = bytes(Payload::encode(&(
@@ -301,10 +320,33 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v3).unwrap(),
-            (3, 9, 40, clients.clone(), (2, moved.clone(), vec![]))
+            (3, 9, 40, clients.clone(), (2, moved.clone(), vec![]), None)
         );
-        let meta: Meta = (META_VERSION, 9, 40, clients, (2, moved, vec![(5, 0, 2, 0)]));
-        assert_eq!(Shard::decode_meta(&bytes(Payload::encode(&meta))).unwrap(), meta);
+        let map: MapMeta = (2, moved, vec![(5, 0, 2, 0)]);
+        let v4 = bytes(Payload::encode(&(
+            META_VERSION_NO_LAYOUT,
+            9u64,
+            40u64,
+            clients.clone(),
+            map.clone(),
+        )));
+        assert_eq!(
+            Shard::decode_meta(&v4).unwrap(),
+            (4, 9, 40, clients.clone(), map.clone(), None)
+        );
+        let layout: LayoutMeta = (3, 2, vec![1, 1, 0]);
+        let v5 = bytes(Payload::encode(&(
+            META_VERSION,
+            9u64,
+            40u64,
+            clients.clone(),
+            map.clone(),
+            layout.clone(),
+        )));
+        assert_eq!(
+            Shard::decode_meta(&v5).unwrap(),
+            (META_VERSION, 9, 40, clients, map, Some(layout))
+        );
         assert!(matches!(Shard::decode_meta(&[9]), Err(crate::DecodeError::Tag(9))));
         assert!(Shard::decode_meta(&[]).is_err());
         assert!(Shard::decode_meta(&v3[..v3.len() - 1]).is_err(), "a torn meta");

@@ -1,0 +1,315 @@
+//! Where shards run: each shard → node, versioned, changed by handovers.
+//!
+//! A cluster keeps its shard count fixed and moves whole shards between
+//! nodes (docs/nodes.md): the shard count fixes tids, clients' homes,
+//! partitions' default owners and every barrier, so changing which node runs
+//! a shard changes nothing the engine computes. The layout is cluster state
+//! like the partition map: a handover is a request (`Handover::request`),
+//! sequenced into an epoch's batch (so logged and replayed, answered once
+//! durable, exactly once), listed in its coordinator's `Done1`, and decided
+//! by every shard at that epoch's end in tid order. Every shard therefore
+//! holds the same layout at every epoch, live, in replay and after recovery;
+//! the version counts the handovers that changed it.
+//!
+//! The layout starts as the driver gives it (`Layout::contiguous`: node 0
+//! runs the first shards, node 1 the next, as a cluster file numbers them)
+//! and a snapshot carries it, so a restored shard knows the layout of the
+//! snapshot's epoch and replays later handovers from the log. A node may run
+//! no shard (a spare, or one whose shards were all handed away); the node
+//! count is fixed.
+//!
+//! A shard decided to go from node A to node B at the end of epoch E runs
+//! on B from E + 1 on: its log's batches of epochs up to E are on A's disk,
+//! later ones on B's, and its snapshot file at epoch P on the node that runs
+//! it in P + 1. The driver follows the layout (`Outputs::handovers`): in the
+//! simulator every shard is in one process and the handover only re-points
+//! links and disks; moving the state between processes (copy, delta,
+//! switch) and recovering from per-shard sources are the next steps of
+//! docs/nodes.md.
+
+use crate::codec::Payload;
+use crate::config::Request;
+use crate::ids::{Address, Epoch, FnId, OpId, SHARDS_MAX, ShardId, Tid};
+
+/// The function index of a handover request: no operator registers a
+/// function with it, nor with the move's index just above it.
+pub const HANDOVER_FUNCTION_INDEX: u16 = u16::MAX - 1;
+
+const _: () = assert!(crate::app::FUNCTIONS_PER_OPERATOR_MAX < HANDOVER_FUNCTION_INDEX as usize);
+
+/// The name a client calls a handover by, on any operator, with the shard
+/// and the node it goes to (`(u16, u16)`) as its argument. Names starting
+/// with `__` are reserved, so no function has it.
+pub const HANDOVER_FUNCTION: &str = "__handover";
+
+/// Nodes in a layout at most: every node could run one shard.
+pub const NODES_MAX: usize = SHARDS_MAX;
+
+/// A handover: shard `shard` goes to node `node`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Handover {
+    pub shard: ShardId,
+    pub node: u16,
+}
+
+impl Handover {
+    /// The request that asks for this handover, sequenced, logged and
+    /// answered like a transaction (with `()` once its epoch is durable).
+    /// It names operator 0's partition 0 as its address: any shard may
+    /// sequence it, and every application has an operator.
+    pub fn request(self) -> Request {
+        Request {
+            function: FnId {
+                op: OpId(0),
+                index: HANDOVER_FUNCTION_INDEX,
+            },
+            address: Address::Partition(0),
+            args: Payload::encode(&(self.shard, self.node)),
+            client: None,
+        }
+    }
+
+    /// The handover a request asks for, if it is a handover request (not
+    /// checked against the layout: see [`Handover::check`]).
+    pub fn of(request: &Request) -> Option<Result<Handover, String>> {
+        if request.function.index != HANDOVER_FUNCTION_INDEX {
+            return None;
+        }
+        Some(match (&request.address, request.args.decode::<(ShardId, u16)>()) {
+            (Address::Partition(_), Ok((shard, node))) => Ok(Handover { shard, node }),
+            (Address::Entity(_), _) => Err("a handover names a partition, not an entity".to_string()),
+            (_, Err(e)) => Err(format!("a handover's argument is (shard, node) as (u16, u16): {e}")),
+        })
+    }
+
+    /// Checks the handover against the shard and node counts.
+    pub fn check(self, n_shards: u16, n_nodes: u16) -> Result<Handover, String> {
+        if self.shard >= n_shards {
+            return Err(format!("no shard {} (there are {n_shards})", self.shard));
+        }
+        if self.node >= n_nodes {
+            return Err(format!("no node {} (there are {n_nodes})", self.node));
+        }
+        Ok(self)
+    }
+}
+
+/// A shard handed over at an epoch's end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switched {
+    /// The layout's version after it.
+    pub version: u64,
+    /// The epoch at whose end it switched: the shard runs on `to` from the
+    /// next one on.
+    pub epoch: Epoch,
+    pub shard: ShardId,
+    pub from: u16,
+    pub to: u16,
+}
+
+/// A layout as a snapshot keeps it: version, then each shard's node.
+pub(crate) type LayoutMeta = (u64, u16, Vec<u16>);
+
+/// Each shard's node, the node count and how many handovers changed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    version: u64,
+    nodes: u16,
+    node_of: Vec<u16>,
+}
+
+impl Layout {
+    /// One node runs every shard: a single daemon, the default.
+    pub fn single(n_shards: u16) -> Layout {
+        Layout::contiguous(&[n_shards])
+    }
+
+    /// Node `i` runs `shards[i]` shards, in order (node 0 the first ones),
+    /// version 0: a cluster file's numbering.
+    pub fn contiguous(shards: &[u16]) -> Layout {
+        assert!(
+            !shards.is_empty() && shards.len() <= NODES_MAX,
+            "{} nodes",
+            shards.len()
+        );
+        let node_of: Vec<u16> = shards
+            .iter()
+            .enumerate()
+            .flat_map(|(node, count)| std::iter::repeat_n(node as u16, usize::from(*count)))
+            .collect();
+        assert!(
+            !node_of.is_empty() && node_of.len() <= SHARDS_MAX,
+            "{} shards",
+            node_of.len()
+        );
+        Layout {
+            version: 0,
+            nodes: shards.len() as u16,
+            node_of,
+        }
+    }
+
+    /// How many handovers changed it.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// How many nodes there are (some may run no shard).
+    pub fn nodes(&self) -> u16 {
+        self.nodes
+    }
+
+    pub fn n_shards(&self) -> u16 {
+        self.node_of.len() as u16
+    }
+
+    /// The node that runs `shard`.
+    #[inline]
+    pub fn node_of(&self, shard: ShardId) -> u16 {
+        self.node_of[usize::from(shard)]
+    }
+
+    /// The shards `node` runs, in order.
+    pub fn shards_of(&self, node: u16) -> impl Iterator<Item = ShardId> + '_ {
+        self.node_of
+            .iter()
+            .enumerate()
+            .filter(move |(_, n)| **n == node)
+            .map(|(s, _)| s as ShardId)
+    }
+
+    /// At the end of `epoch`: applies the epoch's handovers in tid order
+    /// (a shard handed over twice ends where the last one sends it; one to
+    /// the node that runs it changes nothing). Returns the switches, each
+    /// with the version it made. Handovers must have passed
+    /// [`Handover::check`].
+    pub fn decide(&mut self, epoch: Epoch, handovers: &mut [(Tid, Handover)]) -> Vec<Switched> {
+        handovers.sort_unstable();
+        let mut out = Vec::new();
+        for &(_, h) in handovers.iter() {
+            assert!(h.node < self.nodes, "handover to node {} of {}", h.node, self.nodes);
+            let from = self.node_of[usize::from(h.shard)];
+            if from == h.node {
+                continue;
+            }
+            self.node_of[usize::from(h.shard)] = h.node;
+            self.version += 1;
+            out.push(Switched {
+                version: self.version,
+                epoch,
+                shard: h.shard,
+                from,
+                to: h.node,
+            });
+        }
+        out
+    }
+
+    /// Applies a switch another shard decided (a driver following the
+    /// engine): it must be the next version.
+    pub fn follow(&mut self, s: &Switched) {
+        assert_eq!(
+            s.version,
+            self.version + 1,
+            "layout switch {s:?} after version {}",
+            self.version
+        );
+        assert_eq!(self.node_of(s.shard), s.from, "layout switch {s:?}");
+        self.node_of[usize::from(s.shard)] = s.to;
+        self.version = s.version;
+    }
+
+    pub(crate) fn to_meta(&self) -> LayoutMeta {
+        (self.version, self.nodes, self.node_of.clone())
+    }
+
+    /// The layout a snapshot kept; an error names what does not fit `n_shards`.
+    pub(crate) fn from_meta(n_shards: u16, meta: &LayoutMeta) -> Result<Layout, String> {
+        let (version, nodes, node_of) = meta;
+        if node_of.len() != usize::from(n_shards) {
+            return Err(format!("a layout of {} shards for {n_shards}", node_of.len()));
+        }
+        if *nodes == 0 || usize::from(*nodes) > NODES_MAX {
+            return Err(format!("a layout of {nodes} nodes"));
+        }
+        if let Some((s, n)) = node_of.iter().enumerate().find(|(_, n)| **n >= *nodes) {
+            return Err(format!("shard {s} on node {n} of {nodes}"));
+        }
+        Ok(Layout {
+            version: *version,
+            nodes: *nodes,
+            node_of: node_of.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(shard: ShardId, node: u16) -> Handover {
+        Handover { shard, node }
+    }
+
+    #[test]
+    fn contiguous_numbers_shards_across_nodes() {
+        let l = Layout::contiguous(&[2, 1, 3]);
+        assert_eq!((l.nodes(), l.n_shards(), l.version()), (3, 6, 0));
+        assert_eq!((0..6).map(|s| l.node_of(s)).collect::<Vec<_>>(), vec![0, 0, 1, 2, 2, 2]);
+        assert_eq!(l.shards_of(2).collect::<Vec<_>>(), vec![3, 4, 5]);
+    }
+
+    #[test]
+    fn decide_applies_in_tid_order_and_counts_changes() {
+        let mut l = Layout::contiguous(&[2, 2, 0]);
+        let mut follower = l.clone();
+        // Shard 1 goes to node 2 then (higher tid) to node 1; shard 3 is
+        // handed to the node it is on (nothing).
+        let mut hs = vec![(9, h(1, 1)), (4, h(1, 2)), (5, h(3, 1))];
+        let switched = l.decide(7, &mut hs);
+        assert_eq!(
+            switched
+                .iter()
+                .map(|s| (s.version, s.shard, s.from, s.to))
+                .collect::<Vec<_>>(),
+            vec![(1, 1, 0, 2), (2, 1, 2, 1)]
+        );
+        assert!(switched.iter().all(|s| s.epoch == 7));
+        assert_eq!(l.shards_of(0).collect::<Vec<_>>(), vec![0]);
+        assert_eq!(l.shards_of(1).collect::<Vec<_>>(), vec![1, 2, 3]);
+        assert_eq!(l.shards_of(2).count(), 0, "a node may run nothing");
+        for s in &switched {
+            follower.follow(s);
+        }
+        assert_eq!(follower, l);
+        let meta = l.to_meta();
+        assert_eq!(Layout::from_meta(4, &meta).unwrap(), l);
+        assert!(Layout::from_meta(5, &meta).unwrap_err().contains("4 shards"));
+        assert!(
+            Layout::from_meta(4, &(1, 2, vec![0, 0, 2, 1]))
+                .unwrap_err()
+                .contains("node 2 of 2")
+        );
+    }
+
+    #[test]
+    fn bad_handovers_are_refused() {
+        assert!(h(3, 1).check(4, 2).is_ok());
+        assert!(h(4, 1).check(4, 2).unwrap_err().contains("no shard 4"));
+        assert!(h(0, 2).check(4, 2).unwrap_err().contains("no node 2"));
+        let r = h(2, 1).request();
+        assert_eq!(Handover::of(&r), Some(Ok(h(2, 1))));
+        assert_eq!(crate::partition_map::Move::of(&r), None);
+        assert_eq!(
+            Handover::of(
+                &crate::partition_map::Move {
+                    op: OpId(0),
+                    partition: 0,
+                    to: 1
+                }
+                .request()
+            ),
+            None
+        );
+    }
+}

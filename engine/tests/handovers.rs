@@ -1,0 +1,324 @@
+//! Shard handovers in the simulator (docs/nodes.md, step 2): shards of a
+//! bank (YCSB-T transfers) are handed between nodes — including to a node
+//! that runs none and from a node until it runs none — while transfers and
+//! partition moves run. Checked: the serial oracle and money conservation;
+//! every shard, and the simulator's links and disks, follow the layout the
+//! log's handovers make; each node's manifest waits for exactly the shards
+//! it runs after the snapshot's epoch; a snapshot carries the layout, and
+//! its restore plus the log's replay reaches the live run's state and
+//! layout; bad handovers are refused without disturbing anything. (The
+//! state stays in the one process: moving it between processes and
+//! recovering from per-node logs are steps 3 and 4.)
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use styx_engine::rng::Rng;
+use styx_engine::sim::{DiskEvent, Sim, test_config};
+use styx_engine::{Batch, Epoch, Handover, Layout, Move, OpId, Request, ShardId, SnapshotChunk};
+
+const ACCOUNTS: u64 = 40;
+const PARTITIONS: u32 = 8;
+const REQUESTS: u64 = 300;
+/// Two nodes of two shards and a spare.
+const NODES: [u16; 3] = [2, 2, 0];
+
+fn hand(shard: ShardId, node: u16) -> Request {
+    Handover { shard, node }.request()
+}
+
+/// The layouts the log's handovers make from `initial`: `(e, layout)`
+/// holds from epoch `e` on (each epoch's handovers decided at its end, in
+/// tid order, as every shard does).
+fn layouts_of_log(initial: &Layout, batches: &[Batch]) -> Vec<(Epoch, Layout)> {
+    let mut by_epoch: BTreeMap<Epoch, Vec<(u64, Handover)>> = BTreeMap::new();
+    for b in batches {
+        for (tid, r) in &b.txns {
+            if let Some(h) = Handover::of(r) {
+                by_epoch
+                    .entry(b.epoch)
+                    .or_default()
+                    .push((*tid, h.expect("a logged handover is valid")));
+            }
+        }
+    }
+    let mut layout = initial.clone();
+    let mut out = vec![(0, layout.clone())];
+    for (epoch, mut hs) in by_epoch {
+        if !layout.decide(epoch, &mut hs).is_empty() {
+            out.push((epoch + 1, layout.clone()));
+        }
+    }
+    out
+}
+
+fn layout_at(layouts: &[(Epoch, Layout)], epoch: Epoch) -> &Layout {
+    &layouts[layouts.partition_point(|(e, _)| *e <= epoch) - 1].1
+}
+
+/// Each node's manifest of a snapshot at `P` comes after the last chunk of
+/// every shard it runs after `P` and after their logs are durable through
+/// `P`; and every node, spares included, commits it.
+fn assert_manifests_follow_the_layout(sim: &Sim, layouts: &[(Epoch, Layout)], at: &str) {
+    let mut files: BTreeMap<(ShardId, Epoch), usize> = BTreeMap::new();
+    let mut synced: Vec<Vec<(Epoch, usize)>> = vec![Vec::new(); sim.n_shards() as usize];
+    let mut committed: BTreeMap<Epoch, Vec<u16>> = BTreeMap::new();
+    for (i, e) in sim.disk_events().iter().enumerate() {
+        match *e {
+            DiskEvent::Chunk {
+                shard,
+                epoch,
+                last: true,
+                ..
+            } => {
+                files.insert((shard, epoch), i);
+            }
+            DiskEvent::LogSync { shard, epoch } => synced[shard as usize].push((epoch, i)),
+            DiskEvent::NodeManifest { node, epoch } => {
+                for s in layout_at(layouts, epoch + 1).shards_of(node) {
+                    let file = files.get(&(s, epoch)).unwrap_or_else(|| {
+                        panic!("{at}: node {node} committed snapshot {epoch} before shard {s}'s file")
+                    });
+                    assert!(*file < i);
+                    assert!(
+                        synced[s as usize].iter().any(|(e, j)| *e >= epoch && *j < i),
+                        "{at}: node {node} committed snapshot {epoch} before shard {s}'s log reached it"
+                    );
+                }
+                committed.entry(epoch).or_default().push(node);
+            }
+            _ => {}
+        }
+    }
+    let mut complete = 0;
+    for (epoch, nodes) in &committed {
+        if nodes.len() == NODES.len() {
+            complete += 1;
+        } else {
+            // Only the last snapshots may still be committing.
+            assert!(
+                committed.range(epoch + 1..).count() <= 2,
+                "{at}: snapshot {epoch} committed by nodes {nodes:?} only"
+            );
+        }
+    }
+    assert!(complete > 0, "{at}: no snapshot committed by every node");
+}
+
+/// A shard's snapshot file: its entities and meta.
+type File = (State, Vec<u8>);
+
+/// Every shard's file of every snapshot epoch with all files complete:
+/// per epoch, per shard.
+fn complete_snapshots(chunks: &[SnapshotChunk], shards: u16) -> BTreeMap<Epoch, Vec<File>> {
+    let mut state = vec![State::new(); shards as usize];
+    let mut at: BTreeMap<Epoch, Vec<Option<File>>> = BTreeMap::new();
+    for c in chunks {
+        let s = &mut state[c.shard as usize];
+        for (op, k, v) in &c.entries {
+            match v {
+                Some(v) => s.insert((*op, k.clone()), v.clone()),
+                None => s.remove(&(*op, k.clone())),
+            };
+        }
+        if c.last {
+            at.entry(c.epoch).or_insert_with(|| vec![None; shards as usize])[c.shard as usize] =
+                Some((s.clone(), c.meta.clone()));
+        }
+    }
+    at.into_iter()
+        .filter(|(_, per)| per.iter().all(Option::is_some))
+        .map(|(e, per)| (e, per.into_iter().map(Option::unwrap).collect()))
+        .collect()
+}
+
+/// Transfers by exactly-once clients and without, with handovers of
+/// random shards to random nodes and a few partition moves in between.
+fn bank_under_handovers(seed: u64) {
+    let at = format!("seed {seed}");
+    let app = bank(PARTITIONS);
+    let mut config = test_config(8);
+    config.epoch_gather_us = 30;
+    config.step_messages_max = [2, 8, 64][(seed % 3) as usize];
+    config.snapshot_interval_us = [250, 1_500][(seed / 3 % 2) as usize];
+    let initial_layout = Layout::contiguous(&NODES);
+    let shards = initial_layout.n_shards();
+    let mut rng = Rng::new(seed);
+    let mut sim = Sim::new(app.clone(), config.clone(), shards, seed);
+    sim.set_layout(initial_layout.clone());
+    let initial = accounts(ACCOUNTS, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let mut handovers = 0;
+    for token in 0..REQUESTS {
+        let request = if rng.chance(0.08) {
+            handovers += 1;
+            hand(
+                rng.below(u64::from(shards)) as ShardId,
+                rng.below(NODES.len() as u64) as u16,
+            )
+        } else if rng.chance(0.02) {
+            Move {
+                op: OpId(0),
+                partition: rng.below(u64::from(PARTITIONS)) as u32,
+                to: rng.below(u64::from(shards)) as ShardId,
+            }
+            .request()
+        } else {
+            let d = rng.below(ACCOUNTS);
+            let c = (d + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS;
+            let t = transfer(&app, d, c, 1 + rng.below(1_000) as i64);
+            if rng.chance(0.5) {
+                with_client(t, rng.below(4), token)
+            } else {
+                t
+            }
+        };
+        sim.submit(rng.below(u64::from(shards)) as ShardId, token, request)
+            .unwrap_or_else(|e| panic!("{at}: submit refused: {e}"));
+        for _ in 0..rng.below(30) {
+            sim.step();
+        }
+        if token % 50 == 49 {
+            sim.run();
+            let layouts = layouts_of_log(&initial_layout, &sim.logs());
+            let layout = &layouts.last().unwrap().1;
+            assert_eq!(sim.layout(), layout, "{at}: the simulator's layout");
+            for s in 0..shards {
+                assert_eq!(sim.shard(s).layout(), layout, "{at}: shard {s}'s layout");
+            }
+        }
+    }
+    let snapshots = sim.take_snapshots();
+    let logs = sim.logs();
+    let checked = run_and_check(&mut sim, &app, config.limits, &initial);
+    assert!(checked.committed > REQUESTS as usize / 2, "{at}: {checked:?}");
+    assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START_BALANCE, &at);
+    assert!(handovers > 0, "{at}: no handover submitted");
+    let layouts = layouts_of_log(&initial_layout, &sim.logs());
+    let layout = &layouts.last().unwrap().1;
+    assert_eq!(sim.layout(), layout, "{at}: the simulator's layout");
+    assert_eq!(sim.handovers().len() as u64, layout.version(), "{at}");
+    assert!(layout.version() > 0, "{at}: no shard changed nodes");
+    assert_manifests_follow_the_layout(&sim, &layouts, &at);
+
+    // Recovery equivalence from the last snapshot every shard completed:
+    // its layout is the one of its epoch, and replaying the log after it
+    // re-decides the later handovers.
+    let all = complete_snapshots(&snapshots, shards);
+    let (&epoch, files) = all
+        .last_key_value()
+        .unwrap_or_else(|| panic!("{at}: no complete snapshot"));
+    let mut fresh = Sim::new(app.clone(), config.clone(), shards, seed ^ 0x5eed);
+    fresh.set_layout(initial_layout.clone());
+    for (s, (entities, meta)) in files.iter().enumerate() {
+        let shard = fresh.shard_mut(s as ShardId);
+        for ((op, key), value) in entities {
+            shard.load_snapshot_entity(*op, key, value.clone());
+        }
+        assert_eq!(shard.restore(meta).unwrap(), epoch);
+        assert_eq!(
+            shard.layout(),
+            layout_at(&layouts, epoch + 1),
+            "{at}: the layout of snapshot {epoch}"
+        );
+    }
+    fresh.adopt_restored_layout();
+    fresh.replay(logs.iter().filter(|b| b.epoch > epoch).cloned().collect());
+    fresh.run();
+    assert_eq!(fresh.state(), sim.state(), "{at}: replay from snapshot {epoch}");
+    assert_eq!(
+        fresh.layout(),
+        layout,
+        "{at}: the layout after replay from snapshot {epoch}"
+    );
+}
+
+#[test]
+fn bank_with_handovers_matches_serial() {
+    swarm(seeds(0..12), bank_under_handovers);
+}
+
+/// Handovers with nothing else: a node is emptied and a spare filled, two
+/// handovers of one shard in an epoch end where the last one says, one to
+/// the node it is on changes nothing, and the state never changes.
+#[test]
+fn handovers_change_only_where_shards_run() {
+    let app = bank(PARTITIONS);
+    let mut sim = Sim::new(app.clone(), test_config(8), 4, 3);
+    sim.set_layout(Layout::contiguous(&NODES));
+    let initial = accounts(ACCOUNTS, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let before = sim.state();
+    // Empty node 1 onto the spare; shard 0 goes to node 1, then to node 2.
+    for (t, (shard, node)) in [(2, 2), (3, 2), (0, 1), (0, 2), (1, 0)].into_iter().enumerate() {
+        sim.submit(0, t as u64, hand(shard, node)).unwrap();
+    }
+    sim.run();
+    let replies = sim.take_replies();
+    assert_eq!(replies.len(), 5);
+    assert!(
+        replies
+            .iter()
+            .all(|r| matches!(r.outcome, styx_engine::Outcome::Committed(_)))
+    );
+    assert_eq!(sim.state(), before);
+    assert_eq!(sim.layout().shards_of(0).collect::<Vec<_>>(), vec![1]);
+    assert_eq!(sim.layout().shards_of(1).count(), 0, "node 1 emptied");
+    assert_eq!(sim.layout().shards_of(2).collect::<Vec<_>>(), vec![0, 2, 3]);
+    assert_eq!(
+        sim.layout().version(),
+        4,
+        "the handover of shard 1 to its own node is none"
+    );
+    assert_eq!(
+        sim.handovers()
+            .iter()
+            .map(|s| (s.shard, s.from, s.to))
+            .collect::<Vec<_>>(),
+        vec![(2, 1, 2), (3, 1, 2), (0, 0, 1), (0, 1, 2)]
+    );
+    // Transfers still run on the new layout.
+    sim.submit(1, 9, transfer(&app, 1, 2, 5)).unwrap();
+    sim.run();
+    assert_eq!(sim.take_replies().len(), 1);
+    assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START_BALANCE, "after");
+}
+
+#[test]
+fn bad_handovers_are_refused() {
+    let app = bank(PARTITIONS);
+    let mut sim = Sim::new(app.clone(), test_config(8), 4, 5);
+    sim.set_layout(Layout::contiguous(&NODES));
+    for (op, k, v) in &accounts(ACCOUNTS, START_BALANCE) {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let before = sim.state();
+    let no_shard = sim.submit(0, 1, hand(4, 0)).unwrap_err();
+    assert!(no_shard.to_string().contains("no shard 4"), "{no_shard}");
+    let no_node = sim.submit(0, 2, hand(0, 3)).unwrap_err();
+    assert!(no_node.to_string().contains("no node 3"), "{no_node}");
+    let mut entity = hand(0, 1);
+    entity.address = styx_engine::Address::Entity(styx_engine::Key::from_bytes(b"k"));
+    assert!(sim.submit(0, 3, entity).is_err());
+    let mut garbled = hand(0, 1);
+    garbled.args = styx_engine::Payload::encode(&7u8);
+    assert!(sim.submit(0, 4, garbled).is_err());
+    sim.run();
+    assert!(sim.take_replies().is_empty());
+    assert_eq!(sim.state(), before);
+    assert_eq!(sim.layout(), &Layout::contiguous(&NODES));
+    // One node: every shard is on node 0 and there is nowhere to go.
+    let mut single = Sim::new(app, test_config(8), 2, 5);
+    assert!(
+        single
+            .submit(0, 1, hand(1, 1))
+            .unwrap_err()
+            .to_string()
+            .contains("no node 1")
+    );
+}
