@@ -17,7 +17,9 @@
 //!    then [`apply`] restores an engine [`Shard`] from it.
 //!
 //! [`recover`] runs steps 1–3 for disks that are all at hand (a single
-//! node, the simulator).
+//! node, the simulator); [`recover_handed`] does the same for a cluster
+//! whose shards changed nodes, each shard's log merged from its pieces on
+//! every disk.
 //!
 //! **Why missing epochs replay empty.** Logs can end at different epochs
 //! after a crash: a shard's last batches were not yet durable when it died
@@ -94,7 +96,9 @@ pub struct Disk {
     /// The shards that have a log on this disk (whatever node wrote it).
     pub log_shards: Vec<ShardId>,
     /// One per shard of `shards`, in order, read from the oldest kept
-    /// snapshot's position on (or from the start).
+    /// snapshot's position on (or from the start). For [`recover_handed`]
+    /// also the pieces of other shards' logs this disk holds (a shard
+    /// handed here or away logged each epoch where it ran).
     pub logs: Vec<Log>,
     /// The newest snapshot this node recorded as complete on every node of
     /// its cluster (0: none, or a single node).
@@ -281,11 +285,14 @@ impl Disk {
         let mut snapshots: Vec<Epoch> = self.snapshots.iter().map(|s| s.epoch).collect();
         snapshots.sort_unstable();
         snapshots.dedup();
+        // A snapshot's positions in its shards' logs count as reached (a
+        // log trimmed to it reads nothing after); one of no shard (a node
+        // that ran none after its epoch) reached nothing.
         let log_epoch = self
             .logs
             .iter()
             .map(|l| l.last_epoch)
-            .chain(snapshots.last().copied())
+            .chain(self.snapshots.iter().flat_map(|s| s.log_after.iter().map(|(_, e)| *e)))
             .max()
             .unwrap_or(0);
         Survey {
@@ -367,73 +374,112 @@ pub fn start(disk: Disk, plan: &Plan) -> Result<Start, Error> {
     };
     let mut shards = Vec::with_capacity(disk.logs.len());
     for log in disk.logs {
-        let shard = log.shard;
         let after = snapshot
             .as_ref()
-            .map_or(0, |s| s.log_after(shard).expect("the snapshot lists every shard"));
-        if log.last_epoch < after {
-            return Err(Error::LogBehind {
-                shard,
-                last: log.last_epoch,
-                snapshot: after,
-            });
-        }
-        assert!(
-            log.last_epoch <= plan.replay_to,
-            "shard {shard} logged epoch {} past the plan's {}",
-            log.last_epoch,
-            plan.replay_to
-        );
-        let mut replay: Vec<Batch> = log.batches.into_iter().filter(|b| b.epoch > after).collect();
-        let mut expected = after + 1;
-        for b in &replay {
-            assert_eq!(b.shard, shard, "a batch of shard {} in shard {shard}'s log", b.shard);
-            if b.epoch != expected {
-                return Err(if expected == after + 1 {
-                    Error::LogTrimmed {
-                        shard,
-                        first: b.epoch,
-                        after,
-                    }
-                } else {
-                    Error::LogGap {
-                        shard,
-                        epoch: expected - 1,
-                        next: b.epoch,
-                    }
-                });
-            }
-            expected += 1;
-        }
-        let held = expected - 1;
-        assert_eq!(
-            held, log.last_epoch,
-            "shard {shard}'s log says it ends at epoch {}, its batches at {held}",
-            log.last_epoch
-        );
-        let lc = replay.last().map_or(0, |b| b.lc);
-        let relog: Vec<Batch> = (held + 1..=plan.replay_to)
-            .map(|epoch| Batch {
-                epoch,
-                shard,
-                lc,
-                now_us: 0,
-                txns: Vec::new(),
-            })
-            .collect();
-        replay.extend(relog.iter().cloned());
-        shards.push(ShardStart {
-            shard,
-            snapshot: snapshot.as_ref().map(|s| s.epoch),
-            relog,
-            replay,
-        });
+            .map_or(0, |s| s.log_after(log.shard).expect("the snapshot lists every shard"));
+        shards.push(start_shard(log, after, snapshot.as_ref().map(|s| s.epoch), plan)?);
     }
     Ok(Start {
         snapshot,
         replay_to: plan.replay_to,
         shards,
     })
+}
+
+/// Where one shard starts: its log's batches after `after` (the
+/// snapshot's position in it, 0 without one), checked to follow on without
+/// a gap, then the empty batches of the epochs it lacks through the plan's
+/// `replay_to`.
+fn start_shard(log: Log, after: Epoch, snapshot: Option<Epoch>, plan: &Plan) -> Result<ShardStart, Error> {
+    let shard = log.shard;
+    if log.last_epoch < after {
+        return Err(Error::LogBehind {
+            shard,
+            last: log.last_epoch,
+            snapshot: after,
+        });
+    }
+    assert!(
+        log.last_epoch <= plan.replay_to,
+        "shard {shard} logged epoch {} past the plan's {}",
+        log.last_epoch,
+        plan.replay_to
+    );
+    let mut replay: Vec<Batch> = log.batches.into_iter().filter(|b| b.epoch > after).collect();
+    let mut expected = after + 1;
+    for b in &replay {
+        assert_eq!(b.shard, shard, "a batch of shard {} in shard {shard}'s log", b.shard);
+        if b.epoch != expected {
+            return Err(if expected == after + 1 {
+                Error::LogTrimmed {
+                    shard,
+                    first: b.epoch,
+                    after,
+                }
+            } else {
+                Error::LogGap {
+                    shard,
+                    epoch: expected - 1,
+                    next: b.epoch,
+                }
+            });
+        }
+        expected += 1;
+    }
+    let held = expected - 1;
+    assert_eq!(
+        held, log.last_epoch,
+        "shard {shard}'s log says it ends at epoch {}, its batches at {held}",
+        log.last_epoch
+    );
+    let lc = replay.last().map_or(0, |b| b.lc);
+    let relog: Vec<Batch> = (held + 1..=plan.replay_to)
+        .map(|epoch| Batch {
+            epoch,
+            shard,
+            lc,
+            now_us: 0,
+            txns: Vec::new(),
+        })
+        .collect();
+    replay.extend(relog.iter().cloned());
+    Ok(ShardStart {
+        shard,
+        snapshot,
+        relog,
+        replay,
+    })
+}
+
+/// One shard's log from the pieces of it on several disks (a shard handed
+/// from node to node logged each epoch where it ran): their batches in
+/// epoch order, and the epoch the newest piece resumes after. Pieces
+/// never overlap (an epoch is logged once, by the node that ran it);
+/// a gap between them is the merged log's, for [`start`] to refuse.
+///
+/// # Panics
+/// If two pieces hold the same epoch, or a piece is of another shard.
+pub fn merge_pieces(shard: ShardId, pieces: Vec<Log>) -> Log {
+    let mut last_epoch = 0;
+    let mut batches = Vec::new();
+    for piece in pieces {
+        assert_eq!(
+            piece.shard, shard,
+            "a piece of shard {}'s log for shard {shard}",
+            piece.shard
+        );
+        last_epoch = last_epoch.max(piece.last_epoch);
+        batches.extend(piece.batches);
+    }
+    batches.sort_by_key(|b| b.epoch);
+    if let Some(w) = batches.windows(2).find(|w| w[0].epoch == w[1].epoch) {
+        panic!("shard {shard}'s epoch {} is logged on two disks", w[0].epoch);
+    }
+    Log {
+        shard,
+        batches,
+        last_epoch,
+    }
 }
 
 /// Recovers nodes whose disks are all at hand (a single node; the
@@ -445,6 +491,61 @@ pub fn recover(disks: Vec<Disk>) -> Result<(Plan, Vec<Start>), Error> {
         .into_iter()
         .map(|d| start(d, &plan))
         .collect::<Result<Vec<_>, _>>()?;
+    Ok((plan, starts))
+}
+
+/// Recovers nodes whose disks are all at hand and whose shards may have
+/// changed nodes (handovers: `crate::layout`): the plan as [`recover`]
+/// makes it; a node restores the shards its copy of the plan's snapshot
+/// lists (the snapshot file of a shard is on the node that ran it after
+/// the snapshot's epoch), or without a snapshot the shards its disk was
+/// first given; each shard's log is [merged](merge_pieces) from its pieces
+/// on every disk. Replay then re-decides the handovers after the snapshot.
+/// (Every disk's shards are not checked against its snapshots, which list
+/// the shards the node ran at each.)
+pub fn recover_handed(disks: Vec<Disk>) -> Result<(Plan, Vec<Start>), Error> {
+    let surveys: Vec<Survey> = disks.iter().map(Disk::survey).collect();
+    let plan = Plan::of(&surveys)?;
+    let mut pieces: std::collections::BTreeMap<ShardId, Vec<Log>> = Default::default();
+    for d in &disks {
+        for log in &d.logs {
+            pieces.entry(log.shard).or_default().push(log.clone());
+        }
+    }
+    let mut starts = Vec::with_capacity(disks.len());
+    for disk in &disks {
+        let snapshot = match plan.snapshot {
+            None => None,
+            Some(epoch) => Some(
+                disk.snapshots
+                    .iter()
+                    .rev()
+                    .find(|s| s.epoch == epoch)
+                    .cloned()
+                    .ok_or_else(|| Error::MissingSnapshot {
+                        epoch,
+                        holds: disk.survey().snapshots,
+                    })?,
+            ),
+        };
+        let restores: Vec<ShardId> = match &snapshot {
+            Some(s) => s.shards(),
+            None => disk.shards.clone().collect(),
+        };
+        let mut shards = Vec::with_capacity(restores.len());
+        for shard in restores {
+            let log = merge_pieces(shard, pieces.get(&shard).cloned().unwrap_or_default());
+            let after = snapshot
+                .as_ref()
+                .map_or(0, |s| s.log_after(shard).expect("the snapshot lists the shard"));
+            shards.push(start_shard(log, after, snapshot.as_ref().map(|s| s.epoch), &plan)?);
+        }
+        starts.push(Start {
+            snapshot,
+            replay_to: plan.replay_to,
+            shards,
+        });
+    }
     Ok((plan, starts))
 }
 
@@ -666,5 +767,81 @@ mod tests {
         let e = recover(vec![d]).unwrap_err();
         assert!(e.to_string().contains("has a log for shard 3"), "{e}");
         assert_eq!(check_shards(&(2..4), &[Snapshot::at(1, 2..4)], &[2, 3]), Ok(()));
+    }
+
+    /// Without handovers, recovering from merged pieces decides what
+    /// recovering each disk alone does.
+    #[test]
+    fn recover_handed_of_static_disks_is_recover() {
+        let disks = vec![
+            disk(0..2, &[2], vec![log(0, 1..6), log(1, 1..4)]),
+            disk(2..3, &[2, 4], vec![log(2, 1..5)]),
+        ];
+        assert_eq!(recover_handed(disks.clone()).unwrap(), recover(disks).unwrap());
+    }
+
+    /// Shard 1 ran on node 0 through epoch 3, then on node 1 (epochs 4–5),
+    /// whose snapshot at 4 lists it; node 0's lists shard 0 only. Each node
+    /// restores the shards its snapshot lists, shard 1 from both pieces.
+    #[test]
+    fn a_log_in_pieces_is_merged_across_disks() {
+        let mut a = disk(0..2, &[], vec![log(0, 1..6), log(1, 1..4)]);
+        a.snapshots = vec![Snapshot::at(4, 0..1)];
+        let mut b = disk(2..3, &[], vec![log(1, 4..6), log(2, 1..5)]);
+        b.snapshots = vec![Snapshot::at(4, 1..3)];
+        let (plan, starts) = recover_handed(vec![a.clone(), b.clone()]).unwrap();
+        assert_eq!(
+            plan,
+            Plan {
+                snapshot: Some(4),
+                replay_to: 5
+            }
+        );
+        let restored = |i: usize| starts[i].shards.iter().map(|s| s.shard).collect::<Vec<_>>();
+        assert_eq!((restored(0), restored(1)), (vec![0], vec![1, 2]));
+        let one = &starts[1].shards[0];
+        assert_eq!(one.replay.iter().map(|b| b.epoch).collect::<Vec<_>>(), vec![5]);
+        assert!(one.relog.is_empty());
+        assert_eq!(
+            starts[1].shards[1].relog.iter().map(|b| b.epoch).collect::<Vec<_>>(),
+            vec![5]
+        );
+        // Without the snapshot, the nodes restore the shards they were
+        // given and shard 1 replays both pieces in order.
+        a.snapshots.clear();
+        b.snapshots.clear();
+        let (_, starts) = recover_handed(vec![a.clone(), b.clone()]).unwrap();
+        assert_eq!(
+            starts[0].shards[1].replay.iter().map(|b| b.epoch).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4, 5]
+        );
+        // A piece missing in the middle is a gap.
+        b.logs[0] = log(1, 5..6);
+        let e = recover_handed(vec![a, b]).unwrap_err();
+        assert_eq!(
+            e,
+            Error::LogGap {
+                shard: 1,
+                epoch: 3,
+                next: 5
+            }
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "logged on two disks")]
+    fn an_epoch_logged_on_two_disks_is_a_bug() {
+        merge_pieces(0, vec![log(0, 1..4), log(0, 3..5)]);
+    }
+
+    /// A node that ran no shard after a snapshot committed it with no
+    /// positions: its survey reached nothing (else every node would replay
+    /// epochs no log holds).
+    #[test]
+    fn an_empty_snapshot_reaches_no_epoch() {
+        let mut d = disk(0..1, &[], vec![log(0, 1..3)]);
+        d.snapshots = vec![Snapshot::at(7, 0..0)];
+        assert_eq!(d.survey().log_epoch, 2);
+        assert_eq!(d.survey().snapshots, vec![7]);
     }
 }

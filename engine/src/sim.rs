@@ -58,16 +58,19 @@ pub const STUCK_STEPS_MAX: u64 = 1_000_000;
 /// One event of the simulated disk (see the module comment).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DiskEvent {
-    /// `shard`'s batch of `epoch` appended to its log, not yet durable: a
-    /// crash before the next event loses it (or tears it, which the WAL
-    /// detects and truncates: the same).
-    LogWrite { shard: ShardId, epoch: Epoch },
-    /// `shard`'s log fsynced: durable through `epoch`.
-    LogSync { shard: ShardId, epoch: Epoch },
-    /// A chunk of `shard`'s snapshot at `epoch` written to its delta file;
-    /// `index` counts every chunk the sim emitted, in the order
+    /// `shard`'s batch of `epoch` appended to its log on `node` (the one
+    /// that ran the shard in that epoch), not yet durable: a crash before
+    /// the next event loses it (or tears it, which the WAL detects and
+    /// truncates: the same).
+    LogWrite { node: u16, shard: ShardId, epoch: Epoch },
+    /// `shard`'s log on `node` fsynced: durable through `epoch`.
+    LogSync { node: u16, shard: ShardId, epoch: Epoch },
+    /// A chunk of `shard`'s snapshot at `epoch` written to its delta file
+    /// on `node` (the one that runs the shard after the epoch); `index`
+    /// counts every chunk the sim emitted, in the order
     /// [`Sim::take_snapshots`] returns them. The file is complete at `last`.
     Chunk {
+        node: u16,
         shard: ShardId,
         epoch: Epoch,
         index: usize,
@@ -128,6 +131,9 @@ pub struct Sim {
     snapshots: Vec<SnapshotChunk>,
     /// Log batches sealed but not yet written and synced: `(shard, epoch)`.
     unsynced: Vec<(ShardId, Epoch)>,
+    /// Per shard, the first epoch of its log lost in a node's crash: no
+    /// later batch of it becomes durable (its log would have a hole).
+    lost_from: Vec<Option<Epoch>>,
     disk: Vec<DiskEvent>,
     /// Snapshot chunks emitted so far (the next chunk's index).
     chunks_emitted: usize,
@@ -168,6 +174,7 @@ impl Sim {
             logs: vec![Vec::new(); n],
             snapshots: Vec::new(),
             unsynced: Vec::new(),
+            lost_from: vec![None; n],
             disk: Vec::new(),
             chunks_emitted: 0,
             synced: vec![0; n],
@@ -320,8 +327,25 @@ impl Sim {
         for s in self.shards_of(node) {
             self.alive[s as usize] = false;
         }
-        let alive = &self.alive;
-        self.unsynced.retain(|(s, _)| alive[*s as usize]);
+        // Log writes queued on the node are lost, and with them every later
+        // one of the same shard (a shard handed away from the node): a
+        // shard's log becomes durable in epoch order whichever node writes
+        // it, so they could never be synced.
+        let mut lost: Vec<Option<Epoch>> = vec![None; n];
+        for &(s, e) in &self.unsynced {
+            if self.layout_at(e).node_of(s) == node || !self.alive[s as usize] {
+                let first = &mut lost[s as usize];
+                *first = Some(first.map_or(e, |f| f.min(e)));
+            }
+        }
+        self.unsynced
+            .retain(|(s, e)| lost[*s as usize].is_none_or(|first| *e < first));
+        for (s, first) in lost.into_iter().enumerate() {
+            if let Some(first) = first {
+                let f = &mut self.lost_from[s];
+                *f = Some(f.map_or(first, |f| f.min(first)));
+            }
+        }
         for from in 0..n {
             for to in 0..n {
                 let link = &mut self.links[from * n + to];
@@ -332,6 +356,16 @@ impl Sim {
                     link.truncate(kept);
                 }
             }
+        }
+    }
+
+    /// Stops `shard` as a crash of its node does (its queued log writes
+    /// stay: they are on the node it left).
+    fn stop_shard(&mut self, shard: ShardId) {
+        let n = self.shards.len();
+        self.alive[shard as usize] = false;
+        for from in 0..n {
+            self.links[from * n + shard as usize].clear();
         }
     }
 
@@ -401,7 +435,11 @@ impl Sim {
         self.replayed.append(&mut self.out.replayed);
         self.history.append(&mut self.out.history);
         for c in &self.out.snapshots {
+            // The file is on the node that runs the shard after the
+            // snapshot's epoch (the layout switches before it begins).
+            let node = self.layout_at(c.epoch + 1).node_of(c.shard);
             self.disk.push(DiskEvent::Chunk {
+                node,
                 shard: c.shard,
                 epoch: c.epoch,
                 index: self.chunks_emitted,
@@ -409,16 +447,16 @@ impl Sim {
             });
             self.chunks_emitted += 1;
             if c.last {
-                // The file is on the node that runs the shard after the
-                // snapshot's epoch (the layout switches before it begins).
-                let node = usize::from(self.layout_at(c.epoch + 1).node_of(c.shard));
+                let node = usize::from(node);
                 let nodes = usize::from(self.n_nodes());
                 self.snapshot_files.entry(c.epoch).or_insert_with(|| vec![0; nodes])[node] += 1;
             }
         }
         self.snapshots.append(&mut self.out.snapshots);
         for b in self.out.log.drain(..) {
-            self.unsynced.push((b.shard, b.epoch));
+            if self.lost_from[b.shard as usize].is_none_or(|first| b.epoch < first) {
+                self.unsynced.push((b.shard, b.epoch));
+            }
             self.logs[shard as usize].push(b);
         }
         self.commit_manifests();
@@ -441,6 +479,10 @@ impl Sim {
         }
         self.layout.follow(&s);
         self.switched.push(s);
+        if !self.node_alive[usize::from(s.to)] {
+            // Handed to a crashed node: it never starts there.
+            self.stop_shard(s.shard);
+        }
         let first = s.epoch + 1;
         if self.layouts.last().is_some_and(|(e, _)| *e == first) {
             self.layouts.pop();
@@ -559,8 +601,9 @@ impl Sim {
                 epoch > self.synced[shard as usize],
                 "log batches of shard {shard} out of order"
             );
-            self.disk.push(DiskEvent::LogWrite { shard, epoch });
-            self.disk.push(DiskEvent::LogSync { shard, epoch });
+            let node = self.layout_at(epoch).node_of(shard);
+            self.disk.push(DiskEvent::LogWrite { node, shard, epoch });
+            self.disk.push(DiskEvent::LogSync { node, shard, epoch });
             self.synced[shard as usize] = epoch;
             self.commit_manifests();
             // Only now, after the fsync, may the shard count the epoch durable.

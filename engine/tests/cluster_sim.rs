@@ -66,8 +66,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use styx_engine::rng::Rng;
 use styx_engine::sim::{DiskEvent, Disks, Restart, STUCK_STEPS_MAX, Sim, test_config};
 use styx_engine::{
-    AbortKind, Address, App, Config, Epoch, EpochRecord, Key, Move, OpId, Outcome, Payload, Reply, Request, ShardId,
-    SnapshotChunk, Tid, Token, Value, mix64,
+    AbortKind, Address, App, Config, Epoch, EpochRecord, Handover, Key, Layout, Move, OpId, Outcome, Payload, Reply,
+    Request, ShardId, SnapshotChunk, Tid, Token, Value, mix64,
 };
 
 const ACCOUNTS: u64 = 24;
@@ -95,6 +95,10 @@ const SEEDS_DEFAULT: u64 = 8_000;
 const SEEDS_WITH_MOVES: u64 = 2_000;
 /// With moves, the share of requests that move a partition.
 const MOVE_CHANCE: f64 = 0.08;
+/// Seeds the variant with handovers runs by default.
+const SEEDS_WITH_HANDOVERS: u64 = 2_000;
+/// With handovers, the share of requests that hand a shard to a node.
+const HANDOVER_CHANCE: f64 = 0.06;
 /// Tokens of client submissions start here: in the range of tids, so a
 /// replayed transaction's outcome taken for a live reply would show.
 const TOKEN_BASE: Token = 1;
@@ -195,6 +199,10 @@ struct Counts {
     epochs: u64,
     /// Move requests sent (new ones).
     moves: u64,
+    /// Handover requests sent (new ones).
+    handovers: u64,
+    /// Recoveries whose disks held a shard's log in pieces on two nodes.
+    recovered_handed: u64,
 }
 
 impl Counts {
@@ -214,6 +222,8 @@ impl Counts {
         self.link_failures += o.link_failures;
         self.epochs += o.epochs;
         self.moves += o.moves;
+        self.handovers += o.handovers;
+        self.recovered_handed += o.recovered_handed;
     }
 }
 
@@ -262,10 +272,12 @@ struct Cluster {
     counts: Counts,
     /// Whether some requests move partitions.
     moves: bool,
+    /// Whether some requests hand shards to other nodes.
+    handovers: bool,
 }
 
 impl Cluster {
-    fn new(seed: u64, moves: bool) -> Cluster {
+    fn new(seed: u64, moves: bool, handovers: bool) -> Cluster {
         let mut rng = Rng::new(seed);
         let layout = LAYOUTS[rng.below(LAYOUTS.len() as u64) as usize];
         let shards: u16 = layout.iter().sum();
@@ -319,6 +331,7 @@ impl Cluster {
                 ..Counts::default()
             },
             moves,
+            handovers,
         };
         cluster.run = cluster.start_run().0;
         cluster
@@ -368,6 +381,9 @@ impl Cluster {
             .disks
             .restart(&mut sim)
             .unwrap_or_else(|e| panic!("recovery refused the disks: {e}"));
+        if self.runs > 1 && self.disks.holds_pieces() {
+            self.counts.recovered_handed += 1;
+        }
         if restart.snapshot() > 0 {
             self.restored.push((restart.snapshot(), restart.restored.clone()));
         }
@@ -386,9 +402,9 @@ impl Cluster {
         run.chunks.append(&mut run.sim.take_snapshots());
         let events = run.sim.disk_events();
         for (i, event) in events.iter().enumerate().skip(run.absorbed) {
-            if let DiskEvent::LogWrite { shard, epoch } = *event {
+            if let DiskEvent::LogWrite { node, shard, epoch } = *event {
                 // Its fsync follows in the same step: a crash never splits them.
-                assert_eq!(events.get(i + 1), Some(&DiskEvent::LogSync { shard, epoch }));
+                assert_eq!(events.get(i + 1), Some(&DiskEvent::LogSync { node, shard, epoch }));
             }
         }
         let sim = &run.sim;
@@ -428,6 +444,13 @@ impl Cluster {
                 op: OpId(0),
                 partition: rng.below(8) as u32,
                 to: rng.below(u64::from(self.shards)) as ShardId,
+            }
+            .request()
+        } else if self.handovers && rng.chance(HANDOVER_CHANCE) {
+            self.counts.handovers += 1;
+            Handover {
+                shard: rng.below(u64::from(self.shards)) as ShardId,
+                node: rng.below(self.layout.len() as u64) as u16,
             }
             .request()
         } else {
@@ -645,7 +668,7 @@ impl Cluster {
         // log holds durably stays there.
         let epoch_of: HashMap<Tid, Epoch> = (0..self.shards)
             .flat_map(|s| self.disks.log(s))
-            .flat_map(|b| b.txns.iter().map(|(tid, _)| (*tid, b.epoch)))
+            .flat_map(|b| b.txns.iter().map(|(tid, _)| (*tid, b.epoch)).collect::<Vec<_>>())
             .collect();
         let complete = logged.iter().copied().min().unwrap_or(0);
         for (_, r) in self.replies.iter().filter(|(run, _)| *run == self.runs) {
@@ -723,8 +746,9 @@ impl Cluster {
         // (b) The serial oracle over the logged transactions.
         let mut logged: HashMap<Tid, (Epoch, u64, &Request)> = HashMap::new();
         let mut by_key: HashMap<(u64, u64), Tid> = HashMap::new();
-        for s in 0..n {
-            for b in self.disks.log(s) {
+        let logs: Vec<Vec<styx_engine::Batch>> = (0..n).map(|s| self.disks.log(s)).collect();
+        for log in &logs {
+            for b in log {
                 for (tid, r) in &b.txns {
                     assert!(
                         logged.insert(*tid, (b.epoch, b.now_us, r)).is_none(),
@@ -744,8 +768,8 @@ impl Cluster {
             }
         }
         let mut serial = Oracle::new(self.app.clone(), self.config.limits, self.initial.iter().cloned());
-        for s in 0..n {
-            serial.log(self.disks.log(s));
+        for log in &logs {
+            serial.log(log);
         }
         let restored: BTreeMap<Epoch, Vec<&State>> = self.restored.iter().fold(BTreeMap::new(), |mut m, (e, s)| {
             m.entry(*e).or_insert_with(Vec::new).push(s);
@@ -781,6 +805,13 @@ impl Cluster {
         // shard, with every entity where it says.
         let lineage: Vec<_> = (0..n).flat_map(|s| self.disks.log(s).to_vec()).collect();
         assert_placed(&self.run.sim, &map_of_log(&self.app, n, &lineage), "the final state");
+        // So is the layout, on every shard and in the simulator.
+        let layouts = layouts_of_log(&Layout::contiguous(self.layout), &lineage);
+        let layout = &layouts.last().expect("the first layout").1;
+        assert_eq!(self.run.sim.layout(), layout, "the simulator's final layout");
+        for s in 0..n {
+            assert_eq!(self.run.sim.shard(s).layout(), layout, "shard {s}'s final layout");
+        }
 
         // (a) Every answer is in the lineage, as the client saw it.
         for (_, r) in &self.replies {
@@ -881,16 +912,24 @@ fn new_request(app: &App, rng: &mut Rng) -> Request {
 
 #[test]
 fn nodes_crash_at_random_points() {
-    crash_swarm(SEEDS_DEFAULT, false);
+    crash_swarm(SEEDS_DEFAULT, false, false);
 }
 
 #[test]
 fn nodes_crash_at_random_points_during_moves() {
-    crash_swarm(SEEDS_WITH_MOVES, true);
+    crash_swarm(SEEDS_WITH_MOVES, true, false);
+}
+
+/// Shards handed between nodes (and partitions moved) while nodes crash:
+/// a shard's log ends up in pieces on several disks, its snapshot files on
+/// the nodes that ran it after each, and every recovery must merge them.
+#[test]
+fn nodes_crash_at_random_points_during_handovers() {
+    crash_swarm(SEEDS_WITH_HANDOVERS, true, true);
 }
 
 /// Runs `default_seeds` clusters (see `common::seeds`), on every core.
-fn crash_swarm(default_seeds: u64, moves: bool) {
+fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool) {
     let seeds = seeds(0..default_seeds);
     let test = test_name();
     let next = AtomicU64::new(0);
@@ -908,7 +947,7 @@ fn crash_swarm(default_seeds: u64, moves: bool) {
                     if i >= seeds.len() || failed.load(Ordering::Relaxed) {
                         return;
                     }
-                    let mut cluster = Cluster::new(seeds[i], moves);
+                    let mut cluster = Cluster::new(seeds[i], moves, handovers);
                     match catch_unwind(AssertUnwindSafe(|| cluster.drive())) {
                         Ok(()) => total.lock().unwrap().add(&cluster.counts),
                         Err(_) => {
@@ -930,7 +969,7 @@ fn crash_swarm(default_seeds: u64, moves: bool) {
         "{} seeds in {:.1?}: {} failures ({} broken links; {} during a replay, {} from a snapshot, {} rolled back \
          past a node's newer snapshot, {} with a partial epoch), {} epochs, {} replies checked ({} repeat answers, \
          {} forgotten), {} released by survivors after a crash, {} batches in flight lost, {} client-less requests \
-         abandoned, {} moves sent",
+         abandoned, {} moves sent, {} handovers sent, {} recoveries from logs in pieces",
         c.seeds,
         started.elapsed(),
         c.crashes,
@@ -947,9 +986,15 @@ fn crash_swarm(default_seeds: u64, moves: bool) {
         c.frames_lost,
         c.abandoned,
         c.moves,
+        c.handovers,
+        c.recovered_handed,
     );
     if moves {
         assert!(c.moves > 0, "no move sent");
+    }
+    if handovers && seeds.len() as u64 >= default_seeds {
+        assert!(c.handovers > 0, "no handover sent");
+        assert!(c.recovered_handed > 0, "no recovery from logs in pieces");
     }
     if seeds.len() as u64 >= default_seeds && !moves {
         // The seeds reach the cases they exist for.

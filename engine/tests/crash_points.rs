@@ -257,15 +257,15 @@ fn check_journal(events: &[DiskEvent], shards: u16, seed: u64) {
     let mut manifest = 0;
     for (i, e) in events.iter().enumerate() {
         match *e {
-            DiskEvent::LogWrite { shard, epoch } => {
+            DiskEvent::LogWrite { node, shard, epoch } => {
                 assert_eq!(epoch, synced[shard as usize] + 1, "seed {seed}: event {i}");
                 assert_eq!(
                     events.get(i + 1),
-                    Some(&DiskEvent::LogSync { shard, epoch }),
+                    Some(&DiskEvent::LogSync { node, shard, epoch }),
                     "seed {seed}: event {i}"
                 );
             }
-            DiskEvent::LogSync { shard, epoch } => synced[shard as usize] = epoch,
+            DiskEvent::LogSync { shard, epoch, .. } => synced[shard as usize] = epoch,
             DiskEvent::Chunk { epoch, last, .. } => {
                 if last {
                     *files.entry(epoch).or_default() += 1;
@@ -324,7 +324,7 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
         .unwrap_or(0);
     let mut synced: Vec<Epoch> = vec![0; shards as usize];
     for e in before {
-        if let DiskEvent::LogSync { shard, epoch } = e {
+        if let DiskEvent::LogSync { shard, epoch, .. } = e {
             synced[*shard as usize] = *epoch;
         }
     }

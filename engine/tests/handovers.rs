@@ -7,8 +7,9 @@
 //! it runs after the snapshot's epoch; a snapshot carries the layout, and
 //! its restore plus the log's replay reaches the live run's state and
 //! layout; bad handovers are refused without disturbing anything. (The
-//! state stays in the one process: moving it between processes and
-//! recovering from per-node logs are steps 3 and 4.)
+//! state stays in the one process: moving it between processes is step 3.
+//! Node crashes during handovers, recovered from logs in pieces on several
+//! disks: `cluster_sim.rs`.)
 
 mod common;
 
@@ -16,7 +17,7 @@ use common::*;
 use std::collections::BTreeMap;
 use styx_engine::rng::Rng;
 use styx_engine::sim::{DiskEvent, Sim, test_config};
-use styx_engine::{Batch, Epoch, Handover, Layout, Move, OpId, Request, ShardId, SnapshotChunk};
+use styx_engine::{Epoch, Handover, Layout, Move, OpId, Request, ShardId, SnapshotChunk};
 
 const ACCOUNTS: u64 = 40;
 const PARTITIONS: u32 = 8;
@@ -26,31 +27,6 @@ const NODES: [u16; 3] = [2, 2, 0];
 
 fn hand(shard: ShardId, node: u16) -> Request {
     Handover { shard, node }.request()
-}
-
-/// The layouts the log's handovers make from `initial`: `(e, layout)`
-/// holds from epoch `e` on (each epoch's handovers decided at its end, in
-/// tid order, as every shard does).
-fn layouts_of_log(initial: &Layout, batches: &[Batch]) -> Vec<(Epoch, Layout)> {
-    let mut by_epoch: BTreeMap<Epoch, Vec<(u64, Handover)>> = BTreeMap::new();
-    for b in batches {
-        for (tid, r) in &b.txns {
-            if let Some(h) = Handover::of(r) {
-                by_epoch
-                    .entry(b.epoch)
-                    .or_default()
-                    .push((*tid, h.expect("a logged handover is valid")));
-            }
-        }
-    }
-    let mut layout = initial.clone();
-    let mut out = vec![(0, layout.clone())];
-    for (epoch, mut hs) in by_epoch {
-        if !layout.decide(epoch, &mut hs).is_empty() {
-            out.push((epoch + 1, layout.clone()));
-        }
-    }
-    out
 }
 
 fn layout_at(layouts: &[(Epoch, Layout)], epoch: Epoch) -> &Layout {
@@ -74,7 +50,7 @@ fn assert_manifests_follow_the_layout(sim: &Sim, layouts: &[(Epoch, Layout)], at
             } => {
                 files.insert((shard, epoch), i);
             }
-            DiskEvent::LogSync { shard, epoch } => synced[shard as usize].push((epoch, i)),
+            DiskEvent::LogSync { shard, epoch, .. } => synced[shard as usize].push((epoch, i)),
             DiskEvent::NodeManifest { node, epoch } => {
                 for s in layout_at(layouts, epoch + 1).shards_of(node) {
                     let file = files.get(&(s, epoch)).unwrap_or_else(|| {

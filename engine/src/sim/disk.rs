@@ -13,6 +13,18 @@
 //! every node has (the catalog's rollback), writes the empty batches to the
 //! logs, and restores each shard with [`recovery::apply`].
 //!
+//! **Handovers.** A shard handed to another node (`crate::layout`) logs
+//! each epoch on the node that ran it and writes each snapshot file on the
+//! node that runs it after the snapshot's epoch, so its log is in pieces on
+//! several disks and a node's manifests list different shards over time.
+//! Once a journal shows one, a restart recovers through
+//! [`recovery::recover_handed`]: each node restores the shards its copy of
+//! the snapshot lists, each shard's log merged from every disk, and the
+//! simulator takes the snapshot's layout; replay re-decides the rest.
+//! (A snapshot file extends the shard's previous file whichever node wrote
+//! that one: the runtime must write a whole file for a shard's first
+//! snapshot on a node — docs/nodes.md, step 4.)
+//!
 //! Logs are never trimmed here (the runtime trims those a complete snapshot
 //! covers; recovery filters them the same way). The state a run was loaded
 //! with before its first epoch is not on the disks: a restart without a
@@ -42,8 +54,16 @@ pub struct Disks {
     nodes: Vec<u16>,
     /// What the first run was loaded with.
     initial: Vec<(OpId, Key, Value)>,
-    /// Per shard, its durable log: epochs 1, 2, … in order.
-    logs: Vec<Vec<Batch>>,
+    /// Per node, per shard, the durable pieces of its log the node wrote:
+    /// epochs in order (all of them without handovers).
+    logs: Vec<Vec<Vec<Batch>>>,
+    /// Per shard, the epoch through which its log is durable (on any disk).
+    logged: Vec<Epoch>,
+    /// Per node, per snapshot epoch, the shards whose file it holds.
+    node_files: Vec<BTreeMap<Epoch, Vec<ShardId>>>,
+    /// Whether the journal showed a shard on another node than its first
+    /// (a piece of its log or a file there, or a manifest of other shards).
+    handed: bool,
     /// Per shard, its complete snapshot files by epoch.
     files: Vec<BTreeMap<Epoch, File>>,
     /// Per shard, the state its last file of this run holds (what the
@@ -94,7 +114,10 @@ impl Disks {
         Disks {
             nodes: nodes.to_vec(),
             initial: initial.to_vec(),
-            logs: vec![Vec::new(); n],
+            logs: vec![vec![Vec::new(); n]; nodes.len()],
+            logged: vec![0; n],
+            node_files: vec![BTreeMap::new(); nodes.len()],
+            handed: false,
             files: vec![BTreeMap::new(); n],
             chain: vec![State::new(); n],
             writing: vec![None; n],
@@ -107,9 +130,22 @@ impl Disks {
         self.nodes.iter().sum()
     }
 
+    /// The shards `node` was first given.
     fn shards_of(&self, node: u16) -> Range<ShardId> {
         let start: u16 = self.nodes[..usize::from(node)].iter().sum();
         start..start + self.nodes[usize::from(node)]
+    }
+
+    /// Notes that `node` wrote for `shard`: a handover if not its own.
+    fn wrote(&mut self, node: u16, shard: ShardId) {
+        assert!(
+            usize::from(node) < self.nodes.len(),
+            "node {node} of {}",
+            self.nodes.len()
+        );
+        if !self.shards_of(node).contains(&shard) {
+            self.handed = true;
+        }
     }
 
     /// Applies journal `events` of a run: `chunks` are every chunk the run
@@ -124,7 +160,7 @@ impl Disks {
             match *event {
                 // Not durable until its sync.
                 DiskEvent::LogWrite { .. } => {}
-                DiskEvent::LogSync { shard, epoch } => {
+                DiskEvent::LogSync { node, shard, epoch } => {
                     assert_eq!(
                         epoch,
                         self.logged(shard) + 1,
@@ -132,15 +168,12 @@ impl Disks {
                     );
                     let batch = sealed(shard, epoch);
                     assert_eq!((batch.shard, batch.epoch), (shard, epoch));
-                    // Its log's later batches are on another node's disk,
-                    // which these disks do not model yet.
-                    assert!(
-                        batch.txns.iter().all(|(_, r)| crate::layout::Handover::of(r).is_none()),
-                        "recovery across a shard handover is not built yet (docs/nodes.md, step 3)"
-                    );
-                    self.logs[shard as usize].push(batch);
+                    self.wrote(node, shard);
+                    self.logs[usize::from(node)][shard as usize].push(batch);
+                    self.logged[shard as usize] = epoch;
                 }
                 DiskEvent::Chunk {
+                    node,
                     shard,
                     epoch,
                     index,
@@ -167,6 +200,8 @@ impl Disks {
                         };
                         let old = self.files[s].insert(epoch, file);
                         assert!(old.is_none(), "shard {shard} wrote snapshot {epoch} twice");
+                        self.wrote(node, shard);
+                        self.node_files[usize::from(node)].entry(epoch).or_default().push(shard);
                     }
                 }
                 DiskEvent::Manifest { epoch } => {
@@ -182,11 +217,15 @@ impl Disks {
     }
 
     fn commit(&mut self, node: u16, epoch: Epoch) {
-        for s in self.shards_of(node) {
-            assert!(
-                self.files[s as usize].contains_key(&epoch),
-                "node {node} committed snapshot {epoch} without shard {s}'s file"
-            );
+        // The shards it ran after the epoch, whose files it holds (a node
+        // that ran none commits an empty manifest); that every shard is in
+        // one node's manifest is checked where a snapshot is restored.
+        let shards = self.files_of(node, epoch);
+        if !shards.iter().copied().eq(self.shards_of(node)) {
+            // Its shards changed: a handover.
+            self.handed = true;
+        }
+        for s in shards {
             assert!(
                 self.logged(s) >= epoch,
                 "node {node} committed snapshot {epoch} with shard {s}'s log durable through {}",
@@ -214,17 +253,40 @@ impl Disks {
         }
     }
 
-    /// The epoch through which `shard`'s log is durable.
-    pub fn logged(&self, shard: ShardId) -> Epoch {
-        let log = &self.logs[shard as usize];
-        let last = log.last().map_or(0, |b| b.epoch);
-        assert_eq!(log.len() as Epoch, last, "shard {shard}'s log has holes");
-        last
+    /// The shards whose file of snapshot `epoch` `node` holds, in order.
+    fn files_of(&self, node: u16, epoch: Epoch) -> Vec<ShardId> {
+        let mut shards = self.node_files[usize::from(node)]
+            .get(&epoch)
+            .cloned()
+            .unwrap_or_default();
+        shards.sort_unstable();
+        shards
     }
 
-    /// `shard`'s durable log, oldest first.
-    pub fn log(&self, shard: ShardId) -> &[Batch] {
-        &self.logs[shard as usize]
+    /// Whether the journal showed a shard writing on another node than its
+    /// first (a handover): its log is then in pieces.
+    pub fn holds_pieces(&self) -> bool {
+        self.handed
+    }
+
+    /// The epoch through which `shard`'s log is durable.
+    pub fn logged(&self, shard: ShardId) -> Epoch {
+        self.logged[shard as usize]
+    }
+
+    /// `shard`'s durable log, oldest first, from every disk that holds a
+    /// piece of it.
+    pub fn log(&self, shard: ShardId) -> Vec<Batch> {
+        let mut log: Vec<Batch> = self
+            .logs
+            .iter()
+            .flat_map(|l| l[shard as usize].iter().cloned())
+            .collect();
+        log.sort_by_key(|b| b.epoch);
+        let last = log.last().map_or(0, |b| b.epoch);
+        assert_eq!(log.len() as Epoch, last, "shard {shard}'s log has holes");
+        assert_eq!(last, self.logged(shard));
+        log
     }
 
     /// The snapshots whose manifest `node` committed.
@@ -232,24 +294,33 @@ impl Disks {
         &self.manifests[usize::from(node)]
     }
 
-    /// What `node`'s disk holds, as the runtime reads a data directory.
+    /// What `node`'s disk holds, as the runtime reads a data directory: a
+    /// log for each shard it was given and each it holds a piece of.
     pub fn disk(&self, node: u16) -> recovery::Disk {
+        let n = usize::from(node);
         let shards = self.shards_of(node);
-        recovery::Disk {
-            snapshots: self.manifests[usize::from(node)]
-                .iter()
-                .map(|e| Snapshot::at(*e, shards.clone()))
-                .collect(),
-            log_shards: shards.clone().filter(|s| !self.logs[*s as usize].is_empty()).collect(),
-            logs: shards
-                .clone()
-                .map(|s| recovery::Log {
+        let logs: Vec<recovery::Log> = (0..self.n_shards())
+            .filter(|s| shards.contains(s) || !self.logs[n][*s as usize].is_empty())
+            .map(|s| {
+                let batches = self.logs[n][s as usize].clone();
+                recovery::Log {
                     shard: s,
-                    batches: self.logs[s as usize].clone(),
-                    last_epoch: self.logged(s),
+                    last_epoch: batches.last().map_or(0, |b| b.epoch),
+                    batches,
+                }
+            })
+            .collect();
+        recovery::Disk {
+            snapshots: self.manifests[n]
+                .iter()
+                .map(|e| Snapshot {
+                    epoch: *e,
+                    log_after: self.files_of(node, *e).into_iter().map(|s| (s, *e)).collect(),
                 })
                 .collect(),
-            complete: self.complete[usize::from(node)],
+            log_shards: logs.iter().filter(|l| !l.batches.is_empty()).map(|l| l.shard).collect(),
+            logs,
+            complete: self.complete[n],
             shards,
         }
     }
@@ -267,7 +338,17 @@ impl Disks {
             "a restart into another layout"
         );
         let nodes = self.nodes.len() as u16;
-        let (plan, starts) = recovery::recover((0..nodes).map(|n| self.disk(n)).collect())?;
+        let disks = (0..nodes).map(|n| self.disk(n)).collect();
+        let (plan, starts) = if self.handed {
+            recovery::recover_handed(disks)?
+        } else {
+            recovery::recover(disks)?
+        };
+        let mut restores = vec![0; usize::from(self.n_shards())];
+        for s in starts.iter().flat_map(|s| &s.shards) {
+            restores[s.shard as usize] += 1;
+        }
+        assert!(restores.iter().all(|r| *r == 1), "shards restored {restores:?} times");
         let snapshot = plan.snapshot.unwrap_or(0);
         // The catalog's rollback: no newer snapshot may be chosen later. Its
         // files go too (the runtime collects them as garbage).
@@ -277,16 +358,26 @@ impl Disks {
         for files in &mut self.files {
             files.split_off(&(snapshot + 1));
         }
+        for files in &mut self.node_files {
+            files.split_off(&(snapshot + 1));
+        }
         if plan.snapshot.is_none() {
             for (op, key, value) in &self.initial {
                 sim.load(*op, key, Some(value.clone()));
             }
         }
         let mut restored = State::new();
-        for start in &starts {
+        for (node, start) in starts.iter().enumerate() {
             for s in &start.shards {
                 let i = s.shard as usize;
-                self.logs[i].extend(s.relog.iter().cloned());
+                // The node that restores the shard writes the empty batches.
+                if let Some(last) = s.relog.last() {
+                    self.logged[i] = last.epoch;
+                    if !self.shards_of(node as u16).contains(&s.shard) {
+                        self.handed = true;
+                    }
+                }
+                self.logs[node][i].extend(s.relog.iter().cloned());
                 let file = s.snapshot.map(|e| &self.files[i][&e]);
                 let mut entities = State::new();
                 recovery::apply(s.clone(), sim.shard_mut(s.shard), |sink| {
@@ -304,6 +395,10 @@ impl Disks {
                 self.writing[i] = None;
                 restored.extend(entities);
             }
+        }
+        if plan.snapshot.is_some() {
+            // The snapshot's layout: replay re-decides later handovers.
+            sim.adopt_restored_layout();
         }
         Ok(Restart { plan, starts, restored })
     }

@@ -9,8 +9,8 @@ use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::Sim;
 use styx_engine::{
-    Abort, Address, App, Batch, CallLimits, ClientSeq, Epoch, Key, Move, OpId, PartitionMap, Payload, Request, ShardId,
-    Value,
+    Abort, Address, App, Batch, CallLimits, ClientSeq, Epoch, Handover, Key, Layout, Move, OpId, PartitionMap, Payload,
+    Request, ShardId, Value,
 };
 
 // ---------------------------------------------------------------------------
@@ -485,4 +485,33 @@ pub fn assert_placed(sim: &Sim, map: &PartitionMap, at: &str) {
             assert_eq!(owner, s, "{at}: {key} of {op:?} on shard {s}");
         });
     }
+}
+
+// ---------------------------------------------------------------------------
+// Shard handovers.
+
+/// The layouts the handovers in `batches` make from `initial`: `(e,
+/// layout)` holds from epoch `e` on (each epoch's handovers decided at its
+/// end, in tid order, as every shard does).
+#[allow(dead_code)] // Each test binary uses its part.
+pub fn layouts_of_log<'a>(initial: &Layout, batches: impl IntoIterator<Item = &'a Batch>) -> Vec<(Epoch, Layout)> {
+    let mut by_epoch: std::collections::BTreeMap<Epoch, Vec<(u64, Handover)>> = Default::default();
+    for b in batches {
+        for (tid, r) in &b.txns {
+            if let Some(h) = Handover::of(r) {
+                by_epoch
+                    .entry(b.epoch)
+                    .or_default()
+                    .push((*tid, h.expect("a logged handover is valid")));
+            }
+        }
+    }
+    let mut layout = initial.clone();
+    let mut out = vec![(0, layout.clone())];
+    for (epoch, mut hs) in by_epoch {
+        if !layout.decide(epoch, &mut hs).is_empty() {
+            out.push((epoch + 1, layout.clone()));
+        }
+    }
+    out
 }
