@@ -159,6 +159,10 @@ pub struct SnapshotChunk {
     pub entries: Vec<(crate::OpId, crate::Key, Option<crate::Value>)>,
     pub last: bool,
     pub meta: Vec<u8>,
+    /// The snapshot holds every entity of the shard, not the changes since
+    /// its previous one: it starts a new chain (a shard's first snapshot
+    /// after it was handed to another node, which holds no earlier file).
+    pub base: bool,
 }
 
 impl crate::codec::Encode for Request {

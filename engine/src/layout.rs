@@ -107,8 +107,9 @@ pub struct Switched {
     pub to: u16,
 }
 
-/// A layout as a snapshot keeps it: version, then each shard's node.
-pub(crate) type LayoutMeta = (u64, u16, Vec<u16>);
+/// A layout as a snapshot keeps it: version, node count, each shard's
+/// node, the handovers queued `(tid, shard, node)`.
+pub(crate) type LayoutMeta = (u64, u16, Vec<u16>, Vec<(Tid, u16, u16)>);
 
 /// Each shard's node, the node count and how many handovers changed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -116,6 +117,8 @@ pub struct Layout {
     version: u64,
     nodes: u16,
     node_of: Vec<u16>,
+    /// Handovers decided while they had to wait, in decided order.
+    queued: Vec<(Tid, Handover)>,
 }
 
 impl Layout {
@@ -146,6 +149,7 @@ impl Layout {
             version: 0,
             nodes: shards.len() as u16,
             node_of,
+            queued: Vec::new(),
         }
     }
 
@@ -178,15 +182,35 @@ impl Layout {
             .map(|(s, _)| s as ShardId)
     }
 
-    /// At the end of `epoch`: applies the epoch's handovers in tid order
-    /// (a shard handed over twice ends where the last one sends it; one to
-    /// the node that runs it changes nothing). Returns the switches, each
-    /// with the version it made. Handovers must have passed
-    /// [`Handover::check`].
-    pub fn decide(&mut self, epoch: Epoch, handovers: &mut [(Tid, Handover)]) -> Vec<Switched> {
+    /// Where the shards run, without the handovers waiting (what a driver
+    /// that follows [`Switched`]s holds).
+    pub fn placed(&self) -> Layout {
+        Layout {
+            queued: Vec::new(),
+            ..self.clone()
+        }
+    }
+
+    /// The handovers decided and waiting, in decided order.
+    pub fn queued(&self) -> &[(Tid, Handover)] {
+        &self.queued
+    }
+
+    /// At the end of `epoch`: queues the epoch's handovers in tid order
+    /// behind those waiting and, unless `hold` (a partition is being
+    /// copied: a shard leaves only between copies), applies them all in
+    /// order (a shard handed over twice ends where the last one sends it;
+    /// one to the node that runs it changes nothing). Returns the
+    /// switches, each with the version it made. Handovers must have
+    /// passed [`Handover::check`].
+    pub fn decide(&mut self, epoch: Epoch, handovers: &mut [(Tid, Handover)], hold: bool) -> Vec<Switched> {
         handovers.sort_unstable();
+        self.queued.extend_from_slice(handovers);
         let mut out = Vec::new();
-        for &(_, h) in handovers.iter() {
+        if hold {
+            return out;
+        }
+        for (_, h) in std::mem::take(&mut self.queued) {
             assert!(h.node < self.nodes, "handover to node {} of {}", h.node, self.nodes);
             let from = self.node_of[usize::from(h.shard)];
             if from == h.node {
@@ -220,12 +244,13 @@ impl Layout {
     }
 
     pub(crate) fn to_meta(&self) -> LayoutMeta {
-        (self.version, self.nodes, self.node_of.clone())
+        let queued = self.queued.iter().map(|(t, h)| (*t, h.shard, h.node)).collect();
+        (self.version, self.nodes, self.node_of.clone(), queued)
     }
 
     /// The layout a snapshot kept; an error names what does not fit `n_shards`.
     pub(crate) fn from_meta(n_shards: u16, meta: &LayoutMeta) -> Result<Layout, String> {
-        let (version, nodes, node_of) = meta;
+        let (version, nodes, node_of, queued) = meta;
         if node_of.len() != usize::from(n_shards) {
             return Err(format!("a layout of {} shards for {n_shards}", node_of.len()));
         }
@@ -235,10 +260,15 @@ impl Layout {
         if let Some((s, n)) = node_of.iter().enumerate().find(|(_, n)| **n >= *nodes) {
             return Err(format!("shard {s} on node {n} of {nodes}"));
         }
+        let queued = queued
+            .iter()
+            .map(|&(t, shard, node)| Handover { shard, node }.check(n_shards, *nodes).map(|h| (t, h)))
+            .collect::<Result<_, _>>()?;
         Ok(Layout {
             version: *version,
             nodes: *nodes,
             node_of: node_of.clone(),
+            queued,
         })
     }
 }
@@ -266,7 +296,12 @@ mod tests {
         // Shard 1 goes to node 2 then (higher tid) to node 1; shard 3 is
         // handed to the node it is on (nothing).
         let mut hs = vec![(9, h(1, 1)), (4, h(1, 2)), (5, h(3, 1))];
-        let switched = l.decide(7, &mut hs);
+        // Held (a copy under way): queued, in tid order, kept in a snapshot.
+        assert!(l.decide(6, &mut hs, true).is_empty());
+        assert_eq!(l.queued(), &[(4, h(1, 2)), (5, h(3, 1)), (9, h(1, 1))]);
+        assert_eq!(Layout::from_meta(4, &l.to_meta()).unwrap(), l);
+        let switched = l.decide(7, &mut [], false);
+        assert!(l.queued().is_empty());
         assert_eq!(
             switched
                 .iter()
@@ -286,9 +321,14 @@ mod tests {
         assert_eq!(Layout::from_meta(4, &meta).unwrap(), l);
         assert!(Layout::from_meta(5, &meta).unwrap_err().contains("4 shards"));
         assert!(
-            Layout::from_meta(4, &(1, 2, vec![0, 0, 2, 1]))
+            Layout::from_meta(4, &(1, 2, vec![0, 0, 2, 1], vec![]))
                 .unwrap_err()
                 .contains("node 2 of 2")
+        );
+        assert!(
+            Layout::from_meta(4, &(1, 2, vec![0; 4], vec![(3, 0, 2)]))
+                .unwrap_err()
+                .contains("no node 2")
         );
     }
 

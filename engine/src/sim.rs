@@ -102,7 +102,11 @@ struct Flight {
 
 /// A simulated engine.
 pub struct Sim {
+    app: Arc<App>,
+    config: Config,
     shards: Vec<Shard>,
+    /// Shards rebuilt from their hand-off so far.
+    handoffs: u64,
     /// `links[from * n + to]`: batches in flight, oldest first.
     links: Vec<VecDeque<Flight>>,
     /// Which node runs each shard now (see [`Sim::set_nodes`]; it follows
@@ -157,7 +161,10 @@ impl Sim {
             .collect();
         let n = n_shards as usize;
         Sim {
+            app,
+            config,
             shards,
+            handoffs: 0,
             links: (0..n * n).map(|_| VecDeque::new()).collect(),
             layout: Layout::single(n_shards),
             layouts: vec![(0, Layout::single(n_shards))],
@@ -244,9 +251,9 @@ impl Sim {
             self.steps == 0 && self.disk.is_empty(),
             "adopt_restored_layout after the run started"
         );
-        let layout = self.shards[0].layout().clone();
+        let layout = self.shards[0].layout().placed();
         assert!(
-            self.shards.iter().all(|s| *s.layout() == layout),
+            self.shards.iter().all(|s| s.layout().placed() == layout),
             "shards restored different layouts"
         );
         assert_eq!(layout.nodes(), self.layout.nodes(), "a restored layout of other nodes");
@@ -359,6 +366,25 @@ impl Sim {
         }
     }
 
+    /// `shard` departed its node: it is rebuilt from its hand-off, as the
+    /// node it goes to would (the old one is dropped: nothing it did not
+    /// hand off survives).
+    fn hand_over(&mut self, shard: ShardId) {
+        let handoff = self.shards[shard as usize].hand_off();
+        // The chunks of a snapshot it finished on the node it left.
+        self.collect(shard);
+        let taken = Shard::take_over(self.app.clone(), self.config.clone(), handoff)
+            .unwrap_or_else(|e| panic!("shard {shard}'s hand-off: {e}"));
+        self.shards[shard as usize] = taken;
+        self.handoffs += 1;
+        self.collect(shard);
+    }
+
+    /// How many shards were rebuilt from their hand-off.
+    pub fn handoffs(&self) -> u64 {
+        self.handoffs
+    }
+
     /// Stops `shard` as a crash of its node does (its queued log writes
     /// stay: they are on the node it left).
     fn stop_shard(&mut self, shard: ShardId) {
@@ -453,6 +479,9 @@ impl Sim {
             }
         }
         self.snapshots.append(&mut self.out.snapshots);
+        if self.alive[shard as usize] && self.shards[shard as usize].is_departing() {
+            self.hand_over(shard);
+        }
         for b in self.out.log.drain(..) {
             if self.lost_from[b.shard as usize].is_none_or(|first| b.epoch < first) {
                 self.unsynced.push((b.shard, b.epoch));

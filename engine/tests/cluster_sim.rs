@@ -125,6 +125,8 @@ struct Run {
     /// Every snapshot chunk `sim` emitted, in order (`DiskEvent::Chunk`
     /// indexes them).
     chunks: Vec<SnapshotChunk>,
+    /// Hand-offs of `sim` already counted.
+    handoffs: u64,
 }
 
 /// One request a client sent (a token per attempt).
@@ -203,6 +205,8 @@ struct Counts {
     handovers: u64,
     /// Recoveries whose disks held a shard's log in pieces on two nodes.
     recovered_handed: u64,
+    /// Shards rebuilt on their new node from their hand-off.
+    handoffs: u64,
 }
 
 impl Counts {
@@ -224,6 +228,7 @@ impl Counts {
         self.moves += o.moves;
         self.handovers += o.handovers;
         self.recovered_handed += o.recovered_handed;
+        self.handoffs += o.handoffs;
     }
 }
 
@@ -308,6 +313,7 @@ impl Cluster {
                 snapshot: 0,
                 absorbed: 0,
                 chunks: Vec::new(),
+                handoffs: 0,
             },
             initial,
             runs: 0,
@@ -392,6 +398,7 @@ impl Cluster {
             snapshot: restart.snapshot(),
             absorbed: 0,
             chunks: Vec::new(),
+            handoffs: 0,
         };
         (run, restart)
     }
@@ -399,6 +406,8 @@ impl Cluster {
     /// Moves what the current run wrote since the last call to the disks.
     fn absorb(&mut self) {
         let run = &mut self.run;
+        self.counts.handoffs += run.sim.handoffs() - run.handoffs;
+        run.handoffs = run.sim.handoffs();
         run.chunks.append(&mut run.sim.take_snapshots());
         let events = run.sim.disk_events();
         for (i, event) in events.iter().enumerate().skip(run.absorbed) {
@@ -969,7 +978,8 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool) {
         "{} seeds in {:.1?}: {} failures ({} broken links; {} during a replay, {} from a snapshot, {} rolled back \
          past a node's newer snapshot, {} with a partial epoch), {} epochs, {} replies checked ({} repeat answers, \
          {} forgotten), {} released by survivors after a crash, {} batches in flight lost, {} client-less requests \
-         abandoned, {} moves sent, {} handovers sent, {} recoveries from logs in pieces",
+         abandoned, {} moves sent, {} handovers sent ({} shards rebuilt from their hand-off), {} recoveries from logs in \
+         pieces",
         c.seeds,
         started.elapsed(),
         c.crashes,
@@ -987,6 +997,7 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool) {
         c.abandoned,
         c.moves,
         c.handovers,
+        c.handoffs,
         c.recovered_handed,
     );
     if moves {
@@ -995,6 +1006,7 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool) {
     if handovers && seeds.len() as u64 >= default_seeds {
         assert!(c.handovers > 0, "no handover sent");
         assert!(c.recovered_handed > 0, "no recovery from logs in pieces");
+        assert!(c.handoffs > 0, "no shard rebuilt from its hand-off");
     }
     if seeds.len() as u64 >= default_seeds && !moves {
         // The seeds reach the cases they exist for.

@@ -15,6 +15,7 @@ mod common;
 
 use common::*;
 use std::collections::BTreeMap;
+use styx_engine::layout::Switched;
 use styx_engine::rng::Rng;
 use styx_engine::sim::{DiskEvent, Sim, test_config};
 use styx_engine::{Epoch, Handover, Layout, Move, OpId, Request, ShardId, SnapshotChunk};
@@ -27,6 +28,22 @@ const NODES: [u16; 3] = [2, 2, 0];
 
 fn hand(shard: ShardId, node: u16) -> Request {
     Handover { shard, node }.request()
+}
+
+/// The layouts the simulator went through, from its handovers: `(e,
+/// layout)` holds from epoch `e` on. (The log's handovers make the same
+/// once none waits for a partition copy.)
+fn layouts_of_switches(initial: &Layout, switched: &[Switched]) -> Vec<(Epoch, Layout)> {
+    let mut layout = initial.clone();
+    let mut out = vec![(0, layout.clone())];
+    for s in switched {
+        layout.follow(s);
+        if out.last().is_some_and(|(e, _)| *e == s.epoch + 1) {
+            out.pop();
+        }
+        out.push((s.epoch + 1, layout.clone()));
+    }
+    out
 }
 
 fn layout_at(layouts: &[(Epoch, Layout)], epoch: Epoch) -> &Layout {
@@ -89,9 +106,16 @@ type File = (State, Vec<u8>);
 /// per epoch, per shard.
 fn complete_snapshots(chunks: &[SnapshotChunk], shards: u16) -> BTreeMap<Epoch, Vec<File>> {
     let mut state = vec![State::new(); shards as usize];
+    let mut writing = vec![false; shards as usize];
     let mut at: BTreeMap<Epoch, Vec<Option<File>>> = BTreeMap::new();
     for c in chunks {
-        let s = &mut state[c.shard as usize];
+        let i = c.shard as usize;
+        if c.base && !writing[i] {
+            // A whole file (after a hand-off): a new chain.
+            state[i].clear();
+        }
+        writing[i] = !c.last;
+        let s = &mut state[i];
         for (op, k, v) in &c.entries {
             match v {
                 Some(v) => s.insert((*op, k.clone()), v.clone()),
@@ -159,6 +183,7 @@ fn bank_under_handovers(seed: u64) {
         }
         if token % 50 == 49 {
             sim.run();
+            // Quiet: no handover waits, and the log's make the layout.
             let layouts = layouts_of_log(&initial_layout, &sim.logs());
             let layout = &layouts.last().unwrap().1;
             assert_eq!(sim.layout(), layout, "{at}: the simulator's layout");
@@ -173,11 +198,14 @@ fn bank_under_handovers(seed: u64) {
     assert!(checked.committed > REQUESTS as usize / 2, "{at}: {checked:?}");
     assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START_BALANCE, &at);
     assert!(handovers > 0, "{at}: no handover submitted");
-    let layouts = layouts_of_log(&initial_layout, &sim.logs());
-    let layout = &layouts.last().unwrap().1;
+    let layout = layouts_of_log(&initial_layout, &sim.logs()).last().unwrap().1.clone();
+    let layout = &layout;
     assert_eq!(sim.layout(), layout, "{at}: the simulator's layout");
     assert_eq!(sim.handovers().len() as u64, layout.version(), "{at}");
     assert!(layout.version() > 0, "{at}: no shard changed nodes");
+    assert!(sim.handoffs() > 0, "{at}: no shard rebuilt from its hand-off");
+    let layouts = layouts_of_switches(&initial_layout, sim.handovers());
+    assert_eq!(&layouts.last().unwrap().1, layout);
     assert_manifests_follow_the_layout(&sim, &layouts, &at);
 
     // Recovery equivalence from the last snapshot every shard completed:
@@ -196,7 +224,7 @@ fn bank_under_handovers(seed: u64) {
         }
         assert_eq!(shard.restore(meta).unwrap(), epoch);
         assert_eq!(
-            shard.layout(),
+            &shard.layout().placed(),
             layout_at(&layouts, epoch + 1),
             "{at}: the layout of snapshot {epoch}"
         );

@@ -105,7 +105,7 @@ impl Shard {
                     "message of finished epoch {epoch} at {}",
                     self.m.epoch
                 );
-                if epoch == self.m.epoch + 1 && !self.moves.is_waiting() {
+                if epoch == self.m.epoch + 1 && !self.moves.is_waiting() && self.departing.is_none() {
                     self.start_epoch();
                     continue;
                 }

@@ -124,14 +124,15 @@ impl Shard {
     }
 
     pub(super) fn can_start(&self) -> bool {
-        if self.m.stage != Stage::Idle || self.moves.is_waiting() {
+        if self.m.stage != Stage::Idle || self.moves.is_waiting() || self.departing.is_some() {
             return false;
         }
         match &self.seq.replay {
             Some(q) => !q.is_empty(),
             None => {
-                // A move under way needs epochs to copy in, load or not.
-                (!self.seq.pending.is_empty() || self.exec.map.borrow().is_moving())
+                // A move under way needs epochs to copy in, load or not;
+                // a handover waiting for it, one to end after it.
+                (!self.seq.pending.is_empty() || self.exec.map.borrow().is_moving() || !self.layout.queued().is_empty())
                     && (self.m.epoch == 0
                         || self.m.now_us >= self.seq.last_start_us.saturating_add(self.config.epoch_gather_us)
                         || self.seq.pending.len() >= self.seq.epoch_cap)
@@ -332,11 +333,15 @@ impl Shard {
         // the copies under way switch and the snapshot is taken, so moves
         // one after the other cannot starve snapshots.
         // The layout too: a snapshot after this epoch holds the nodes that
-        // run its shards from the next epoch on.
-        self.switch_nodes(epoch);
+        // run its shards from the next epoch on. A shard handed to another
+        // node departs here: it takes no snapshot and starts nothing more.
+        let leaving = self.switch_nodes(epoch);
         let ready = self.switch_partitions(epoch, snapshot);
         let snapshot = snapshot && !self.exec.map.borrow().is_copying();
-        if ready && snapshot {
+        if leaving {
+            assert!(ready, "a shard departs between partition copies");
+            self.departing = Some(snapshot);
+        } else if ready && snapshot {
             self.begin_snapshot(epoch);
         }
         self.check.done1 = 0;
@@ -346,6 +351,9 @@ impl Shard {
         self.m.stage = Stage::Idle;
         self.m.stats.epochs += 1;
         self.release_replies();
+        if leaving {
+            return;
+        }
         if !ready {
             self.hold_boundary(epoch, snapshot);
             return;

@@ -63,6 +63,7 @@
 
 mod clients;
 mod exec;
+mod handoff;
 mod inbox;
 mod lifecycle;
 mod moves;
@@ -75,6 +76,7 @@ mod task;
 mod txn;
 
 pub use clients::{CLIENTS_MAX, OUTCOMES_PER_CLIENT_MAX, client_home};
+pub use handoff::Handoff;
 
 use crate::abort::Abort;
 use crate::app::{App, FnKind};
@@ -259,6 +261,9 @@ pub struct Shard {
     moves: moves::Moves,
     /// Which node runs each shard (see `layout`).
     layout: Layout,
+    /// Handed to another node at the end of the last epoch (`handoff`):
+    /// whether a snapshot of that epoch was due.
+    departing: Option<bool>,
     tasks: Tasks,
     outputs: Outputs,
     /// Emptied message batches, to carry outgoing ones.
@@ -330,6 +335,7 @@ impl Shard {
             snap: Snapshots::new(),
             moves: moves::Moves::new(),
             layout: Layout::single(n_shards),
+            departing: None,
             tasks,
             outputs: Outputs::default(),
             spare: Vec::new(),
@@ -402,6 +408,8 @@ impl Shard {
             && self.seq.replay.as_ref().is_none_or(VecDeque::is_empty)
             && !self.moves.is_waiting()
             && !self.exec.map.borrow().is_moving()
+            && self.layout.queued().is_empty()
+            && self.departing.is_none()
     }
 
     /// Sets which node runs each shard, before anything ran here (the

@@ -208,15 +208,25 @@ impl Shard {
         self.moves.handovers_sealed.push((tid, h));
     }
 
-    /// At the end of `epoch`: applies the epoch's handovers to the layout
-    /// and tells the driver which shards now run elsewhere.
-    pub(super) fn switch_nodes(&mut self, epoch: Epoch) {
-        if self.moves.handovers_decided.is_empty() {
-            return;
+    /// At the end of `epoch`, before the partitions' switches: applies the
+    /// epoch's handovers to the layout — unless a partition is being copied
+    /// or waits to be, or moves were decided this epoch (a shard leaves
+    /// between copies, so
+    /// that what crosses is the shard alone: they wait in the layout's
+    /// queue, the same on every shard) — and tells the driver which shards
+    /// now run elsewhere. Returns whether this shard departs.
+    pub(super) fn switch_nodes(&mut self, epoch: Epoch) -> bool {
+        if self.moves.handovers_decided.is_empty() && self.layout.queued().is_empty() {
+            return false;
         }
+        let hold = self.exec.map.borrow().is_moving() || !self.moves.decided.is_empty();
         let mut decided = std::mem::take(&mut self.moves.handovers_decided);
-        let switched = self.layout.decide(epoch, &mut decided);
+        let id = self.exec.id;
+        let before = self.layout.node_of(id);
+        let switched = self.layout.decide(epoch, &mut decided, hold);
         self.outputs.handovers.extend(switched);
+        // Handed away and back in one epoch is no departure.
+        self.layout.node_of(id) != before
     }
 
     /// The outcome of every move.

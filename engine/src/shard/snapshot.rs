@@ -56,6 +56,7 @@ struct Snapshotting {
     cursor: usize,
     entries: Vec<(crate::OpId, Key, Option<Value>)>,
     meta: Vec<u8>,
+    base: bool,
 }
 
 /// The snapshot being copied, the vote for the next one, and the slots a
@@ -69,6 +70,9 @@ pub(super) struct Snapshots {
     /// Slots of deleted entities a finished snapshot released, reclaimed at
     /// the next epoch end.
     pub(super) reclaim_later: Vec<u32>,
+    /// The next snapshot holds every entity (`SnapshotChunk::base`): the
+    /// shard was rebuilt from a hand-off, every entity marked.
+    pub(super) next_is_base: bool,
 }
 
 impl Snapshots {
@@ -78,6 +82,7 @@ impl Snapshots {
             last_us: 0,
             vote: false,
             reclaim_later: Vec::new(),
+            next_is_base: false,
         }
     }
 
@@ -110,6 +115,7 @@ impl Shard {
             cursor: 0,
             entries: Vec::new(),
             meta: self.encode_meta(epoch),
+            base: std::mem::take(&mut self.snap.next_is_base),
         });
         self.m.stats.snapshots += 1;
     }
@@ -141,6 +147,7 @@ impl Shard {
                 } else {
                     Vec::new()
                 },
+                base: snap.base,
             });
         }
         if done {
@@ -223,7 +230,7 @@ impl Shard {
     /// Makes a snapshot's map this shard's: every partition it owns gets a
     /// table, and no partition it does not own may hold a loaded entity
     /// (a snapshot file of another map than its meta's is corrupt).
-    fn install_map(&mut self, map: PartitionMap) -> Result<(), crate::DecodeError> {
+    pub(super) fn install_map(&mut self, map: PartitionMap) -> Result<(), crate::DecodeError> {
         let id = self.exec.id;
         let mut st = self.exec.st.borrow_mut();
         for (op, info) in self.exec.app.operators() {
@@ -334,7 +341,7 @@ mod tests {
             Shard::decode_meta(&v4).unwrap(),
             (4, 9, 40, clients.clone(), map.clone(), None)
         );
-        let layout: LayoutMeta = (3, 2, vec![1, 1, 0]);
+        let layout: LayoutMeta = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)]);
         let v5 = bytes(Payload::encode(&(
             META_VERSION,
             9u64,

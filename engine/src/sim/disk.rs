@@ -67,8 +67,11 @@ pub struct Disks {
     /// Per shard, its complete snapshot files by epoch.
     files: Vec<BTreeMap<Epoch, File>>,
     /// Per shard, the state its last file of this run holds (what the
-    /// next one extends), and the file being written.
+    /// next one extends), the node it is on (a file on another node starts
+    /// a new chain: a shard's first snapshot on a node is whole), and the
+    /// file being written.
     chain: Vec<State>,
+    chain_node: Vec<Option<u16>>,
     writing: Vec<Option<(Epoch, State)>>,
     /// Per node, the snapshots whose manifest it committed.
     manifests: Vec<BTreeSet<Epoch>>,
@@ -120,6 +123,7 @@ impl Disks {
             handed: false,
             files: vec![BTreeMap::new(); n],
             chain: vec![State::new(); n],
+            chain_node: vec![None; n],
             writing: vec![None; n],
             manifests: vec![BTreeSet::new(); nodes.len()],
             complete: vec![0; nodes.len()],
@@ -182,6 +186,19 @@ impl Disks {
                     let chunk = &chunks[index];
                     assert_eq!((chunk.shard, chunk.epoch, chunk.last), (shard, epoch, last));
                     let s = shard as usize;
+                    if self.writing[s].is_none() {
+                        let chunk = &chunks[index];
+                        if chunk.base {
+                            // A whole file: a new chain.
+                            self.chain[s].clear();
+                        } else {
+                            assert!(
+                                self.chain_node[s].is_none_or(|n| n == node),
+                                "shard {shard}'s snapshot {epoch} on node {node} extends a file on another node"
+                            );
+                        }
+                        self.chain_node[s] = Some(node);
+                    }
                     let chain = &self.chain[s];
                     let (file_epoch, state) = self.writing[s].get_or_insert_with(|| (epoch, chain.clone()));
                     assert_eq!(*file_epoch, epoch, "shard {shard} interleaved two snapshot files");
@@ -392,6 +409,7 @@ impl Disks {
                 }
                 sim.collect(s.shard);
                 self.chain[i].clone_from(&entities);
+                self.chain_node[i] = Some(node as u16);
                 self.writing[i] = None;
                 restored.extend(entities);
             }

@@ -492,7 +492,8 @@ pub fn assert_placed(sim: &Sim, map: &PartitionMap, at: &str) {
 
 /// The layouts the handovers in `batches` make from `initial`: `(e,
 /// layout)` holds from epoch `e` on (each epoch's handovers decided at its
-/// end, in tid order, as every shard does).
+/// end, in tid order, as if none waited for a copy: once the engine's
+/// queue is empty it holds the last one).
 #[allow(dead_code)] // Each test binary uses its part.
 pub fn layouts_of_log<'a>(initial: &Layout, batches: impl IntoIterator<Item = &'a Batch>) -> Vec<(Epoch, Layout)> {
     let mut by_epoch: std::collections::BTreeMap<Epoch, Vec<(u64, Handover)>> = Default::default();
@@ -509,7 +510,7 @@ pub fn layouts_of_log<'a>(initial: &Layout, batches: impl IntoIterator<Item = &'
     let mut layout = initial.clone();
     let mut out = vec![(0, layout.clone())];
     for (epoch, mut hs) in by_epoch {
-        if !layout.decide(epoch, &mut hs).is_empty() {
+        if !layout.decide(epoch, &mut hs, false).is_empty() {
             out.push((epoch + 1, layout.clone()));
         }
     }
