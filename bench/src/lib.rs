@@ -15,6 +15,7 @@
 
 pub mod check;
 pub mod deathstar;
+pub mod handoff;
 pub mod inproc;
 pub mod moves;
 pub mod plot;

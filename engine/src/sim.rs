@@ -107,6 +107,10 @@ pub struct Sim {
     shards: Vec<Shard>,
     /// Shards rebuilt from their hand-off so far.
     handoffs: u64,
+    /// Whether the sim rebuilds a departing shard itself (the default) or
+    /// leaves it to the caller ([`Sim::replace_shard`]).
+    auto_hand_over: bool,
+    last_handoff: Vec<u8>,
     /// `links[from * n + to]`: batches in flight, oldest first.
     links: Vec<VecDeque<Flight>>,
     /// Which node runs each shard now (see [`Sim::set_nodes`]; it follows
@@ -165,6 +169,8 @@ impl Sim {
             config,
             shards,
             handoffs: 0,
+            auto_hand_over: true,
+            last_handoff: Vec::new(),
             links: (0..n * n).map(|_| VecDeque::new()).collect(),
             layout: Layout::single(n_shards),
             layouts: vec![(0, Layout::single(n_shards))],
@@ -373,6 +379,11 @@ impl Sim {
         let handoff = self.shards[shard as usize].hand_off();
         // The chunks of a snapshot it finished on the node it left.
         self.collect(shard);
+        // Through bytes, as between two nodes.
+        let bytes = handoff.encode();
+        let handoff = crate::Handoff::decode(&bytes, &self.app)
+            .unwrap_or_else(|e| panic!("shard {shard}'s hand-off does not decode: {e}"));
+        self.last_handoff = bytes;
         let taken = Shard::take_over(self.app.clone(), self.config.clone(), handoff)
             .unwrap_or_else(|e| panic!("shard {shard}'s hand-off: {e}"));
         self.shards[shard as usize] = taken;
@@ -380,9 +391,35 @@ impl Sim {
         self.collect(shard);
     }
 
+    /// Leaves departing shards to the caller, who takes their hand-off
+    /// (`shard_mut(s).hand_off()`) and puts the rebuilt shard in with
+    /// [`Sim::replace_shard`] (a benchmark timing the steps).
+    pub fn set_auto_hand_over(&mut self, auto: bool) {
+        self.auto_hand_over = auto;
+    }
+
+    /// Puts `taken` (rebuilt by [`Shard::take_over`] from the hand-off of
+    /// the shard with its id, which departed) in that shard's place.
+    pub fn replace_shard(&mut self, taken: Shard) {
+        let id = taken.id();
+        assert!(
+            !self.shards[id as usize].is_departing(),
+            "replace_shard before the shard's hand_off"
+        );
+        self.collect(id);
+        self.shards[id as usize] = taken;
+        self.handoffs += 1;
+        self.collect(id);
+    }
+
     /// How many shards were rebuilt from their hand-off.
     pub fn handoffs(&self) -> u64 {
         self.handoffs
+    }
+
+    /// The bytes of the last hand-off (empty before one).
+    pub fn last_handoff(&self) -> &[u8] {
+        &self.last_handoff
     }
 
     /// Stops `shard` as a crash of its node does (its queued log writes
@@ -479,7 +516,7 @@ impl Sim {
             }
         }
         self.snapshots.append(&mut self.out.snapshots);
-        if self.alive[shard as usize] && self.shards[shard as usize].is_departing() {
+        if self.auto_hand_over && self.alive[shard as usize] && self.shards[shard as usize].is_departing() {
             self.hand_over(shard);
         }
         for b in self.out.log.drain(..) {

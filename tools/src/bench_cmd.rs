@@ -10,6 +10,7 @@
 //!                   [--move-table T --moves N …]    … while T's partitions move
 //! styx bench movie  [--users N] [--movies N] …      Deathstar movie review
 //! styx bench travel [--hotels N] [--geo-partitions P] …
+//! styx bench handoff [--accounts N] [--rounds R]  a shard changing nodes
 //! styx bench plot --input results.jsonl --out docs/
 //! ```
 //!
@@ -78,8 +79,24 @@ enum BenchCommand {
         #[command(flatten)]
         workload: TravelArgs,
     },
+    /// What handing a YCSB-T shard to another node costs it: the pause at
+    /// the switch, step by step, and the bytes that cross.
+    Handoff(HandoffArgs),
     /// Draw SVG plots from JSON-lines reports (--out of earlier runs).
     Plot(PlotArgs),
+}
+
+#[derive(Args)]
+struct HandoffArgs {
+    /// Accounts in the engine (2 shards: about half on the shard that moves).
+    #[arg(long, default_value_t = 200_000)]
+    accounts: u64,
+    /// Hand-offs (the shard goes back and forth).
+    #[arg(long, default_value_t = 6)]
+    rounds: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Flags every workload run takes.
@@ -405,12 +422,83 @@ pub fn run(args: BenchArgs) -> ExitCode {
             };
             execute(workload, run, 1_000, None, None)
         }
+        BenchCommand::Handoff(h) => return handoff_cmd(h),
         BenchCommand::Plot(p) => return plot_cmd(p),
     };
     result.unwrap_or_else(|message| {
         eprintln!("error: {message}");
         ExitCode::FAILURE
     })
+}
+
+/// `styx bench handoff`: each hand-off's steps, and their medians.
+fn handoff_cmd(args: HandoffArgs) -> ExitCode {
+    if args.accounts < 2 || args.rounds == 0 {
+        return usage("--accounts must be at least 2 and --rounds at least 1");
+    }
+    let timings = styx_bench::handoff::run(args.accounts, args.rounds);
+    let median = |f: &dyn Fn(&styx_bench::handoff::Timing) -> f64| {
+        let mut v: Vec<f64> = timings.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let pause = median(&|t| t.pause_us());
+    let entities = median(&|t| t.entities as f64);
+    let bytes = median(&|t| t.bytes as f64);
+    if args.json {
+        let runs: Vec<serde_json::Value> = timings
+            .iter()
+            .map(|t| {
+                serde_json::json!({
+                    "entities": t.entities,
+                    "bytes": t.bytes,
+                    "hand_off_us": t.hand_off_us,
+                    "encode_us": t.encode_us,
+                    "decode_us": t.decode_us,
+                    "take_over_us": t.take_over_us,
+                    "pause_us": t.pause_us(),
+                })
+            })
+            .collect();
+        let out = serde_json::json!({
+            "workload": "handoff",
+            "accounts": args.accounts,
+            "rounds": args.rounds,
+            "median_entities": entities,
+            "median_bytes": bytes,
+            "median_pause_us": pause,
+            "runs": runs,
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "handoff · {} accounts on 2 shards · {} hand-offs, the shard going back and forth",
+            args.accounts, args.rounds
+        );
+        println!(
+            "{:>9} {:>11} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "entities", "bytes", "take ms", "encode ms", "decode ms", "rebuild ms", "pause ms"
+        );
+        for t in &timings {
+            println!(
+                "{:>9} {:>11} {:>10.2} {:>10.2} {:>10.2} {:>10.2} {:>10.2}",
+                t.entities,
+                t.bytes,
+                t.hand_off_us / 1e3,
+                t.encode_us / 1e3,
+                t.decode_us / 1e3,
+                t.take_over_us / 1e3,
+                t.pause_us() / 1e3
+            );
+        }
+        println!(
+            "median pause {:.2} ms for {entities:.0} entities ({:.0} ns each), {:.1} MB to send",
+            pause / 1e3,
+            pause * 1e3 / entities.max(1.0),
+            bytes / 1e6
+        );
+    }
+    ExitCode::SUCCESS
 }
 
 fn usage(message: &str) -> ExitCode {

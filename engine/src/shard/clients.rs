@@ -215,3 +215,82 @@ impl Shard {
         Ok(())
     }
 }
+
+impl Clients {
+    /// The whole table (with the duplicates waiting) and the requests
+    /// waiting for the end of replay, for a hand-off (`handoff`).
+    pub(super) fn encode_to(&self, w: &mut crate::codec::Writer) {
+        use crate::codec::Encode;
+        (self.table.len() as u64).encode(w);
+        for (client, s) in &self.table {
+            (*client, s.forgotten_below, s.last_epoch).encode(w);
+            (s.outcomes.len() as u64).encode(w);
+            for (seq, (tid, epoch, outcome)) in &s.outcomes {
+                (*seq, *tid, *epoch).encode(w);
+                outcome.encode(w);
+            }
+            (s.waiting.len() as u64).encode(w);
+            for (seq, tos) in &s.waiting {
+                seq.encode(w);
+                (tos.len() as u64).encode(w);
+                for to in tos {
+                    to.encode_to(w);
+                }
+            }
+        }
+        (self.submitted_in_replay.len() as u64).encode(w);
+        for (to, r) in &self.submitted_in_replay {
+            to.encode_to(w);
+            r.encode(w);
+        }
+    }
+
+    /// What [`Clients::encode_to`] wrote, checked.
+    pub(super) fn decode_from(
+        input: &mut &[u8],
+        app: &crate::App,
+        n_shards: u16,
+    ) -> Result<Clients, crate::DecodeError> {
+        use crate::codec::Decode;
+        let count = |input: &mut &[u8], item: usize| -> Result<usize, crate::DecodeError> {
+            let n = u64::decode(input)?;
+            if n > (input.len() / item) as u64 {
+                return Err(crate::DecodeError::Invalid(format!(
+                    "{n} items in {} bytes",
+                    input.len()
+                )));
+            }
+            Ok(n as usize)
+        };
+        let mut clients = Clients::new();
+        for _ in 0..count(input, 40)? {
+            let (client, forgotten_below, last_epoch) = <(u64, u64, Epoch)>::decode(input)?;
+            let mut state = ClientState {
+                forgotten_below,
+                last_epoch,
+                ..ClientState::default()
+            };
+            for _ in 0..count(input, 25)? {
+                let (seq, tid, epoch) = <(u64, Tid, Epoch)>::decode(input)?;
+                state.outcomes.insert(seq, (tid, epoch, Outcome::decode(input)?));
+            }
+            for _ in 0..count(input, 16)? {
+                let seq = u64::decode(input)?;
+                let mut tos = Vec::new();
+                for _ in 0..count(input, 1)? {
+                    tos.push(ReplyTo::decode_from(input, n_shards)?);
+                }
+                state.waiting.insert(seq, tos);
+            }
+            if clients.table.insert(client, state).is_some() {
+                return Err(crate::DecodeError::Invalid(format!("client {client} twice")));
+            }
+        }
+        for _ in 0..count(input, 10)? {
+            clients
+                .submitted_in_replay
+                .push(super::handoff::decode_waiting(input, app, n_shards)?);
+        }
+        Ok(clients)
+    }
+}

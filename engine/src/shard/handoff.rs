@@ -30,6 +30,7 @@ use super::clients::Clients;
 use super::release::{Release, ReplyTo};
 use super::{Shard, Stage, Stats};
 use crate::app::App;
+use crate::codec::{Decode, DecodeError, Encode, Writer};
 use crate::config::{Batch, Config, Request};
 use crate::ids::{Epoch, OpId, ShardId};
 use crate::key::Key;
@@ -156,6 +157,35 @@ impl Shard {
             )));
         }
         shard.install_map(map)?;
+        for (op, key, _) in &h.entities {
+            let partition = key.partition(app.operator_info(*op).partitions());
+            let owner = shard.exec.map.borrow().owner(*op, partition);
+            if owner != h.id {
+                return Err(crate::DecodeError::Invalid(format!(
+                    "shard {}'s hand-off holds partition {partition} of {}, which shard {owner} owns",
+                    h.id,
+                    app.operator_info(*op).name()
+                )));
+            }
+        }
+        if let Some((_, m)) = h
+            .deferred
+            .iter()
+            .find(|(_, m)| m.stage().is_some_and(|(e, _)| e <= h.epoch))
+        {
+            return Err(crate::DecodeError::Invalid(format!(
+                "shard {}'s hand-off at epoch {} holds an early message of epoch {:?}",
+                h.id,
+                h.epoch,
+                m.stage().map(|(e, _)| e)
+            )));
+        }
+        if let Some(b) = h.replay.iter().flatten().find(|b| b.shard != h.id) {
+            return Err(crate::DecodeError::Invalid(format!(
+                "shard {}'s hand-off replays a batch of shard {}",
+                h.id, b.shard
+            )));
+        }
         for (op, key, value) in &h.entities {
             // Marked for the next snapshot: the first one here is whole.
             shard.load(*op, key, Some(value.clone()));
@@ -183,5 +213,304 @@ impl Shard {
         }
         shard.go_on(h.epoch, false);
         Ok(shard)
+    }
+}
+
+/// Version of a hand-off's encoding.
+const HANDOFF_VERSION: u8 = 1;
+
+/// A count of items of at least `item_bytes` bytes each, checked against
+/// the bytes left (a hostile count allocates nothing).
+fn count(input: &mut &[u8], item_bytes: usize) -> Result<usize, DecodeError> {
+    let n = u64::decode(input)?;
+    if n > (input.len() / item_bytes.max(1)) as u64 {
+        return Err(DecodeError::Invalid(format!("{n} items in {} bytes", input.len())));
+    }
+    Ok(n as usize)
+}
+
+fn shard_id(input: &mut &[u8], n_shards: u16) -> Result<ShardId, DecodeError> {
+    let s = u16::decode(input)?;
+    if s >= n_shards {
+        return Err(DecodeError::Invalid(format!("shard {s} of {n_shards}")));
+    }
+    Ok(s)
+}
+
+impl ReplyTo {
+    pub(super) fn encode_to(&self, w: &mut Writer) {
+        match *self {
+            ReplyTo::Local(token) => {
+                0u8.encode(w);
+                token.encode(w);
+            }
+            ReplyTo::Remote { shard, token } => {
+                1u8.encode(w);
+                shard.encode(w);
+                token.encode(w);
+            }
+            ReplyTo::Replayed => 2u8.encode(w),
+        }
+    }
+
+    pub(super) fn decode_from(input: &mut &[u8], n_shards: u16) -> Result<ReplyTo, DecodeError> {
+        Ok(match u8::decode(input)? {
+            0 => ReplyTo::Local(u64::decode(input)?),
+            1 => ReplyTo::Remote {
+                shard: shard_id(input, n_shards)?,
+                token: u64::decode(input)?,
+            },
+            2 => ReplyTo::Replayed,
+            t => return Err(DecodeError::Tag(t)),
+        })
+    }
+}
+
+/// A request waiting somewhere, checked against the application.
+pub(super) fn decode_waiting(input: &mut &[u8], app: &App, n_shards: u16) -> Result<(ReplyTo, Request), DecodeError> {
+    let to = ReplyTo::decode_from(input, n_shards)?;
+    let request = Request::decode(input)?;
+    Shard::validate(app, &request).map_err(|a| DecodeError::Invalid(a.to_string()))?;
+    Ok((to, request))
+}
+
+fn encode_batch_of_log(b: &Batch, w: &mut Writer) {
+    (b.epoch, b.shard, b.lc, b.now_us).encode(w);
+    (b.txns.len() as u64).encode(w);
+    for (tid, r) in &b.txns {
+        tid.encode(w);
+        r.encode(w);
+    }
+}
+
+fn decode_batch_of_log(input: &mut &[u8], app: &App, n_shards: u16) -> Result<Batch, DecodeError> {
+    let epoch = Epoch::decode(input)?;
+    let shard = shard_id(input, n_shards)?;
+    let lc = u64::decode(input)?;
+    let now_us = u64::decode(input)?;
+    let n = count(input, 13)?;
+    let mut txns = Vec::with_capacity(n);
+    for _ in 0..n {
+        let tid = u64::decode(input)?;
+        let r = Request::decode(input)?;
+        Shard::validate(app, &r).map_err(|a| DecodeError::Invalid(a.to_string()))?;
+        txns.push((tid, r));
+    }
+    Ok(Batch {
+        epoch,
+        shard,
+        lc,
+        now_us,
+        txns,
+    })
+}
+
+impl Handoff {
+    /// The hand-off as bytes, to send to the new node.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::new();
+        HANDOFF_VERSION.encode(&mut w);
+        (
+            self.id,
+            self.n_shards,
+            self.epoch,
+            self.now_us,
+            self.lc,
+            self.last_start_us,
+        )
+            .encode(&mut w);
+        (self.epoch_cap as u64).encode(&mut w);
+        (self.pending.len() as u64).encode(&mut w);
+        for (to, r) in &self.pending {
+            to.encode_to(&mut w);
+            r.encode(&mut w);
+        }
+        match &self.replay {
+            None => 0u8.encode(&mut w),
+            Some(q) => {
+                1u8.encode(&mut w);
+                (q.len() as u64).encode(&mut w);
+                for b in q {
+                    encode_batch_of_log(b, &mut w);
+                }
+            }
+        }
+        self.clients.encode_to(&mut w);
+        self.map.encode(&mut w);
+        self.layout.to_meta().encode(&mut w);
+        (self.held.len() as u64).encode(&mut w);
+        for (epoch, releases) in &self.held {
+            epoch.encode(&mut w);
+            (releases.len() as u64).encode(&mut w);
+            for r in releases {
+                r.to.encode_to(&mut w);
+                r.tid.encode(&mut w);
+                r.outcome.encode(&mut w);
+            }
+        }
+        self.durable_local.encode(&mut w);
+        self.durable_peers.encode(&mut w);
+        let from: Vec<ShardId> = self.deferred.iter().map(|(f, _)| *f).collect();
+        let messages: Vec<Message> = self.deferred.iter().map(|(_, m)| m.clone()).collect();
+        from.encode(&mut w);
+        let mut batch = Vec::new();
+        crate::wire::encode_batch(&messages, &mut batch);
+        batch.encode(&mut w);
+        (self.entities.len() as u64).encode(&mut w);
+        for (op, key, value) in &self.entities {
+            op.0.encode(&mut w);
+            key.as_bytes().encode(&mut w);
+            value.with_aligned(|b| b.encode(&mut w));
+        }
+        let s = &self.stats;
+        (
+            s.epochs,
+            s.committed,
+            s.aborted,
+            s.reexecuted,
+            s.serialized,
+            s.invocations,
+            s.snapshots,
+            s.without_phase2,
+        )
+            .encode(&mut w);
+        self.partition_invocations.encode(&mut w);
+        (self.snapshot_last_us, self.snapshot_due).encode(&mut w);
+        w.finish().as_bytes().to_vec()
+    }
+
+    /// A hand-off from its bytes, checked against `app`: every count
+    /// against the bytes left, every shard id, request and tag; the map,
+    /// layout and entities' placement are checked by [`Shard::take_over`].
+    pub fn decode(bytes: &[u8], app: &App) -> Result<Handoff, DecodeError> {
+        let input = &mut &bytes[..];
+        let version = u8::decode(input)?;
+        if version != HANDOFF_VERSION {
+            return Err(DecodeError::Invalid(format!(
+                "a hand-off of version {version}; this engine reads {HANDOFF_VERSION}"
+            )));
+        }
+        let (id, n_shards) = <(u16, u16)>::decode(input)?;
+        if n_shards == 0 || usize::from(n_shards) > crate::ids::SHARDS_MAX || id >= n_shards {
+            return Err(DecodeError::Invalid(format!("shard {id} of {n_shards}")));
+        }
+        let (epoch, now_us, lc, last_start_us) = <(u64, u64, u64, u64)>::decode(input)?;
+        let epoch_cap = u64::decode(input)?;
+        if epoch_cap == 0 || epoch_cap > 1 << 32 {
+            return Err(DecodeError::Invalid(format!("an epoch cap of {epoch_cap}")));
+        }
+        let n = count(input, 10)?;
+        let mut pending = VecDeque::with_capacity(n);
+        for _ in 0..n {
+            pending.push_back(decode_waiting(input, app, n_shards)?);
+        }
+        let replay = match u8::decode(input)? {
+            0 => None,
+            1 => {
+                let n = count(input, 40)?;
+                let mut q = VecDeque::with_capacity(n);
+                for _ in 0..n {
+                    q.push_back(decode_batch_of_log(input, app, n_shards)?);
+                }
+                Some(q)
+            }
+            t => return Err(DecodeError::Tag(t)),
+        };
+        let clients = Clients::decode_from(input, app, n_shards)?;
+        let map = MapMeta::decode(input)?;
+        let layout =
+            Layout::from_meta(n_shards, &<crate::layout::LayoutMeta>::decode(input)?).map_err(DecodeError::Invalid)?;
+        let n = count(input, 16)?;
+        let mut held = VecDeque::with_capacity(n);
+        for _ in 0..n {
+            let epoch = Epoch::decode(input)?;
+            let k = count(input, 10)?;
+            let mut releases = Vec::with_capacity(k);
+            for _ in 0..k {
+                releases.push(Release {
+                    to: ReplyTo::decode_from(input, n_shards)?,
+                    tid: u64::decode(input)?,
+                    outcome: crate::config::Outcome::decode(input)?,
+                });
+            }
+            held.push_back((epoch, releases));
+        }
+        let durable_local = Epoch::decode(input)?;
+        let durable_peers = Vec::<Epoch>::decode(input)?;
+        if durable_peers.len() != usize::from(n_shards) {
+            return Err(DecodeError::Invalid(format!(
+                "{} durability marks for {n_shards} shards",
+                durable_peers.len()
+            )));
+        }
+        let from = Vec::<u16>::decode(input)?;
+        let batch = Vec::<u8>::decode(input)?;
+        let messages = crate::wire::decode_batch(&batch, n_shards).map_err(|e| DecodeError::Invalid(e.to_string()))?;
+        if from.len() != messages.len() || from.iter().any(|f| *f >= n_shards) {
+            return Err(DecodeError::Invalid("early messages and their senders differ".into()));
+        }
+        let deferred = from.into_iter().zip(messages).collect();
+        let n = count(input, 10)?;
+        let mut entities = Vec::with_capacity(n);
+        for _ in 0..n {
+            let op = u16::decode(input)?;
+            if usize::from(op) >= app.operator_count() {
+                return Err(DecodeError::Invalid(format!("no operator {op}")));
+            }
+            let key = Vec::<u8>::decode(input)?;
+            if key.len() > crate::KEY_LEN_MAX {
+                return Err(DecodeError::Invalid(format!("a key of {} bytes", key.len())));
+            }
+            let value = Vec::<u8>::decode(input)?;
+            entities.push((OpId(op), Key::from_bytes(&key), Value::from_bytes(&value)));
+        }
+        let (epochs, committed, aborted, reexecuted, serialized, invocations, snapshots, without_phase2) =
+            <(u64, u64, u64, u64, u64, u64, u64, u64)>::decode(input)?;
+        let stats = Stats {
+            epochs,
+            committed,
+            aborted,
+            reexecuted,
+            serialized,
+            invocations,
+            snapshots,
+            without_phase2,
+        };
+        let partition_invocations = Vec::<Vec<u64>>::decode(input)?;
+        let shape_ok = partition_invocations.len() == app.operator_count()
+            && app
+                .operators()
+                .zip(&partition_invocations)
+                .all(|((_, op), counts)| counts.len() == op.partitions() as usize);
+        if !shape_ok {
+            return Err(DecodeError::Invalid("partition counters of another application".into()));
+        }
+        let (snapshot_last_us, snapshot_due) = <(u64, bool)>::decode(input)?;
+        if !input.is_empty() {
+            return Err(DecodeError::Trailing(input.len()));
+        }
+        Ok(Handoff {
+            id,
+            n_shards,
+            epoch,
+            now_us,
+            lc,
+            last_start_us,
+            epoch_cap: epoch_cap as usize,
+            pending,
+            replay,
+            clients,
+            map,
+            layout,
+            held,
+            durable_local,
+            durable_peers,
+            deferred,
+            entities,
+            stats,
+            partition_invocations,
+            snapshot_last_us,
+            snapshot_due,
+        })
     }
 }
