@@ -130,6 +130,27 @@ impl Writer {
         }
     }
 
+    /// Makes room for `additional` more bytes (a large encoding grows
+    /// once instead of doubling its way there).
+    pub fn reserve(&mut self, additional: usize) {
+        if self.heap.is_empty() {
+            self.heap.reserve(self.len + additional);
+            self.heap.extend_from_slice(&self.inline[..self.len]);
+        } else {
+            self.heap.reserve(additional);
+        }
+    }
+
+    /// The bytes written, as a vector (no copy once they left the inline
+    /// buffer).
+    pub fn into_vec(self) -> Vec<u8> {
+        if self.heap.is_empty() {
+            self.inline[..self.len].to_vec()
+        } else {
+            self.heap
+        }
+    }
+
     #[inline]
     pub fn finish(self) -> Payload {
         if self.len == 0 && self.heap.is_empty() {
@@ -467,6 +488,29 @@ mod tests {
                 .unwrap(),
             v
         );
+    }
+
+    #[test]
+    fn a_writer_reserved_or_not_gives_the_same_bytes() {
+        let write = |w: &mut Writer| {
+            7u8.encode(w);
+            "abc".encode(w);
+            w.put(&[9; 300]);
+            5u64.encode(w);
+        };
+        let mut plain = Writer::new();
+        write(&mut plain);
+        let expected = plain.finish().as_bytes().to_vec();
+        let mut reserved = Writer::new();
+        3u16.encode(&mut reserved);
+        reserved.reserve(1_000);
+        write(&mut reserved);
+        let mut got = reserved.into_vec();
+        assert_eq!(got.drain(..2).collect::<Vec<_>>(), vec![3, 0]);
+        assert_eq!(got, expected);
+        let mut small = Writer::new();
+        1u32.encode(&mut small);
+        assert_eq!(small.into_vec(), vec![1, 0, 0, 0]);
     }
 
     #[test]

@@ -186,9 +186,10 @@ impl Shard {
                 h.id, b.shard
             )));
         }
-        for (op, key, value) in &h.entities {
+        shard.exec.st.borrow_mut().store.reserve(h.entities.len());
+        for (op, key, value) in h.entities {
             // Marked for the next snapshot: the first one here is whole.
-            shard.load(*op, key, Some(value.clone()));
+            shard.load(op, &key, Some(value));
         }
         shard.layout = h.layout;
         shard.clients = h.clients;
@@ -227,6 +228,25 @@ fn count(input: &mut &[u8], item_bytes: usize) -> Result<usize, DecodeError> {
         return Err(DecodeError::Invalid(format!("{n} items in {} bytes", input.len())));
     }
     Ok(n as usize)
+}
+
+/// A length and that many bytes, in one copy.
+fn put_bytes(bytes: &[u8], w: &mut Writer) {
+    (bytes.len() as u32).encode(w);
+    w.put(bytes);
+}
+
+/// What [`put_bytes`] wrote, borrowed from the input.
+fn take_bytes<'a>(input: &mut &'a [u8]) -> Result<&'a [u8], DecodeError> {
+    let n = u32::decode(input)? as usize;
+    if input.len() < n {
+        return Err(DecodeError::Short {
+            expected: n - input.len(),
+        });
+    }
+    let (head, tail) = input.split_at(n);
+    *input = tail;
+    Ok(head)
 }
 
 fn shard_id(input: &mut &[u8], n_shards: u16) -> Result<ShardId, DecodeError> {
@@ -309,6 +329,13 @@ impl Handoff {
     /// The hand-off as bytes, to send to the new node.
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::new();
+        // Most of it is the entities: one allocation for them all.
+        let entity_bytes: usize = self
+            .entities
+            .iter()
+            .map(|(_, k, v)| 10 + k.as_bytes().len() + v.len())
+            .sum();
+        w.reserve(entity_bytes + 4_096);
         HANDOFF_VERSION.encode(&mut w);
         (
             self.id,
@@ -359,8 +386,8 @@ impl Handoff {
         (self.entities.len() as u64).encode(&mut w);
         for (op, key, value) in &self.entities {
             op.0.encode(&mut w);
-            key.as_bytes().encode(&mut w);
-            value.with_aligned(|b| b.encode(&mut w));
+            put_bytes(key.as_bytes(), &mut w);
+            value.with_aligned(|b| put_bytes(b, &mut w));
         }
         let s = &self.stats;
         (
@@ -376,7 +403,7 @@ impl Handoff {
             .encode(&mut w);
         self.partition_invocations.encode(&mut w);
         (self.snapshot_last_us, self.snapshot_due).encode(&mut w);
-        w.finish().as_bytes().to_vec()
+        w.into_vec()
     }
 
     /// A hand-off from its bytes, checked against `app`: every count
@@ -457,12 +484,12 @@ impl Handoff {
             if usize::from(op) >= app.operator_count() {
                 return Err(DecodeError::Invalid(format!("no operator {op}")));
             }
-            let key = Vec::<u8>::decode(input)?;
+            let key = take_bytes(input)?;
             if key.len() > crate::KEY_LEN_MAX {
                 return Err(DecodeError::Invalid(format!("a key of {} bytes", key.len())));
             }
-            let value = Vec::<u8>::decode(input)?;
-            entities.push((OpId(op), Key::from_bytes(&key), Value::from_bytes(&value)));
+            let value = take_bytes(input)?;
+            entities.push((OpId(op), Key::from_bytes(key), Value::from_bytes(value)));
         }
         let (epochs, committed, aborted, reexecuted, serialized, invocations, snapshots, without_phase2) =
             <(u64, u64, u64, u64, u64, u64, u64, u64)>::decode(input)?;
