@@ -185,6 +185,12 @@ pub enum Error {
         last: Epoch,
         snapshot: Epoch,
     },
+    /// The nodes' copies of the snapshot do not list every shard once.
+    Restores {
+        epoch: Epoch,
+        missing: Vec<ShardId>,
+        twice: Vec<ShardId>,
+    },
     /// Loading a shard's snapshot failed.
     Load { shard: ShardId, reason: String },
     /// A shard's snapshot holds machine state the engine cannot restore.
@@ -226,6 +232,10 @@ impl fmt::Display for Error {
             Error::LogBehind { shard, last, snapshot } => write!(
                 f,
                 "shard {shard}'s log ends at epoch {last}, before the snapshot of epoch {snapshot} it must continue: durable records were lost; restore the directory from a backup"
+            ),
+            Error::Restores { epoch, missing, twice } => write!(
+                f,
+                "the nodes' manifests of snapshot {epoch} do not list every shard once (missing {missing:?}, twice {twice:?}): a data directory is from another cluster or was damaged"
             ),
             Error::Load { shard, reason } => write!(f, "shard {shard}: cannot load the snapshot: {reason}"),
             Error::Meta { shard, reason } => {
@@ -546,6 +556,26 @@ pub fn recover_handed(disks: Vec<Disk>) -> Result<(Plan, Vec<Start>), Error> {
             shards,
         });
     }
+    // Every shard the disks were first given, restored by one node.
+    let n_shards = disks.iter().map(|d| d.shards.end).max().unwrap_or(0);
+    let mut times = vec![0u32; usize::from(n_shards)];
+    let mut foreign = Vec::new();
+    for s in starts.iter().flat_map(|s| &s.shards) {
+        match times.get_mut(usize::from(s.shard)) {
+            Some(t) => *t += 1,
+            None => foreign.push(s.shard),
+        }
+    }
+    let missing: Vec<ShardId> = (0..n_shards).filter(|s| times[usize::from(*s)] == 0).collect();
+    let mut twice: Vec<ShardId> = (0..n_shards).filter(|s| times[usize::from(*s)] > 1).collect();
+    twice.extend(foreign);
+    if !missing.is_empty() || !twice.is_empty() {
+        return Err(Error::Restores {
+            epoch: plan.snapshot.unwrap_or(0),
+            missing,
+            twice,
+        });
+    }
     Ok((plan, starts))
 }
 
@@ -826,6 +856,28 @@ mod tests {
                 next: 5
             }
         );
+    }
+
+    /// Copies of the snapshot that list a shard twice, or none, are refused.
+    #[test]
+    fn a_snapshot_listing_a_shard_twice_or_never_is_refused() {
+        let mut a = disk(0..2, &[], vec![log(0, 1..6), log(1, 1..4)]);
+        a.snapshots = vec![Snapshot::at(4, 0..2)];
+        let mut b = disk(2..3, &[], vec![log(1, 4..6), log(2, 1..5)]);
+        b.snapshots = vec![Snapshot::at(4, 1..3)];
+        let e = recover_handed(vec![a.clone(), b.clone()]).unwrap_err();
+        assert_eq!(
+            e,
+            Error::Restores {
+                epoch: 4,
+                missing: vec![],
+                twice: vec![1]
+            }
+        );
+        b.snapshots = vec![Snapshot::at(4, 2..3)];
+        a.snapshots = vec![Snapshot::at(4, 0..1)];
+        let e = recover_handed(vec![a, b]).unwrap_err();
+        assert!(e.to_string().contains("missing [1]"), "{e}");
     }
 
     #[test]

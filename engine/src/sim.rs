@@ -121,6 +121,11 @@ pub struct Sim {
     layouts: Vec<(Epoch, Layout)>,
     /// Every handover followed, in version order.
     switched: Vec<Switched>,
+    /// Per shard, the node it runs on now: the layout's once it departed
+    /// and was rebuilt there (the layout switches at the first shard's
+    /// report; the handed shard may still be ending the epoch on its old
+    /// node).
+    at: Vec<u16>,
     /// Per shard, false once its node crashed ([`Sim::crash_node`]).
     alive: Vec<bool>,
     /// Per node, false once it crashed.
@@ -175,6 +180,7 @@ impl Sim {
             layout: Layout::single(n_shards),
             layouts: vec![(0, Layout::single(n_shards))],
             switched: Vec::new(),
+            at: vec![0; n],
             alive: vec![true; n],
             node_alive: vec![true],
             remote_delay_us_max: REMOTE_DELAY_US_MAX,
@@ -244,6 +250,7 @@ impl Sim {
             shard.set_layout(layout.clone());
         }
         let nodes = usize::from(layout.nodes());
+        self.at = (0..layout.n_shards()).map(|s| layout.node_of(s)).collect();
         self.layouts = vec![(0, layout.clone())];
         self.layout = layout;
         self.node_alive = vec![true; nodes];
@@ -264,6 +271,7 @@ impl Sim {
         );
         assert_eq!(layout.nodes(), self.layout.nodes(), "a restored layout of other nodes");
         self.switched.clear();
+        self.at = (0..layout.n_shards()).map(|s| layout.node_of(s)).collect();
         self.layouts = vec![(0, layout.clone())];
         self.layout = layout;
     }
@@ -291,12 +299,13 @@ impl Sim {
 
     /// The node that runs `shard`.
     pub fn node_of(&self, shard: ShardId) -> u16 {
-        self.layout.node_of(shard)
+        self.at[shard as usize]
     }
 
-    /// The shards `node` runs now.
+    /// The shards `node` runs now (a shard handed to it once it left its
+    /// old node).
     pub fn shards_of(&self, node: u16) -> Vec<ShardId> {
-        self.layout.shards_of(node).collect()
+        (0..self.n_shards()).filter(|s| self.at[*s as usize] == node).collect()
     }
 
     /// The simulated clock (µs since the Unix epoch).
@@ -346,7 +355,7 @@ impl Sim {
         // it, so they could never be synced.
         let mut lost: Vec<Option<Epoch>> = vec![None; n];
         for &(s, e) in &self.unsynced {
-            if self.layout_at(e).node_of(s) == node || !self.alive[s as usize] {
+            if self.layout_at(e).node_of(s) == node {
                 let first = &mut lost[s as usize];
                 *first = Some(first.map_or(e, |f| f.min(e)));
             }
@@ -379,6 +388,13 @@ impl Sim {
         let handoff = self.shards[shard as usize].hand_off();
         // The chunks of a snapshot it finished on the node it left.
         self.collect(shard);
+        let to = self.layout.node_of(shard);
+        if !self.node_alive[usize::from(to)] {
+            // Handed to a crashed node: it never starts there.
+            self.stop_shard(shard);
+            return;
+        }
+        self.at[shard as usize] = to;
         // Through bytes, as between two nodes.
         let bytes = handoff.encode();
         let handoff = crate::Handoff::decode(&bytes, &self.app)
@@ -408,6 +424,7 @@ impl Sim {
         );
         self.collect(id);
         self.shards[id as usize] = taken;
+        self.at[id as usize] = self.layout.node_of(id);
         self.handoffs += 1;
         self.collect(id);
     }
@@ -479,7 +496,7 @@ impl Sim {
                 msgs.clear();
                 continue;
             }
-            let deliverable_us = if self.layout.node_of(shard) == self.layout.node_of(to as ShardId) {
+            let deliverable_us = if self.at[shard as usize] == self.at[to] {
                 0
             } else {
                 let mut delay_us = self.rng.below(self.remote_delay_us_max + 1);
@@ -516,9 +533,6 @@ impl Sim {
             }
         }
         self.snapshots.append(&mut self.out.snapshots);
-        if self.auto_hand_over && self.alive[shard as usize] && self.shards[shard as usize].is_departing() {
-            self.hand_over(shard);
-        }
         for b in self.out.log.drain(..) {
             if self.lost_from[b.shard as usize].is_none_or(|first| b.epoch < first) {
                 self.unsynced.push((b.shard, b.epoch));
@@ -526,6 +540,10 @@ impl Sim {
             self.logs[shard as usize].push(b);
         }
         self.commit_manifests();
+        // Last: every output of the departing shard is taken above.
+        if self.auto_hand_over && self.alive[shard as usize] && self.shards[shard as usize].is_departing() {
+            self.hand_over(shard);
+        }
     }
 
     /// A shard reported a handover: the first report of each switches the
@@ -545,10 +563,6 @@ impl Sim {
         }
         self.layout.follow(&s);
         self.switched.push(s);
-        if !self.node_alive[usize::from(s.to)] {
-            // Handed to a crashed node: it never starts there.
-            self.stop_shard(s.shard);
-        }
         let first = s.epoch + 1;
         if self.layouts.last().is_some_and(|(e, _)| *e == first) {
             self.layouts.pop();
@@ -672,9 +686,12 @@ impl Sim {
             self.disk.push(DiskEvent::LogSync { node, shard, epoch });
             self.synced[shard as usize] = epoch;
             self.commit_manifests();
-            // Only now, after the fsync, may the shard count the epoch durable.
-            self.shards[shard as usize].log_durable(epoch);
-            self.collect(shard);
+            // Only now, after the fsync, may the shard count the epoch
+            // durable (unless it was stopped: handed to a crashed node).
+            if self.alive[shard as usize] {
+                self.shards[shard as usize].log_durable(epoch);
+                self.collect(shard);
+            }
         }
         if self.rng.chance(0.01) {
             let i = self.rng.below(n as u64) as usize;

@@ -381,3 +381,151 @@ fn a_damaged_hand_off_is_an_error() {
     // Another application's hand-off is refused.
     assert!(Handoff::decode(&bytes, &bank(PARTITIONS + 1)).is_err());
 }
+
+/// A single shard handed to a spare starts and ends its epoch in one step:
+/// its log keeps every epoch, the handover's included, and replay of that
+/// log reaches the same layout.
+#[test]
+fn a_lone_shard_handed_to_a_spare_keeps_its_log() {
+    let app = bank(4);
+    let mut sim = Sim::new(app.clone(), test_config(8), 1, 1);
+    sim.set_layout(Layout::contiguous(&[1, 0]));
+    let initial = accounts(10, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    sim.submit(0, 0, transfer(&app, 1, 2, 5)).unwrap();
+    sim.run();
+    sim.submit(0, 1, hand(0, 1)).unwrap();
+    sim.run();
+    sim.submit(0, 2, transfer(&app, 1, 2, 5)).unwrap();
+    sim.run();
+    assert_eq!(sim.take_replies().len(), 3);
+    assert_eq!((sim.handoffs(), sim.node_of(0)), (1, 1));
+    let epochs: Vec<u64> = sim.log(0).iter().map(|b| b.epoch).collect();
+    assert_eq!(
+        epochs,
+        (1..=epochs.len() as u64).collect::<Vec<_>>(),
+        "a hole in the log"
+    );
+    let mut fresh = Sim::new(app.clone(), test_config(8), 1, 2);
+    fresh.set_layout(Layout::contiguous(&[1, 0]));
+    for (op, k, v) in &initial {
+        fresh.load(*op, k, Some(v.clone()));
+    }
+    fresh.replay(sim.logs());
+    fresh.run();
+    assert_eq!(fresh.state(), sim.state());
+    assert_eq!(fresh.layout(), sim.layout());
+}
+
+/// A shard handed over early in a long replay (hundreds of batches, most
+/// nearly empty, still queued) crosses as bytes.
+#[test]
+fn a_hand_off_during_a_long_replay_decodes() {
+    let app = bank(4);
+    let config = test_config(1);
+    let mut sim = Sim::new(app.clone(), config.clone(), 2, 3);
+    sim.set_layout(Layout::contiguous(&[1, 1]));
+    let initial = accounts(4, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    sim.submit(0, 0, hand(1, 0)).unwrap();
+    sim.run();
+    for t in 1..300u64 {
+        sim.submit(0, t, transfer(&app, 0, 2, 1)).unwrap();
+        sim.run();
+    }
+    let mut fresh = Sim::new(app.clone(), config, 2, 4);
+    fresh.set_layout(Layout::contiguous(&[1, 1]));
+    for (op, k, v) in &initial {
+        fresh.load(*op, k, Some(v.clone()));
+    }
+    fresh.replay(sim.logs());
+    fresh.run();
+    assert_eq!(fresh.handoffs(), 1);
+    assert_eq!(fresh.state(), sim.state());
+}
+
+/// A hand-off whose waiting handover names a node this cluster lacks
+/// decodes (the bytes are well formed) but is refused by `take_over`: it
+/// would fail every shard once sequenced.
+#[test]
+fn a_hand_off_naming_another_clusters_node_is_refused() {
+    use styx_engine::{Encode, Writer};
+    let app = bank(4);
+    let config = test_config(1);
+    let mut sim = Sim::new(app.clone(), config.clone(), 2, 3);
+    sim.set_layout(Layout::contiguous(&[1, 1, 0]));
+    sim.set_auto_hand_over(false);
+    for (op, k, v) in &accounts(4, START_BALANCE) {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    for t in 0..3 {
+        let h = if t == 0 { hand(0, 2) } else { hand(1, 1) };
+        sim.submit(0, t, h).unwrap();
+    }
+    while !sim.shard(0).is_departing() {
+        assert!(sim.step());
+    }
+    assert!(sim.shard(0).pending() > 0);
+    let mut bytes = sim.shard_mut(0).hand_off().encode();
+    let enc = |r: Request| {
+        let mut w = Writer::new();
+        r.encode(&mut w);
+        w.into_vec()
+    };
+    let (good, bad) = (enc(hand(1, 1)), enc(hand(1, 7)));
+    let at = bytes
+        .windows(good.len())
+        .position(|w| w == good)
+        .expect("the waiting handover");
+    bytes[at..at + bad.len()].copy_from_slice(&bad);
+    let h = Handoff::decode(&bytes, &app).expect("well-formed bytes decode");
+    let e = Shard::take_over(app, config, h).err().expect("refused");
+    assert!(e.to_string().contains("no node 7"), "{e}");
+}
+
+/// Messages of the next epoch that wait at a departing shard can exceed
+/// a payload's limit together: the hand-off still encodes and decodes.
+#[test]
+fn large_early_messages_cross_with_the_hand_off() {
+    use std::sync::Arc;
+    use styx_engine::{Address, App, Key, Payload};
+    let mut app = App::new("blobs");
+    let blob = app.operator("blob", 6);
+    app.function(blob, "put", |ctx, s: String| async move {
+        ctx.put(&(s.len() as u64))?;
+        Ok(())
+    });
+    let app = Arc::new(app);
+    let f = app.resolve("blob", "put").unwrap();
+    let keys: Vec<Key> = (0..1000u64)
+        .map(Key::from)
+        .filter(|k| Shard::owner(&app, 3, OpId(0), k) == 1)
+        .take(8)
+        .collect();
+    for seed in 0..60u64 {
+        let mut config = test_config(64);
+        config.epoch_gather_us = 0;
+        let mut sim = Sim::new(app.clone(), config, 3, seed);
+        sim.set_layout(Layout::contiguous(&[1, 1, 1, 0]));
+        sim.submit(0, 0, hand(1, 3)).unwrap();
+        while sim.shard(0).epoch() < 1 {
+            assert!(sim.step());
+        }
+        for (i, k) in keys.iter().enumerate() {
+            let r = Request {
+                function: f,
+                address: Address::Entity(k.clone()),
+                args: Payload::encode(&"x".repeat(300_000)),
+                client: None,
+            };
+            sim.submit(0, 1 + i as u64, r).unwrap();
+        }
+        sim.run();
+        assert_eq!(sim.take_replies().len(), 1 + keys.len(), "seed {seed}");
+        assert_eq!(sim.handoffs(), 1, "seed {seed}");
+    }
+}

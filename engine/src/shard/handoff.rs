@@ -168,10 +168,11 @@ impl Shard {
                 )));
             }
         }
+        // Only messages of the next epoch wait at a departing shard.
         if let Some((_, m)) = h
             .deferred
             .iter()
-            .find(|(_, m)| m.stage().is_some_and(|(e, _)| e <= h.epoch))
+            .find(|(_, m)| m.stage().is_none_or(|(e, _)| e != h.epoch + 1))
         {
             return Err(crate::DecodeError::Invalid(format!(
                 "shard {}'s hand-off at epoch {} holds an early message of epoch {:?}",
@@ -179,6 +180,39 @@ impl Shard {
                 h.epoch,
                 m.stage().map(|(e, _)| e)
             )));
+        }
+        let invalid = |what: String| crate::DecodeError::Invalid(format!("shard {}'s hand-off: {what}", h.id));
+        // Moves and handovers against this cluster (`decode` checked them
+        // against the largest one): a bad one would fail every shard.
+        let requests = h
+            .pending
+            .iter()
+            .chain(h.clients.submitted_in_replay.iter())
+            .map(|(_, r)| r)
+            .chain(h.replay.iter().flatten().flat_map(|b| b.txns.iter().map(|(_, r)| r)));
+        for r in requests {
+            if let Some(m) = crate::Move::of(r) {
+                m.and_then(|m| m.check(&app, h.n_shards)).map_err(invalid)?;
+            } else if let Some(x) = crate::Handover::of(r) {
+                x.and_then(|x| x.check(h.n_shards, h.layout.nodes())).map_err(invalid)?;
+            }
+        }
+        let mut last = h.epoch;
+        for b in h.replay.iter().flatten() {
+            if b.epoch <= last {
+                return Err(invalid(format!("a replayed batch of epoch {} after {last}", b.epoch)));
+            }
+            last = b.epoch;
+        }
+        let mut last = 0;
+        for (e, _) in &h.held {
+            if *e <= last || *e > h.epoch {
+                return Err(invalid(format!(
+                    "replies held for epoch {e} after {last}, at {}",
+                    h.epoch
+                )));
+            }
+            last = *e;
         }
         if let Some(b) = h.replay.iter().flatten().find(|b| b.shard != h.id) {
             return Err(crate::DecodeError::Invalid(format!(
@@ -382,7 +416,7 @@ impl Handoff {
         from.encode(&mut w);
         let mut batch = Vec::new();
         crate::wire::encode_batch(&messages, &mut batch);
-        batch.encode(&mut w);
+        put_bytes(&batch, &mut w);
         (self.entities.len() as u64).encode(&mut w);
         for (op, key, value) in &self.entities {
             op.0.encode(&mut w);
@@ -434,7 +468,8 @@ impl Handoff {
         let replay = match u8::decode(input)? {
             0 => None,
             1 => {
-                let n = count(input, 40)?;
+                // epoch, shard, lc, now_us, txn count: 34 bytes at least.
+                let n = count(input, 34)?;
                 let mut q = VecDeque::with_capacity(n);
                 for _ in 0..n {
                     q.push_back(decode_batch_of_log(input, app, n_shards)?);
@@ -471,8 +506,8 @@ impl Handoff {
             )));
         }
         let from = Vec::<u16>::decode(input)?;
-        let batch = Vec::<u8>::decode(input)?;
-        let messages = crate::wire::decode_batch(&batch, n_shards).map_err(|e| DecodeError::Invalid(e.to_string()))?;
+        let batch = take_bytes(input)?;
+        let messages = crate::wire::decode_batch(batch, n_shards).map_err(|e| DecodeError::Invalid(e.to_string()))?;
         if from.len() != messages.len() || from.iter().any(|f| *f >= n_shards) {
             return Err(DecodeError::Invalid("early messages and their senders differ".into()));
         }
