@@ -8,16 +8,13 @@
 //! sequenced into an epoch's batch (so logged and replayed, answered once
 //! durable, exactly once), listed in its coordinator's `Done1`, and decided
 //! by every shard at that epoch's end in tid order. Every shard therefore
-//! holds the same layout at every epoch of a run; the version counts the
-//! handovers that changed it. One difference between a live run and its
-//! replay: a handover waits while a partition move is under way or
-//! queued, and a live run holds queued moves while a snapshot is due,
-//! which replay never is (it takes none). So replay may apply such a
-//! handover at an earlier epoch than the live run did. That changes which
-//! node runs the shard for a few epochs, never what it computes; recovery
-//! merges a shard's log from wherever its pieces are (`recovery::
-//! recover_handed`). (Moves have the same property: they start earlier
-//! in replay.)
+//! holds the same layout at every epoch, live, in replay and after
+//! recovery; the version counts the handovers that changed it. (A handover
+//! waits while a partition move is under way or queued, and queued moves
+//! wait while a snapshot is due: snapshot votes therefore read the epochs'
+//! logged times, and replay counts the snapshots it does not take, so they
+//! fall at the same epochs as live — `replay_decides_a_waiting_handover_
+//! where_the_live_run_did`.)
 //!
 //! The layout starts as the driver gives it (`Layout::contiguous`: node 0
 //! runs the first shards, node 1 the next, as a cluster file numbers them)

@@ -138,7 +138,13 @@ impl Shard {
             entities,
             stats: self.m.stats,
             partition_invocations: self.m.partition_invocations.clone(),
-            snapshot_last_us: self.snap.last_us,
+            // A snapshot due now is taken on the new node; the interval
+            // counts from this epoch's time either way there.
+            snapshot_last_us: if snapshot_due {
+                self.m.epoch_now_us
+            } else {
+                self.snap.last_us
+            },
             snapshot_due,
         }
     }
@@ -240,12 +246,13 @@ impl Shard {
         shard.gate.held = h.held;
         shard.gate.durable_local = h.durable_local;
         shard.gate.durable_peers = h.durable_peers;
-        shard.snap.last_us = h.snapshot_last_us;
         // Every entity is marked: the first snapshot here is whole.
         shard.snap.next_is_base = shard.config.snapshot_interval_us > 0;
+        shard.m.epoch_now_us = h.snapshot_last_us;
         if h.snapshot_due {
-            shard.begin_snapshot(h.epoch);
+            shard.snapshot_or_mark(h.epoch);
         }
+        shard.snap.last_us = h.snapshot_last_us;
         shard.go_on(h.epoch, false);
         Ok(shard)
     }

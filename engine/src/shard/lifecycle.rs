@@ -197,6 +197,7 @@ impl Shard {
                 (self.m.now_us, sealed)
             }
         };
+        self.m.epoch_now_us = now_us;
         for (tid, reply_to, request) in sealed {
             coords.push(Coordinated {
                 tid,
@@ -342,7 +343,7 @@ impl Shard {
             assert!(ready, "a shard departs between partition copies");
             self.departing = Some(snapshot);
         } else if ready && snapshot {
-            self.begin_snapshot(epoch);
+            self.snapshot_or_mark(epoch);
         }
         self.check.done1 = 0;
         self.check.flags_in = 0;
@@ -366,7 +367,7 @@ impl Shard {
     pub(super) fn go_on(&mut self, epoch: Epoch, snapshot: bool) {
         assert_eq!(self.m.stage, Stage::Idle);
         if snapshot {
-            self.begin_snapshot(epoch);
+            self.snapshot_or_mark(epoch);
         }
         self.maybe_start();
         if self.m.stage == Stage::Idle {

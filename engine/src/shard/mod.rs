@@ -240,6 +240,10 @@ struct Machine {
     /// the load a rebalance evens out (`balance::plan`).
     partition_invocations: Vec<Vec<u64>>,
     record: Option<EpochRecord>,
+    /// The epoch's time as logged (its batch's `now_us` here, live or
+    /// replayed): what snapshot votes read, so that they, and the moves
+    /// and handovers they hold, are a function of the log.
+    epoch_now_us: u64,
 }
 
 /// One shard of the engine.
@@ -325,6 +329,7 @@ impl Shard {
                 stats: Stats::default(),
                 partition_invocations,
                 record: None,
+                epoch_now_us: 0,
             },
             seq: lifecycle::Sequencer::new(epoch_cap),
             check: Check::new(),

@@ -135,9 +135,11 @@ impl Shard {
             st.tables.conflict_flags(&st.store)
         };
         self.m.stage = Stage::Check;
+        // By the epoch's logged time, in replay too (where the snapshot is
+        // not taken but counted): the vote holds queued moves, so it must
+        // fall at the same epochs live and in replay.
         let snapshot = self.config.snapshot_interval_us > 0
-            && self.seq.replay.is_none()
-            && self.m.now_us >= self.snap.last_us.saturating_add(self.config.snapshot_interval_us);
+            && self.m.epoch_now_us >= self.snap.last_us.saturating_add(self.config.snapshot_interval_us);
         self.exec.broadcast(Message::Flags {
             epoch: self.m.epoch,
             flags,

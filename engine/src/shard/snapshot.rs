@@ -33,8 +33,11 @@ pub(super) const SNAPSHOT_SLOTS_PER_STEP: usize = 512;
 /// Entities per snapshot chunk handed to the driver.
 const SNAPSHOT_CHUNK_ENTRIES_MAX: usize = 16_384;
 /// Version of the machine state in a snapshot's `meta`: 3 added the
-/// partition map, 4 its queued moves, 5 the layout (shard → node).
-const META_VERSION: u8 = 5;
+/// partition map, 4 its queued moves, 5 the layout (shard → node), 6 the
+/// logged time the snapshot was agreed at (the next vote counts from it).
+const META_VERSION: u8 = 6;
+/// The version before the vote's time: the next vote falls at once.
+const META_VERSION_NO_VOTE_TIME: u8 = 5;
 /// The version before the layout: the driver's layout holds (shards could
 /// not change nodes then).
 const META_VERSION_NO_LAYOUT: u8 = 4;
@@ -46,8 +49,9 @@ const META_VERSION_DEFAULT_MAP: u8 = 2;
 
 /// A snapshot's machine state: version, epoch, sequencer counter, client
 /// table, partition map (its version, the partitions off the default, the
-/// moves queued), layout (none before version 5).
-type Meta = (u8, Epoch, u64, Vec<ClientMeta>, MapMeta, Option<LayoutMeta>);
+/// moves queued), layout (none before version 5), the snapshot's logged
+/// time (0 before version 6).
+type Meta = (u8, Epoch, u64, Vec<ClientMeta>, MapMeta, Option<LayoutMeta>, u64);
 
 /// A snapshot being copied.
 struct Snapshotting {
@@ -108,7 +112,7 @@ impl Shard {
         // Partitions that moved away reach the snapshot as tombstones.
         self.finish_retiring();
         let pending = self.exec.st.borrow_mut().store.begin_snapshot();
-        self.snap.last_us = self.m.now_us;
+        self.snap.last_us = self.m.epoch_now_us;
         self.snap.running = Some(Snapshotting {
             epoch,
             pending,
@@ -118,6 +122,17 @@ impl Shard {
             base: std::mem::take(&mut self.snap.next_is_base),
         });
         self.m.stats.snapshots += 1;
+    }
+
+    /// The snapshot agreed after `epoch`: taken live; in replay (the log
+    /// already holds the input, and the run it replays took it) only
+    /// counted, so that the next vote falls where it fell live.
+    pub(super) fn snapshot_or_mark(&mut self, epoch: Epoch) {
+        if self.seq.replay.is_some() {
+            self.snap.last_us = self.m.epoch_now_us;
+        } else {
+            self.begin_snapshot(epoch);
+        }
     }
 
     /// Copies up to `budget` pending entities of the running snapshot and
@@ -169,7 +184,8 @@ impl Shard {
         let clients = self.clients.to_meta();
         let map = self.exec.map.borrow().to_meta();
         let layout = self.layout.to_meta();
-        Payload::encode(&(META_VERSION, epoch, self.seq.lc, clients, map, layout))
+        let voted_us = self.snap.last_us;
+        Payload::encode(&(META_VERSION, epoch, self.seq.lc, clients, map, layout, voted_us))
             .as_bytes()
             .to_vec()
     }
@@ -184,21 +200,26 @@ impl Shard {
         let version = *meta.first().ok_or(crate::DecodeError::Short { expected: 1 })?;
         match version {
             META_VERSION => payload
+                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMeta, LayoutMeta, u64)>()
+                .map(|(v, epoch, lc, clients, map, layout, voted_us)| {
+                    (v, epoch, lc, clients, map, Some(layout), voted_us)
+                }),
+            META_VERSION_NO_VOTE_TIME => payload
                 .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMeta, LayoutMeta)>()
-                .map(|(v, epoch, lc, clients, map, layout)| (v, epoch, lc, clients, map, Some(layout))),
+                .map(|(v, epoch, lc, clients, map, layout)| (v, epoch, lc, clients, map, Some(layout), 0)),
             META_VERSION_NO_LAYOUT => payload
                 .decode::<MetaNoLayout>()
-                .map(|(v, epoch, lc, clients, map)| (v, epoch, lc, clients, map, None)),
+                .map(|(v, epoch, lc, clients, map)| (v, epoch, lc, clients, map, None, 0)),
             META_VERSION_NO_QUEUE => {
                 payload
                     .decode::<MetaNoQueue>()
                     .map(|(v, epoch, lc, clients, (version, moved))| {
-                        (v, epoch, lc, clients, (version, moved, Vec::new()), None)
+                        (v, epoch, lc, clients, (version, moved, Vec::new()), None, 0)
                     })
             }
             META_VERSION_DEFAULT_MAP => payload
                 .decode::<(u8, Epoch, u64, Vec<ClientMeta>)>()
-                .map(|(v, epoch, lc, clients)| (v, epoch, lc, clients, (0, Vec::new(), Vec::new()), None)),
+                .map(|(v, epoch, lc, clients)| (v, epoch, lc, clients, (0, Vec::new(), Vec::new()), None, 0)),
             v => Err(crate::DecodeError::Tag(v)),
         }
     }
@@ -208,7 +229,7 @@ impl Shard {
     /// Replay the logged epochs after it with [`Shard::replay`].
     pub fn restore(&mut self, meta: &[u8]) -> Result<Epoch, crate::DecodeError> {
         assert_eq!(self.m.epoch, 0, "restore into a shard that already ran");
-        let (_, epoch, lc, clients, map, layout) = Shard::decode_meta(meta)?;
+        let (_, epoch, lc, clients, map, layout, voted_us) = Shard::decode_meta(meta)?;
         let map =
             PartitionMap::from_meta(&self.exec.app, self.exec.n_shards, &map).map_err(crate::DecodeError::Invalid)?;
         if let Some(layout) = layout {
@@ -216,6 +237,7 @@ impl Shard {
         }
         self.install_map(map)?;
         self.clients.restore(clients);
+        self.snap.last_us = voted_us;
         self.m.epoch = epoch;
         self.seq.lc = lc;
         // A snapshot is only complete once every shard's input through its
@@ -315,7 +337,7 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v2).unwrap(),
-            (2, 9, 40, clients.clone(), (0, vec![], vec![]), None)
+            (2, 9, 40, clients.clone(), (0, vec![], vec![]), None, 0)
         );
         let moved = vec![(0u16, 1u32, 1u16)];
         let v3 = bytes(Payload::encode(&(
@@ -327,7 +349,7 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v3).unwrap(),
-            (3, 9, 40, clients.clone(), (2, moved.clone(), vec![]), None)
+            (3, 9, 40, clients.clone(), (2, moved.clone(), vec![]), None, 0)
         );
         let map: MapMeta = (2, moved, vec![(5, 0, 2, 0)]);
         let v4 = bytes(Payload::encode(&(
@@ -339,11 +361,11 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v4).unwrap(),
-            (4, 9, 40, clients.clone(), map.clone(), None)
+            (4, 9, 40, clients.clone(), map.clone(), None, 0)
         );
         let layout: LayoutMeta = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)]);
         let v5 = bytes(Payload::encode(&(
-            META_VERSION,
+            META_VERSION_NO_VOTE_TIME,
             9u64,
             40u64,
             clients.clone(),
@@ -352,7 +374,20 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v5).unwrap(),
-            (META_VERSION, 9, 40, clients, map, Some(layout))
+            (5, 9, 40, clients.clone(), map.clone(), Some(layout.clone()), 0)
+        );
+        let v6 = bytes(Payload::encode(&(
+            META_VERSION,
+            9u64,
+            40u64,
+            clients.clone(),
+            map.clone(),
+            layout.clone(),
+            1_234u64,
+        )));
+        assert_eq!(
+            Shard::decode_meta(&v6).unwrap(),
+            (META_VERSION, 9, 40, clients, map, Some(layout), 1_234)
         );
         assert!(matches!(Shard::decode_meta(&[9]), Err(crate::DecodeError::Tag(9))));
         assert!(Shard::decode_meta(&[]).is_err());
