@@ -368,20 +368,7 @@ pub fn start(disk: Disk, plan: &Plan) -> Result<Start, Error> {
         disk.shards.clone().collect::<Vec<_>>(),
         "one log per shard, in order"
     );
-    let snapshot = match plan.snapshot {
-        None => None,
-        Some(epoch) => Some(
-            disk.snapshots
-                .iter()
-                .rev()
-                .find(|s| s.epoch == epoch)
-                .cloned()
-                .ok_or_else(|| Error::MissingSnapshot {
-                    epoch,
-                    holds: disk.survey().snapshots,
-                })?,
-        ),
-    };
+    let snapshot = plan_snapshot(&disk, plan)?;
     let mut shards = Vec::with_capacity(disk.logs.len());
     for log in disk.logs {
         let after = snapshot
@@ -394,6 +381,23 @@ pub fn start(disk: Disk, plan: &Plan) -> Result<Start, Error> {
         replay_to: plan.replay_to,
         shards,
     })
+}
+
+/// The plan's snapshot as `disk` lists it (`None`: the plan restores none).
+fn plan_snapshot(disk: &Disk, plan: &Plan) -> Result<Option<Snapshot>, Error> {
+    let Some(epoch) = plan.snapshot else {
+        return Ok(None);
+    };
+    disk.snapshots
+        .iter()
+        .rev()
+        .find(|s| s.epoch == epoch)
+        .cloned()
+        .map(Some)
+        .ok_or_else(|| Error::MissingSnapshot {
+            epoch,
+            holds: disk.survey().snapshots,
+        })
 }
 
 /// Where one shard starts: its log's batches after `after` (the
@@ -524,20 +528,7 @@ pub fn recover_handed(disks: Vec<Disk>) -> Result<(Plan, Vec<Start>), Error> {
     }
     let mut starts = Vec::with_capacity(disks.len());
     for disk in &disks {
-        let snapshot = match plan.snapshot {
-            None => None,
-            Some(epoch) => Some(
-                disk.snapshots
-                    .iter()
-                    .rev()
-                    .find(|s| s.epoch == epoch)
-                    .cloned()
-                    .ok_or_else(|| Error::MissingSnapshot {
-                        epoch,
-                        holds: disk.survey().snapshots,
-                    })?,
-            ),
-        };
+        let snapshot = plan_snapshot(disk, &plan)?;
         let restores: Vec<ShardId> = match &snapshot {
             Some(s) => s.shards(),
             None => disk.shards.clone().collect(),

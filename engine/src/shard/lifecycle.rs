@@ -221,25 +221,23 @@ impl Shard {
         self.m.running = coords.len();
         for (index, c) in coords.iter_mut().enumerate() {
             c.participants = ShardSet::EMPTY;
-            if let Some(m) = Move::of(&c.request) {
-                // Checked when submitted; it runs nothing, and the decision
-                // commits it like a phase-1 transaction without accesses.
-                let m = m.expect("a sequenced move was checked");
+            // A move or handover was checked when submitted; it runs
+            // nothing, and the decision commits it like a phase-1
+            // transaction without accesses.
+            let control = if let Some(m) = Move::of(&c.request) {
+                self.seal_move(c.tid, m.expect("a sequenced move was checked"));
+                true
+            } else if let Some(h) = crate::layout::Handover::of(&c.request) {
+                self.seal_handover(c.tid, h.expect("a sequenced handover was checked"));
+                true
+            } else {
+                false
+            };
+            if control {
                 c.status = Status::Ran {
                     result: Ok(Shard::move_result()),
                     abort: None,
                 };
-                self.seal_move(c.tid, m);
-                self.m.running -= 1;
-                continue;
-            }
-            if let Some(h) = crate::layout::Handover::of(&c.request) {
-                let h = h.expect("a sequenced handover was checked");
-                c.status = Status::Ran {
-                    result: Ok(Shard::move_result()),
-                    abort: None,
-                };
-                self.seal_handover(c.tid, h);
                 self.m.running -= 1;
                 continue;
             }
