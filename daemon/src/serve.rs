@@ -7,6 +7,7 @@
 
 use crate::settings::{Fsync, Settings, resolve_all};
 use crate::{Extension, Program, Start};
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -17,6 +18,55 @@ use styx_runtime::server::{ServerShared, TcpFrontend};
 use styx_runtime::{Metrics, Options};
 use styx_storage::DataDir;
 use styx_storage::wal::{self, FsyncMode};
+
+/// How many times a daemon picks free ports again when another process
+/// took one between the pick and the claim.
+const PICKS: usize = 20;
+
+/// Resolves `named` (`--listen`, then `--metrics` if given) and claims
+/// them. A port 0 is picked free by a probe listener that must close
+/// before the claim, and the kernel may hand the same port to another
+/// process in between (daemons started side by side on port 0 met this):
+/// then the ports are picked again. A port the user named is claimed once.
+fn claim_addresses(
+    named: &[&str],
+    data_dir: &std::path::Path,
+) -> Result<(SocketAddr, Option<SocketAddr>, Vec<crate::claim::Claim>), String> {
+    let picked: Vec<bool> = named
+        .iter()
+        .map(|a| {
+            a.to_socket_addrs()
+                .ok()
+                .and_then(|mut r| r.next())
+                .is_some_and(|r| r.port() == 0)
+        })
+        .collect();
+    let mut attempt = 0;
+    'pick: loop {
+        attempt += 1;
+        let resolved = resolve_all(named)?;
+        let listen = resolved[0];
+        let metrics_addr = resolved.get(1).copied();
+        if metrics_addr == Some(listen) {
+            return Err(format!("--listen and --metrics name the same address, {listen}"));
+        }
+        let mut claims = Vec::with_capacity(resolved.len());
+        for (i, (&addr, what)) in resolved.iter().zip(["--listen", "--metrics"]).enumerate() {
+            match crate::claim::claim(&[(what, addr)], data_dir) {
+                Ok(claim) => claims.push(claim),
+                Err(e) if picked[i] && attempt < PICKS => {
+                    tracing::debug!(
+                        attempt,
+                        "{e}: a port picked free was taken before it was claimed; picking again"
+                    );
+                    continue 'pick;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        return Ok((listen, metrics_addr, claims));
+    }
+}
 
 /// Starts, recovers, serves until a signal, then stops gracefully: new
 /// requests are refused, those in flight finish, the log is flushed.
@@ -30,15 +80,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
     let started = Instant::now();
     let mut named = vec![settings.listen.as_str()];
     named.extend(settings.metrics.as_deref());
-    let resolved = resolve_all(&named)?;
-    let listen = resolved[0];
-    let metrics_addr = resolved.get(1).copied();
-    if metrics_addr == Some(listen) {
-        return Err(format!("--listen and --metrics name the same address, {listen}"));
-    }
-    let mut addrs = vec![("--listen", listen)];
-    addrs.extend(metrics_addr.map(|a| ("--metrics", a)));
-    let _claim = crate::claim::claim(&addrs, &settings.data_dir)?;
+    let (listen, metrics_addr, _claim) = claim_addresses(&named, &settings.data_dir)?;
     let (spec, node) = match &settings.cluster {
         Some((spec, node)) => (spec.clone(), *node),
         None => (Spec::single(settings.shards, listen), 0),
@@ -234,5 +276,41 @@ fn partition_map(spec: &Spec, node: u16, app: &App) -> styx_net::Map {
                 partitions: info.partitions(),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn daemons_started_side_by_side_on_port_zero_all_claim_their_ports() {
+        // Each thread is a daemon starting: it picks free ports, claims
+        // them, holds them a moment and lets go, over and over. A port
+        // picked by one and handed by the kernel to another before the
+        // first claimed it must not fail either start.
+        let dir = std::env::temp_dir();
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let dir = dir.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..60 {
+                        let (listen, metrics, claims) =
+                            claim_addresses(&["127.0.0.1:0", "127.0.0.1:0"], &dir).expect("a start claims its ports");
+                        assert_ne!(Some(listen), metrics);
+                        assert_eq!(claims.len(), 2);
+                        std::thread::sleep(Duration::from_micros(200));
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        // A port the user named is not picked again: its claim fails at once.
+        let named = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = named.local_addr().unwrap().to_string();
+        let e = claim_addresses(&[addr.as_str()], &dir).unwrap_err();
+        assert!(e.contains("already listens"), "{e}");
     }
 }
