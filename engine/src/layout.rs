@@ -26,11 +26,11 @@
 //! A shard decided to go from node A to node B at the end of epoch E runs
 //! on B from E + 1 on: its log's batches of epochs up to E are on A's disk,
 //! later ones on B's, and its snapshot file at epoch P on the node that runs
-//! it in P + 1. The driver follows the layout (`Outputs::handovers`): in the
-//! simulator every shard is in one process and the handover only re-points
-//! links and disks; moving the state between processes (copy, delta,
-//! switch) and recovering from per-shard sources are the next steps of
-//! docs/nodes.md.
+//! it in P + 1. The driver follows the layout (`Outputs::handovers`): the
+//! departed shard crosses whole as a `Handoff` (`shard::handoff`) and
+//! recovery merges each shard's log from its pieces
+//! (`recovery::recover_handed`). The simulator does both, every shard in
+//! one process; the runtime does neither yet (docs/nodes.md, step 4).
 
 use crate::codec::Payload;
 use crate::config::Request;

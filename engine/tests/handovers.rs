@@ -366,6 +366,14 @@ fn a_damaged_hand_off_is_an_error() {
             "a prefix of {cut} bytes decoded"
         );
     }
+    // A hostile epoch or counter (fixed-width, after the version byte and
+    // the two shard ids): refused, not left to overflow later.
+    for (at, what) in [(5, "epoch"), (21, "counter")] {
+        let mut b = bytes.clone();
+        b[at..at + 8].copy_from_slice(&u64::MAX.to_le_bytes());
+        let e = Handoff::decode(&b, &app).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("past any real run"), "{what}: {e}");
+    }
     let mut refused = 0;
     for _ in 0..5_000 {
         let mut b = bytes.clone();

@@ -595,8 +595,8 @@ fn rebalance_moves_partitions_while_transfers_run_and_survives_restarts() {
         std::thread::spawn(move || {
             let mut c = Conn::connect(&addr);
             for seq in 1..=300u64 {
-                // Never to itself: a sync call back into the caller loses
-                // its write (see ARCHITECTURE.md, typed entities).
+                // Never to itself: a typed `&mut self` method called back
+                // by its own callee aborts (`Reentrant`, engine/src/ctx.rs).
                 let debtor = (seq * 13) % keys;
                 let creditor = (debtor + 1 + seq % (keys - 1)) % keys;
                 c.send(request(

@@ -205,6 +205,12 @@ impl Shard {
         }
         let mut last = h.epoch;
         for b in h.replay.iter().flatten() {
+            if b.epoch > EPOCH_MAX || b.lc > LC_MAX {
+                return Err(invalid(format!(
+                    "a replayed batch of epoch {}, counter {}",
+                    b.epoch, b.lc
+                )));
+            }
             if b.epoch <= last {
                 return Err(invalid(format!("a replayed batch of epoch {} after {last}", b.epoch)));
             }
@@ -257,6 +263,13 @@ impl Shard {
         Ok(shard)
     }
 }
+
+/// Epochs and logical counters a hand-off may name: far past any real run
+/// (2^48 epochs are ~900 years at 10 000 a second, 2^56 transactions ~200
+/// years at 10 M a second) and still room for the arithmetic done on them
+/// (`lc · n + id` < 2^62 for every shard count).
+const EPOCH_MAX: Epoch = 1 << 48;
+const LC_MAX: u64 = 1 << 56;
 
 /// Version of a hand-off's encoding.
 const HANDOFF_VERSION: u8 = 1;
@@ -463,6 +476,13 @@ impl Handoff {
             return Err(DecodeError::Invalid(format!("shard {id} of {n_shards}")));
         }
         let (epoch, now_us, lc, last_start_us) = <(u64, u64, u64, u64)>::decode(input)?;
+        // Counters that later arithmetic (`epoch + 1`, a tid `lc · n + id`)
+        // must not overflow.
+        if epoch > EPOCH_MAX || lc > LC_MAX {
+            return Err(DecodeError::Invalid(format!(
+                "epoch {epoch}, counter {lc}: past any real run"
+            )));
+        }
         let epoch_cap = u64::decode(input)?;
         if epoch_cap == 0 || epoch_cap > 1 << 32 {
             return Err(DecodeError::Invalid(format!("an epoch cap of {epoch_cap}")));

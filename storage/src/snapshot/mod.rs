@@ -5,8 +5,8 @@
 //!
 //! At the end of epoch `E` each shard writes a delta file holding the keys
 //! it changed since its previous snapshot (deleted keys as tombstones) and
-//! an opaque metadata blob from the engine (sequencer counter, rescheduled
-//! transactions, client dedup table), off the hot path
+//! an opaque metadata blob from the engine (sequencer counter, partition
+//! map and layout, client dedup table), off the hot path
 //! ([`write_entities`] for the engine's `SnapshotChunk` entries,
 //! [`write_delta`] for raw bytes, or a streaming [`FileWriter`]; blocking
 //! I/O: run it on a helper thread, e.g. glommio's `spawn_blocking`). When every shard's delta is durable, one
