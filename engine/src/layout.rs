@@ -158,6 +158,26 @@ impl Layout {
         }
     }
 
+    /// Shard `s` on node `node_of[s]` of `nodes`, version 0: a placement
+    /// given whole rather than numbered in order (a node may run none).
+    pub fn placed_on(nodes: u16, node_of: Vec<u16>) -> Result<Layout, String> {
+        if nodes == 0 || usize::from(nodes) > NODES_MAX {
+            return Err(format!("{nodes} nodes; between 1 and {NODES_MAX}"));
+        }
+        if node_of.is_empty() || node_of.len() > SHARDS_MAX {
+            return Err(format!("{} shards; between 1 and {SHARDS_MAX}", node_of.len()));
+        }
+        if let Some((s, n)) = node_of.iter().enumerate().find(|(_, n)| **n >= nodes) {
+            return Err(format!("shard {s} on node {n}, of {nodes}"));
+        }
+        Ok(Layout {
+            version: 0,
+            nodes,
+            node_of,
+            queued: Vec::new(),
+        })
+    }
+
     /// How many handovers changed it.
     pub fn version(&self) -> u64 {
         self.version
@@ -292,6 +312,20 @@ mod tests {
         assert_eq!((l.nodes(), l.n_shards(), l.version()), (3, 6, 0));
         assert_eq!((0..6).map(|s| l.node_of(s)).collect::<Vec<_>>(), vec![0, 0, 1, 2, 2, 2]);
         assert_eq!(l.shards_of(2).collect::<Vec<_>>(), vec![3, 4, 5]);
+    }
+
+    #[test]
+    fn placed_on_takes_any_placement_and_refuses_a_node_out_of_range() {
+        let l = Layout::placed_on(3, vec![0, 1, 0, 1]).unwrap();
+        assert_eq!(l.shards_of(0).collect::<Vec<_>>(), vec![0, 2]);
+        assert_eq!(l.shards_of(2).count(), 0, "a spare");
+        assert_eq!(
+            Layout::placed_on(2, vec![0, 0, 1]).unwrap(),
+            Layout::contiguous(&[2, 1])
+        );
+        assert!(Layout::placed_on(2, vec![0, 2]).unwrap_err().contains("node 2"));
+        assert!(Layout::placed_on(0, vec![0]).is_err());
+        assert!(Layout::placed_on(1, vec![]).is_err());
     }
 
     #[test]

@@ -37,7 +37,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use styx_engine::{Decode, Encode, Epoch, Payload, SHARDS_MAX, ShardId};
+use styx_engine::{Decode, Encode, Epoch, Layout, Payload, SHARDS_MAX, ShardId};
 
 /// The join's survey and plan are the engine's recovery decision, shared
 /// with the simulator that tests it.
@@ -155,11 +155,9 @@ impl Spec {
             .expect("a shard of the cluster") as u16
     }
 
-    /// Where `shard`'s data links are accepted.
-    pub fn link_addr(&self, shard: ShardId) -> SocketAddr {
-        let node = self.node_of(shard);
-        let local = shard - self.shards_of(node).start;
-        with_port_offset(self.nodes[usize::from(node)].peer, 1 + local)
+    /// The cluster file's numbering: node 0 runs the first shards, and so on.
+    pub fn layout(&self) -> Layout {
+        Layout::contiguous(&self.nodes.iter().map(|n| n.shards).collect::<Vec<_>>())
     }
 
     /// A hash of the layout every node must agree on.
@@ -212,6 +210,12 @@ impl Failure {
 pub struct Run {
     pub spec: Spec,
     pub node: u16,
+    /// Which node runs each shard in this run: the cluster file's
+    /// numbering ([`Spec::layout`]) unless set otherwise
+    /// ([`Run::with_layout`]).
+    layout: Layout,
+    /// The shards `layout` gives this node, in order.
+    local: Vec<ShardId>,
     pub plan: Plan,
     /// Mixes every node's incarnation and join round: data links of
     /// another run are refused.
@@ -226,7 +230,10 @@ pub struct Run {
 impl Run {
     /// A run of one node: no peers, nothing to join.
     pub fn single(spec: Spec, plan: Plan) -> Run {
+        let layout = spec.layout();
         Run {
+            local: layout.shards_of(0).collect(),
+            layout,
             spec,
             node: 0,
             plan,
@@ -237,12 +244,58 @@ impl Run {
         }
     }
 
-    pub fn local_shards(&self) -> Range<ShardId> {
-        self.spec.shards_of(self.node)
+    /// Places the shards by `layout` instead of the cluster file's
+    /// numbering (the runtime's side of handovers builds on this: see
+    /// docs/nodes.md, step 4). A node's data links listen on its peer port
+    /// plus one plus the shard's index among the node's, so a node may run
+    /// at most as many shards as the cluster file gives it ports for.
+    pub fn with_layout(mut self, layout: Layout) -> Result<Run, String> {
+        if layout.n_shards() != self.spec.n_shards() || usize::from(layout.nodes()) != self.spec.nodes.len() {
+            return Err(format!(
+                "a layout of {} shards on {} nodes for a cluster of {} on {}",
+                layout.n_shards(),
+                layout.nodes(),
+                self.spec.n_shards(),
+                self.spec.nodes.len()
+            ));
+        }
+        for n in &self.spec.nodes {
+            let runs = layout.shards_of(n.id).count();
+            if runs > usize::from(n.shards) {
+                return Err(format!(
+                    "node {} would run {runs} shards; its cluster file entry reserves ports for {}",
+                    n.id, n.shards
+                ));
+            }
+        }
+        self.local = layout.shards_of(self.node).collect();
+        self.layout = layout;
+        Ok(self)
+    }
+
+    /// Where the shards run in this run.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// This node's shards, in order.
+    pub fn local_shards(&self) -> &[ShardId] {
+        &self.local
     }
 
     pub fn is_local(&self, shard: ShardId) -> bool {
-        self.local_shards().contains(&shard)
+        self.layout.node_of(shard) == self.node
+    }
+
+    /// Where `shard`'s data links are accepted in this run.
+    pub fn link_addr(&self, shard: ShardId) -> SocketAddr {
+        let node = self.layout.node_of(shard);
+        let index = self
+            .layout
+            .shards_of(node)
+            .position(|s| s == shard)
+            .expect("a shard of its node");
+        with_port_offset(self.spec.nodes[usize::from(node)].peer, 1 + index as u16)
     }
 
     pub fn is_cluster(&self) -> bool {
@@ -434,7 +487,10 @@ impl Control {
             watch(peer, s, &self.spec, failure.clone(), committed.clone());
             writers.push(writer);
         }
+        let layout = self.spec.layout();
         Ok(Some(Run {
+            local: layout.shards_of(self.node).collect(),
+            layout,
             spec: self.spec.clone(),
             node: self.node,
             plan,
@@ -627,7 +683,8 @@ mod tests {
         assert_eq!(spec.n_shards(), 6);
         assert_eq!(spec.shards_of(1), 2..3);
         assert_eq!(spec.node_of(5), 2);
-        assert_eq!(spec.link_addr(4).port(), 7022);
+        let run = Run::single(spec.clone(), Plan::of(&[survey(&[], 0)]).unwrap());
+        assert_eq!(run.link_addr(4).port(), 7022);
         let mut clash = spec.clone();
         clash.nodes[1].peer = SocketAddr::from(([127, 0, 0, 1], 7001));
         assert!(clash.validate().unwrap_err().contains("used twice"));

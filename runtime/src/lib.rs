@@ -218,14 +218,22 @@ where
     F: Frontend,
     M: Fn(&mut Shard) -> F + Send + Sync + 'static,
 {
-    let (n, local) = match &opts.cluster {
-        Some(run) => (usize::from(run.spec.n_shards()), run.local_shards()),
-        None => (opts.shards as usize, 0..opts.shards),
+    let (n, local): (usize, Vec<ShardId>) = match &opts.cluster {
+        Some(run) => (usize::from(run.spec.n_shards()), run.local_shards().to_vec()),
+        None => (opts.shards as usize, (0..opts.shards).collect()),
     };
     if n == 0 || n > styx_engine::SHARDS_MAX {
         return Err(Error::Shards(n));
     }
     let n_local = local.len();
+    if n_local == 0 {
+        // A node running no shard (a spare) has nothing to run here.
+        return Ok(Vec::new());
+    }
+    let mut index = vec![u16::MAX; n];
+    for (l, s) in local.iter().enumerate() {
+        index[usize::from(*s)] = l as u16;
+    }
     let n_exec = opts
         .threads
         .unwrap_or_else(|| threads_default(n_local))
@@ -239,8 +247,9 @@ where
         done: Arc::new(AtomicUsize::new(0)),
         clock: Clock::new(),
         n,
-        base: local.start,
-        n_local,
+        first: local[0],
+        local,
+        index,
         opts,
     });
     let mut handles = Vec::with_capacity(n_exec);
@@ -250,13 +259,13 @@ where
             // shards per thread as this one: nodes sharing a machine (a
             // test, a benchmark) spread over its CPUs instead of all
             // pinning their first executor to CPU 0.
-            Placement::Fixed((usize::from(node.base) * n_exec / n_local + e) % cpus)
+            Placement::Fixed((usize::from(node.first) * n_exec / n_local + e) % cpus)
         } else {
             Placement::Unbound
         };
         let (mesh, node) = (mesh.clone(), node.clone());
         let handle = LocalExecutorBuilder::new(placement)
-            .name(&format!("shards-{}", usize::from(node.base) + e))
+            .name(&format!("shards-{}", usize::from(node.first) + e))
             .spin_before_park(node.opts.spin_before_park)
             .io_memory(node.opts.io_memory)
             .spawn(move || async move {
@@ -298,11 +307,11 @@ where
     let mut outputs: Vec<Option<F::Output>> = (0..n_local).map(|_| None).collect();
     for (e, h) in handles.into_iter().enumerate() {
         let done = h.join().map_err(|err| Error::Shard {
-            shard: usize::from(node.base) + first_of_executor(e, n_exec, n_local),
+            shard: usize::from(node.local[first_of_executor(e, n_exec, n_local)]),
             message: err.to_string(),
         })?;
         for (id, output) in done {
-            outputs[usize::from(id - node.base)] = Some(output);
+            outputs[usize::from(node.index[usize::from(id)])] = Some(output);
         }
     }
     Ok(outputs.into_iter().map(|o| o.expect("every shard reported")).collect())
@@ -319,9 +328,12 @@ struct Node<M> {
     clock: Clock,
     /// Shards of the whole run (every node).
     n: usize,
-    /// The first local shard's id.
-    base: ShardId,
-    n_local: usize,
+    /// This node's shards, in order: local shard `l` is `local[l]`.
+    local: Vec<ShardId>,
+    /// Per shard of the run, its local index (`u16::MAX`: on another node).
+    index: Vec<u16>,
+    /// The first local shard's id (executor names and CPU placement).
+    first: ShardId,
 }
 
 /// Starts local shard `l` (its frontend, links to other nodes, log) and
@@ -332,7 +344,7 @@ where
     M: Fn(&mut Shard) -> F + Send + Sync + 'static,
 {
     let opts = &node.opts;
-    let id = node.base + l as ShardId;
+    let id = node.local[l];
     let mut shard = Shard::new(node.app.clone(), opts.engine.clone(), id, node.n as u16);
     let frontend = (node.make)(&mut shard);
     let metrics = opts.metrics.as_ref().map(|m| m.shards[l].clone());
@@ -357,8 +369,8 @@ where
     let mesh = Mesh {
         links: node.links.clone(),
         n: node.n,
-        base: usize::from(node.base),
-        n_local: node.n_local,
+        index: node.index.clone(),
+        n_local: node.local.len(),
         shares_executor: doorbells.shares_executor(),
         doorbells,
         done: node.done.clone(),

@@ -134,9 +134,9 @@ impl ShardMetrics {
 #[derive(Debug)]
 pub struct Metrics {
     pub shards: Vec<Arc<ShardMetrics>>,
-    /// The id of the first shard, in labels: on a cluster's node, shards
-    /// are labelled with their ids across the cluster.
-    pub first_shard: u16,
+    /// The shards' ids, in labels: on a cluster's node, shards are
+    /// labelled with their ids across the cluster.
+    pub ids: Vec<u16>,
 }
 
 impl Metrics {
@@ -146,10 +146,21 @@ impl Metrics {
 
     /// The metrics of shards `first..first + shards` (a cluster's node).
     pub fn of_shards(first: u16, shards: usize) -> Arc<Metrics> {
+        Metrics::of_ids(&(first..first + shards as u16).collect::<Vec<_>>())
+    }
+
+    /// The metrics of the shards `ids`, in that order (a node's shards).
+    pub fn of_ids(ids: &[u16]) -> Arc<Metrics> {
         Arc::new(Metrics {
-            shards: (0..shards).map(|_| Arc::new(ShardMetrics::default())).collect(),
-            first_shard: first,
+            shards: ids.iter().map(|_| Arc::new(ShardMetrics::default())).collect(),
+            ids: ids.to_vec(),
         })
+    }
+
+    /// The counters of shard `id`, one of this node's.
+    pub fn of(&self, id: u16) -> &Arc<ShardMetrics> {
+        let i = self.ids.iter().position(|s| *s == id).expect("a shard of this node");
+        &self.shards[i]
     }
 
     /// The sum of one counter over all shards.
@@ -283,7 +294,7 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
             for (i, s) in self.shards.iter().enumerate() {
-                let i = usize::from(self.first_shard) + i;
+                let i = self.ids[i];
                 let v = field(s).load(Relaxed);
                 if seconds {
                     let _ = writeln!(out, "{name}{{shard=\"{i}\"}} {}", v as f64 / 1e6);
@@ -319,7 +330,7 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
             for (i, ops) in published.iter().enumerate() {
-                let i = usize::from(self.first_shard) + i;
+                let i = self.ids[i];
                 for op in ops {
                     let values = if name == "styx_partition_owner" {
                         op.owners.iter().map(|o| u64::from(*o)).collect()

@@ -81,7 +81,7 @@ impl Remote {
         let listener = if lower.is_empty() {
             None
         } else {
-            let addr = run.spec.link_addr(me);
+            let addr = run.link_addr(me);
             Some(TcpListener::bind(addr).map_err(|e| format!("shard {me}: cannot listen for peers on {addr}: {e}"))?)
         };
         let mut streams: Vec<(ShardId, TcpStream)> = Vec::with_capacity(remote.len());
@@ -216,7 +216,7 @@ fn check_handshake(run: &Run, h: &[u8; HANDSHAKE_BYTES], to: ShardId) -> Result<
 
 /// Dials `peer` until it answers our handshake with its own.
 async fn dial(run: &Run, me: ShardId, peer: ShardId, deadline: Instant) -> Result<TcpStream, String> {
-    let addr = run.spec.link_addr(peer);
+    let addr = run.link_addr(peer);
     loop {
         if run.failure.is_failed() {
             return Err(format!("shard {me}: the run failed while connecting"));

@@ -85,7 +85,7 @@ pub struct ServerShared {
     pub recovering: AtomicUsize,
     pub started: std::time::Instant,
     pub server_name: String,
-    /// The id of this node's first shard (metrics are numbered from it).
+    /// The id of this node's first shard (it samples the node's rates).
     pub first_shard: styx_engine::ShardId,
     /// What MAP answers: the cluster's nodes and the operators' partitions.
     pub map: styx_net::Map,
@@ -324,7 +324,7 @@ impl TcpFrontend {
     /// A frontend that listens nowhere: for a shard whose listener could
     /// not start, so that it can take part in the run until it stops.
     pub fn idle(shard: &Shard, shared: Arc<ServerShared>) -> TcpFrontend {
-        let metrics = shared.metrics.shards[usize::from(shard.id() - shared.first_shard)].clone();
+        let metrics = shared.metrics.of(shard.id()).clone();
         TcpFrontend {
             hub: Rc::new(RefCell::new(Hub::default())),
             shared,

@@ -88,8 +88,9 @@ pub(crate) struct Mesh {
     pub(crate) doorbells: Rc<Doorbells>,
     /// Shards of the whole run (every node).
     pub(crate) n: usize,
-    /// The first local shard's id (doorbells are numbered from it).
-    pub(crate) base: usize,
+    /// Per shard of the run, its index among this node's (doorbells are
+    /// numbered by it); `u16::MAX` for a shard on another node.
+    pub(crate) index: Vec<u16>,
     pub(crate) n_local: usize,
     /// Whether other shards run on this shard's executor.
     pub(crate) shares_executor: bool,
@@ -111,7 +112,7 @@ impl Mesh {
         }
         let parked = self.links.send(me, to, envelope)?;
         if parked {
-            self.doorbells.ring(to - self.base);
+            self.doorbells.ring(usize::from(self.index[to]));
         }
         Ok(())
     }
@@ -499,7 +500,22 @@ impl<F: Frontend> ShardLoop<F> {
             .frontend
             .next_wakeup_us()
             .map_or(cap, |t| t.saturating_sub(now).min(cap));
-        if wait_us == 0 || !self.mesh.links.park(self.me) {
+        if wait_us == 0 {
+            // The frontend's deadline is due: no sleep, but the executor's
+            // other tasks (this shard's links to other nodes, its log, its
+            // sockets) still take their turn. A loop that found nothing
+            // to do and came straight back would hold the thread: a batch
+            // waiting to be written to another node never left, and the
+            // whole cluster waited for it (found with a frontend whose
+            // deadline stayed due while it waited for the others).
+            if self.has_io {
+                self.yield_to_io(now).await;
+            } else {
+                futures_lite::future::yield_now().await;
+            }
+            return;
+        }
+        if !self.mesh.links.park(self.me) {
             return;
         }
         // Polled again only when woken: by a doorbell, the log task (an

@@ -138,8 +138,7 @@ impl Shard {
         // By the epoch's logged time, in replay too (where the snapshot is
         // not taken but counted): the vote holds queued moves, so it must
         // fall at the same epochs live and in replay.
-        let snapshot = self.config.snapshot_interval_us > 0
-            && self.m.epoch_now_us >= self.snap.last_us.saturating_add(self.config.snapshot_interval_us);
+        let snapshot = snapshot_due(self.m.epoch_now_us, self.snap.last_us, self.config.snapshot_interval_us);
         self.exec.broadcast(Message::Flags {
             epoch: self.m.epoch,
             flags,
@@ -256,4 +255,14 @@ impl Shard {
         }
         self.redeliver();
     }
+}
+
+/// Whether a shard votes for a snapshot in an epoch logged at `now_us`,
+/// the last one agreed at `last_us`: once `interval_us` has passed — or
+/// the time went back (a restart on a clock behind the logged times: it
+/// would otherwise not vote until the clock caught up, and the log would
+/// grow meanwhile). An epoch logged at 0 is one a log lost, replayed
+/// empty: it never votes. Every input is logged, so replay votes alike.
+pub(super) fn snapshot_due(now_us: u64, last_us: u64, interval_us: u64) -> bool {
+    interval_us > 0 && now_us != 0 && (now_us < last_us || now_us >= last_us.saturating_add(interval_us))
 }

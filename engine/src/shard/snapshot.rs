@@ -67,7 +67,8 @@ struct Snapshotting {
 /// finished one released.
 pub(super) struct Snapshots {
     running: Option<Snapshotting>,
-    /// When the last snapshot began (the interval counts from it).
+    /// The logged time of the epoch whose vote agreed on the last snapshot
+    /// (taken, or counted in replay): the interval counts from it.
     pub(super) last_us: u64,
     /// Some shard voted for a snapshot after this epoch.
     pub(super) vote: bool,
@@ -190,7 +191,7 @@ impl Shard {
             .to_vec()
     }
 
-    /// Decodes a snapshot's machine state, of this version or the three
+    /// Decodes a snapshot's machine state, of this version or the four
     /// before.
     fn decode_meta(meta: &[u8]) -> Result<Meta, crate::DecodeError> {
         type MetaNoLayout = (u8, Epoch, u64, Vec<ClientMeta>, MapMeta);
@@ -322,7 +323,7 @@ impl Shard {
 mod tests {
     use super::*;
 
-    /// Snapshots of the three versions before still restore: without a
+    /// Snapshots of the four versions before still restore: without a
     /// map (the default one), without queued moves (none queued), and
     /// without a layout (the driver's holds).
     #[test]

@@ -1,0 +1,183 @@
+//! Snapshot votes read the epoch's logged time (meta version 6 carries
+//! the time of the last vote): a restore from any snapshot, then replay,
+//! decides handovers (which wait while a snapshot is due) at the epochs the
+//! live run did; and a restart on a clock behind the logged times still
+//! takes snapshots. Written from a review's scratch tests.
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use styx_engine::sim::{Sim, test_config};
+use styx_engine::{Batch, Epoch, Handover, Layout, Move, OpId, Request, ShardId, SnapshotChunk};
+
+fn hand(shard: ShardId, node: u16) -> Request {
+    Handover { shard, node }.request()
+}
+
+type File = (State, Vec<u8>);
+
+/// Every shard's file of every snapshot epoch whose files are all complete.
+fn complete_snapshots(chunks: &[SnapshotChunk], shards: u16) -> BTreeMap<Epoch, Vec<File>> {
+    let mut state = vec![State::new(); shards as usize];
+    let mut writing = vec![false; shards as usize];
+    let mut at: BTreeMap<Epoch, Vec<Option<File>>> = BTreeMap::new();
+    for c in chunks {
+        let i = c.shard as usize;
+        if c.base && !writing[i] {
+            state[i].clear();
+        }
+        writing[i] = !c.last;
+        let s = &mut state[i];
+        for (op, k, v) in &c.entries {
+            match v {
+                Some(v) => s.insert((*op, k.clone()), v.clone()),
+                None => s.remove(&(*op, k.clone())),
+            };
+        }
+        if c.last {
+            at.entry(c.epoch).or_insert_with(|| vec![None; shards as usize])[c.shard as usize] =
+                Some((s.clone(), c.meta.clone()));
+        }
+    }
+    at.into_iter()
+        .filter(|(_, per)| per.iter().all(Option::is_some))
+        .map(|(e, per)| (e, per.into_iter().map(Option::unwrap).collect()))
+        .collect()
+}
+
+struct Live {
+    sim: Sim,
+    chunks: Vec<SnapshotChunk>,
+    logs: Vec<Batch>,
+}
+
+const INITIAL: [u16; 3] = [1, 1, 0];
+
+fn live_run(seed: u64, interval: u64, ahead_us: u64) -> Live {
+    let app = bank(8);
+    let mut config = test_config(8);
+    config.snapshot_interval_us = interval;
+    config.move_share_entities = 1;
+    config.epoch_gather_us = 0;
+    let mut sim = Sim::new(app.clone(), config, 2, seed);
+    sim.set_layout(Layout::contiguous(&INITIAL));
+    if ahead_us > 0 {
+        let now = sim.now_us();
+        sim.advance_clock_us(now + ahead_us);
+    }
+    for (op, k, v) in &accounts(64, START_BALANCE) {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let mv = |partition: u32, to: ShardId| {
+        Move {
+            op: OpId(0),
+            partition,
+            to,
+        }
+        .request()
+    };
+    let mut token = 0;
+    for round in 0..5u64 {
+        // A move; a few epochs into its copy a second move and a handover
+        // (waiting behind them), as in replay_decides_a_waiting_handover_...
+        sim.submit(0, token, mv((round * 3 % 8) as u32, ((round + 1) % 2) as ShardId))
+            .unwrap();
+        token += 1;
+        let e0 = sim.shard(0).epoch();
+        while sim.shard(0).epoch() < e0 + 3 {
+            if !sim.step() {
+                break;
+            }
+        }
+        sim.submit(1, token, mv(((round * 3 + 2) % 8) as u32, ((round + 1) % 2) as ShardId))
+            .unwrap();
+        token += 1;
+        sim.submit(0, token, hand((round % 2) as ShardId, [2, 0, 1][(round % 3) as usize]))
+            .unwrap();
+        token += 1;
+        for _ in 0..25 {
+            sim.submit(0, token, transfer(&app, token % 64, (token + 1) % 64, 1))
+                .unwrap();
+            token += 1;
+            sim.run();
+        }
+    }
+    let chunks = sim.take_snapshots();
+    let logs = sim.logs();
+    Live { sim, chunks, logs }
+}
+
+fn restore(live: &Live, interval: u64, epoch: Epoch, files: &[File], meta: impl Fn(&[u8]) -> Vec<u8>) -> Sim {
+    let app = bank(8);
+    let mut config = test_config(8);
+    config.snapshot_interval_us = interval;
+    config.move_share_entities = 1;
+    config.epoch_gather_us = 0;
+    let mut fresh = Sim::new(app, config, 2, 777);
+    fresh.set_layout(Layout::contiguous(&INITIAL));
+    for (s, (entities, m)) in files.iter().enumerate() {
+        let shard = fresh.shard_mut(s as ShardId);
+        for ((op, key), value) in entities {
+            shard.load_snapshot_entity(*op, key, value.clone());
+        }
+        assert_eq!(shard.restore(&meta(m)).unwrap(), epoch);
+    }
+    fresh.adopt_restored_layout();
+    fresh.replay(live.logs.iter().filter(|b| b.epoch > epoch).cloned().collect());
+    fresh.run();
+    fresh
+}
+
+/// Restores from every complete snapshot and replays the rest: the state,
+/// and the handovers after the snapshot, are the live run's.
+#[test]
+fn a_restore_from_any_snapshot_decides_handovers_like_the_live_run() {
+    let mut checked = 0;
+    for seed in 0..12u64 {
+        let interval = [1, 30, 200, 2_000][seed as usize % 4];
+        let live = live_run(seed, interval, 0);
+        let all = complete_snapshots(&live.chunks, 2);
+        assert!(!all.is_empty(), "seed {seed}: no complete snapshot");
+        for (&epoch, files) in &all {
+            let want: Vec<_> = live
+                .sim
+                .handovers()
+                .iter()
+                .filter(|s| s.epoch > epoch)
+                .map(|s| (s.epoch, s.shard, s.to))
+                .collect();
+            let fresh = restore(&live, interval, epoch, files, |m| m.to_vec());
+            assert_eq!(fresh.state(), live.sim.state(), "seed {seed} snapshot {epoch}");
+            let got: Vec<_> = fresh.handovers().iter().map(|s| (s.epoch, s.shard, s.to)).collect();
+            assert_eq!(
+                got, want,
+                "seed {seed} interval {interval}: restore from snapshot {epoch}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 100, "{checked} restores");
+}
+
+/// The live run's clock was an hour ahead (a clock later stepped back, a
+/// data directory moved to another host): after a restore the shards still
+/// take snapshots, rather than none until the clock catches up.
+#[test]
+fn a_restart_on_a_clock_behind_the_log_still_takes_snapshots() {
+    let interval = 1_000;
+    let live = live_run(3, interval, 3_600_000_000);
+    let all = complete_snapshots(&live.chunks, 2);
+    let (&epoch, files) = all.last_key_value().expect("a complete snapshot");
+    let app = bank(8);
+    let mut fresh = restore(&live, interval, epoch, files, |m| m.to_vec());
+    let _ = fresh.take_snapshots();
+    for t in 0..300u64 {
+        fresh
+            .submit(0, 10_000 + t, transfer(&app, t % 64, (t + 1) % 64, 1))
+            .unwrap();
+        fresh.run();
+    }
+    let taken = fresh.take_snapshots().iter().filter(|c| c.last).count();
+    assert!(taken >= 2, "{taken} snapshot files after the restore");
+}
