@@ -85,16 +85,23 @@ fn free_port_block(len: u16) -> u16 {
 /// A cluster of `NODES` nodes under `root`, each preloaded with `preload`
 /// (`styxd` flags), not started.
 fn cluster(root: &Path, preload: &[&str]) -> (PathBuf, Vec<Node>) {
-    // Per node: peer, (unused), client, metrics (the client port + 1,
-    // where `styx` looks by default; off unless a test turns it on).
-    let base = free_port_block(NODES as u16 * 4);
+    cluster_of(root, preload, 1)
+}
+
+/// The same with `shards` shards on each node.
+fn cluster_of(root: &Path, preload: &[&str], shards: u16) -> (PathBuf, Vec<Node>) {
+    // Per node: peer, a data-link port per shard, client, metrics (the
+    // client port + 1, where `styx` looks by default; off unless a test
+    // turns it on).
+    let stride = 3 + shards;
+    let base = free_port_block(NODES as u16 * stride);
     let mut file = String::from("heartbeat_ms = 50\nfailure_timeout_ms = 400\n");
     let mut nodes = Vec::new();
     for i in 0..NODES as u16 {
-        let peer = base + i * 4;
-        let client = format!("127.0.0.1:{}", peer + 2);
+        let peer = base + i * stride;
+        let client = format!("127.0.0.1:{}", peer + 1 + shards);
         file.push_str(&format!(
-            "[[nodes]]\nid = {i}\npeer = \"127.0.0.1:{peer}\"\nclient = \"{client}\"\nshards = 1\n"
+            "[[nodes]]\nid = {i}\npeer = \"127.0.0.1:{peer}\"\nclient = \"{client}\"\nshards = {shards}\n"
         ));
         let dir = root.join(format!("node-{i}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -370,8 +377,12 @@ fn tpcc_bench_rides_out_kill_9_of_nodes() {
 /// A serving cluster preloaded with 300 YCSB-T accounts, with each node's
 /// metrics beside its client port if `metrics`; and its client addresses.
 fn ycsbt_cluster(name: &str, metrics: bool) -> (Vec<Node>, String) {
+    ycsbt_cluster_of(name, metrics, 1)
+}
+
+fn ycsbt_cluster_of(name: &str, metrics: bool, shards: u16) -> (Vec<Node>, String) {
     let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
-    let (_, mut nodes) = cluster(&data_dir(name), &["--preload", "ycsbt", "--keys", "300"]);
+    let (_, mut nodes) = cluster_of(&data_dir(name), &["--preload", "ycsbt", "--keys", "300"], shards);
     for n in &mut nodes {
         if metrics {
             let (host, port) = n.client.rsplit_once(':').unwrap();
@@ -453,6 +464,26 @@ fn the_bench_pool_routes_moved_partitions_to_their_new_node() {
         rerouted * 40 > committed && rerouted * 8 < committed,
         "{rerouted} of {committed}"
     );
+}
+
+/// Nodes of two shards each (their shards meet through in-process links
+/// and other nodes' through TCP): transfers commit with every balance
+/// exact, before and after one node is killed and restarted.
+#[test]
+fn nodes_of_two_shards_serve_and_recover() {
+    let (mut nodes, addrs) = ycsbt_cluster_of("cluster-two-shards", false, 2);
+    let report = short_ycsbt(&addrs, "2");
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    assert!(report["committed"].as_u64().unwrap() > 100, "{report}");
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    nodes[1].kill9();
+    nodes[1].spawn(bin);
+    for n in &nodes {
+        connect(&n.client, Duration::from_secs(60)).expect("the cluster serves again");
+    }
+    let report = short_ycsbt(&addrs, "2");
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    assert!(report["committed"].as_u64().unwrap() > 100, "{report}");
 }
 
 #[test]
