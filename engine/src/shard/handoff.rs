@@ -497,6 +497,12 @@ impl Handoff {
             1 => {
                 // epoch, shard, lc, now_us, txn count: 34 bytes at least.
                 let n = count(input, 34)?;
+                if n == 0 {
+                    // A replay ends at the epoch end that empties it, before
+                    // any hand-off: a shard rebuilt replaying nothing would
+                    // never start an epoch.
+                    return Err(DecodeError::Invalid("a replay of no batch".into()));
+                }
                 let mut q = VecDeque::with_capacity(n);
                 for _ in 0..n {
                     q.push_back(decode_batch_of_log(input, app, n_shards)?);
@@ -601,5 +607,33 @@ impl Handoff {
             snapshot_last_us,
             snapshot_due,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Handover;
+    use crate::sim::{Sim, test_config};
+
+    #[test]
+    fn a_replay_of_no_batch_is_refused() {
+        let mut app = App::new("handoff");
+        let op = app.operator("account", 4);
+        app.function(op, "touch", |ctx, (): ()| async move {
+            ctx.put(&1i64)?;
+            Ok(())
+        });
+        let app = Arc::new(app);
+        let mut sim = Sim::new(app.clone(), test_config(8), 2, 1);
+        sim.set_layout(Layout::contiguous(&[1, 1]));
+        sim.submit(0, 0, Handover { shard: 1, node: 0 }.request()).unwrap();
+        sim.run();
+        assert_eq!(sim.handoffs(), 1);
+        let mut h = Handoff::decode(sim.last_handoff(), &app).unwrap();
+        assert!(h.replay.is_none());
+        h.replay = Some(VecDeque::new());
+        let e = Handoff::decode(&h.encode(), &app).map(|_| ()).unwrap_err();
+        assert!(e.to_string().contains("no batch"), "{e}");
     }
 }
