@@ -248,7 +248,9 @@ impl Run {
     /// numbering (the runtime's side of handovers builds on this: see
     /// docs/nodes.md, step 4). A node's data links listen on its peer port
     /// plus one plus the shard's index among the node's, so a node may run
-    /// at most as many shards as the cluster file gives it ports for.
+    /// at most as many shards as the cluster file gives it ports for (and
+    /// since the counts add up to the same total, exactly as many). Every
+    /// node must be given the same layout: nothing checks that yet.
     pub fn with_layout(mut self, layout: Layout) -> Result<Run, String> {
         if layout.n_shards() != self.spec.n_shards() || usize::from(layout.nodes()) != self.spec.nodes.len() {
             return Err(format!(

@@ -56,6 +56,8 @@ pub enum Error {
     Shard { shard: usize, message: String },
     #[error("{0} shards requested; between 1 and {max} are supported", max = styx_engine::SHARDS_MAX)]
     Shards(usize),
+    #[error("this node runs no shard in this run's layout: a spare is not supported by the runtime yet")]
+    NoLocalShards,
     #[error("cannot listen on {addr}: {reason}")]
     Listen { addr: std::net::SocketAddr, reason: String },
 }
@@ -227,9 +229,20 @@ where
     }
     let n_local = local.len();
     if n_local == 0 {
-        // A node running no shard (a spare) has nothing to run here.
-        return Ok(Vec::new());
+        // A spare would have to take part in the control plane's rounds
+        // and snapshot commits without shards: not built (docs/nodes.md).
+        return Err(Error::NoLocalShards);
     }
+    if let Some(m) = &opts.metrics {
+        assert_eq!(m.ids, local, "metrics of other shards than this node's");
+    }
+    // CPUs and executor names as if the node's shards were numbered in
+    // order, as the cluster file numbers them: nodes sharing a machine
+    // spread over its CPUs whatever the layout.
+    let pin_base = match &opts.cluster {
+        Some(run) => usize::from(run.spec.shards_of(run.node).start),
+        None => 0,
+    };
     let mut index = vec![u16::MAX; n];
     for (l, s) in local.iter().enumerate() {
         index[usize::from(*s)] = l as u16;
@@ -247,7 +260,6 @@ where
         done: Arc::new(AtomicUsize::new(0)),
         clock: Clock::new(),
         n,
-        first: local[0],
         local,
         index,
         opts,
@@ -259,13 +271,13 @@ where
             // shards per thread as this one: nodes sharing a machine (a
             // test, a benchmark) spread over its CPUs instead of all
             // pinning their first executor to CPU 0.
-            Placement::Fixed((usize::from(node.first) * n_exec / n_local + e) % cpus)
+            Placement::Fixed((pin_base * n_exec / n_local + e) % cpus)
         } else {
             Placement::Unbound
         };
         let (mesh, node) = (mesh.clone(), node.clone());
         let handle = LocalExecutorBuilder::new(placement)
-            .name(&format!("shards-{}", usize::from(node.first) + e))
+            .name(&format!("shards-{}", node.local[first_of_executor(e, n_exec, n_local)]))
             .spin_before_park(node.opts.spin_before_park)
             .io_memory(node.opts.io_memory)
             .spawn(move || async move {
@@ -332,8 +344,6 @@ struct Node<M> {
     local: Vec<ShardId>,
     /// Per shard of the run, its local index (`u16::MAX`: on another node).
     index: Vec<u16>,
-    /// The first local shard's id (executor names and CPU placement).
-    first: ShardId,
 }
 
 /// Starts local shard `l` (its frontend, links to other nodes, log) and
@@ -347,7 +357,7 @@ where
     let id = node.local[l];
     let mut shard = Shard::new(node.app.clone(), opts.engine.clone(), id, node.n as u16);
     let frontend = (node.make)(&mut shard);
-    let metrics = opts.metrics.as_ref().map(|m| m.shards[l].clone());
+    let metrics = opts.metrics.as_ref().map(|m| m.of(id).clone());
     let remote = match &opts.cluster {
         Some(run) if run.is_cluster() => {
             match remote::Remote::connect(run.clone(), id, node.links.clone(), waiter.clone(), metrics.clone()).await {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use styx_engine::{Abort, Address, App, FnId, Key, Layout, Outcome, Payload, Reply, Request, Shard};
 use styx_runtime::cluster::{Control, Node, Spec, Survey};
-use styx_runtime::{Frontend, Options, run};
+use styx_runtime::{Frontend, Metrics, Options, run};
 
 const ACCOUNTS: u64 = 400;
 /// Transfers each shard submits.
@@ -29,6 +29,7 @@ struct Seen {
     other: u64,
     balance_sum: i64,
     accounts: u64,
+    balances: Vec<(u64, i64)>,
 }
 
 struct Closed {
@@ -57,11 +58,7 @@ impl Frontend for Closed {
         }
         let mut any = false;
         while self.outstanding < IN_FLIGHT && self.sent < REQUESTS {
-            // Debtors of this shard's stream, creditors anywhere: most
-            // transfers cross shards, half of them nodes.
-            let n = self.sent * 4 + self.shard;
-            let debtor = n * 7919 % ACCOUNTS;
-            let creditor = (debtor + 1 + n * 104_729 % (ACCOUNTS - 1)) % ACCOUNTS;
+            let (debtor, creditor) = pair(self.shard, self.sent);
             let request = Request {
                 function: self.transfer,
                 address: Address::Entity(Key::from(debtor)),
@@ -112,8 +109,10 @@ impl Frontend for Closed {
     fn finish(self, shard: &Shard) -> Seen {
         let mut seen = self.seen;
         seen.shard = shard.id();
-        shard.for_each_entity(|_, _, v| {
-            seen.balance_sum += v.decode::<i64>().expect("a balance");
+        shard.for_each_entity(|_, k, v| {
+            let balance = v.decode::<i64>().expect("a balance");
+            seen.balance_sum += balance;
+            seen.balances.push((k.as_u64().expect("an account number"), balance));
             seen.accounts += 1;
         });
         seen
@@ -194,9 +193,11 @@ fn placed_alternately(threads: usize) {
                 let joined = control.join(Survey::default(), &stop).expect("join").expect("a run");
                 let cluster = Arc::new(joined.with_layout(layout).expect("the layout fits"));
                 assert_eq!(cluster.local_shards(), [node, node + 2]);
+                let metrics = Metrics::of_ids(cluster.local_shards());
                 let opts = Options {
                     shards: 2,
                     pin: false,
+                    metrics: Some(metrics.clone()),
                     threads: Some(threads),
                     cluster: Some(cluster.clone()),
                     ..Options::default()
@@ -225,6 +226,11 @@ fn placed_alternately(threads: usize) {
                     }
                 })
                 .expect("run");
+                // Each shard's counters under its own id.
+                for id in [node, node + 2] {
+                    let m = metrics.of(id);
+                    assert!(m.committed.load(Ordering::SeqCst) > 0, "shard {id}'s metrics");
+                }
                 assert!(
                     !cluster.failure.is_failed() || finished.load(Ordering::SeqCst) == 8,
                     "node {node}: the run failed before every shard finished: {:?}",
@@ -253,4 +259,30 @@ fn placed_alternately(threads: usize) {
         ACCOUNTS as i64 * START,
         "money is conserved across nodes"
     );
+    // The requests are a function of (shard, number): every balance is
+    // its start plus exactly the transfers that touched it, once.
+    let mut expected = vec![START; ACCOUNTS as usize];
+    for shard in 0..4u64 {
+        for sent in 0..REQUESTS {
+            let (debtor, creditor) = pair(shard, sent);
+            expected[debtor as usize] -= 1;
+            expected[creditor as usize] += 1;
+        }
+    }
+    let mut got = vec![i64::MIN; ACCOUNTS as usize];
+    for s in &seen {
+        for (k, b) in &s.balances {
+            got[*k as usize] = *b;
+        }
+    }
+    assert_eq!(got, expected, "every transfer applied exactly once");
+}
+
+/// The `sent`-th transfer of `shard`: `(debtor, creditor)`. Debtors of the
+/// shard's stream, creditors anywhere: most transfers cross shards, half
+/// of them nodes.
+fn pair(shard: u64, sent: u64) -> (u64, u64) {
+    let n = sent * 4 + shard;
+    let debtor = n * 7919 % ACCOUNTS;
+    (debtor, (debtor + 1 + n * 104_729 % (ACCOUNTS - 1)) % ACCOUNTS)
 }
