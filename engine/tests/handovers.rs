@@ -6,9 +6,7 @@
 //! log's handovers make; each node's manifest waits for exactly the shards
 //! it runs after the snapshot's epoch; a snapshot carries the layout, and
 //! its restore plus the log's replay reaches the live run's state and
-//! layout; bad handovers are refused without disturbing anything. (The
-//! state stays in the one process: moving it between processes is step 3.
-//! Node crashes during handovers, recovered from logs in pieces on several
+//! layout; bad handovers are refused without disturbing anything. (Node crashes during handovers, recovered from logs in pieces on several
 //! disks: `cluster_sim.rs`.)
 
 mod common;
@@ -18,17 +16,13 @@ use std::collections::BTreeMap;
 use styx_engine::layout::Switched;
 use styx_engine::rng::Rng;
 use styx_engine::sim::{DiskEvent, Sim, test_config};
-use styx_engine::{Epoch, Handoff, Handover, Layout, Move, OpId, Request, Shard, ShardId, SnapshotChunk};
+use styx_engine::{Epoch, Handoff, Layout, OpId, Request, Shard, ShardId};
 
 const ACCOUNTS: u64 = 40;
 const PARTITIONS: u32 = 8;
 const REQUESTS: u64 = 300;
 /// Two nodes of two shards and a spare.
 const NODES: [u16; 3] = [2, 2, 0];
-
-fn hand(shard: ShardId, node: u16) -> Request {
-    Handover { shard, node }.request()
-}
 
 /// The layouts the simulator went through, from its handovers: `(e,
 /// layout)` holds from epoch `e` on. (The log's handovers make the same
@@ -99,40 +93,6 @@ fn assert_manifests_follow_the_layout(sim: &Sim, layouts: &[(Epoch, Layout)], at
     assert!(complete > 0, "{at}: no snapshot committed by every node");
 }
 
-/// A shard's snapshot file: its entities and meta.
-type File = (State, Vec<u8>);
-
-/// Every shard's file of every snapshot epoch with all files complete:
-/// per epoch, per shard.
-fn complete_snapshots(chunks: &[SnapshotChunk], shards: u16) -> BTreeMap<Epoch, Vec<File>> {
-    let mut state = vec![State::new(); shards as usize];
-    let mut writing = vec![false; shards as usize];
-    let mut at: BTreeMap<Epoch, Vec<Option<File>>> = BTreeMap::new();
-    for c in chunks {
-        let i = c.shard as usize;
-        if c.base && !writing[i] {
-            // A whole file (after a hand-off): a new chain.
-            state[i].clear();
-        }
-        writing[i] = !c.last;
-        let s = &mut state[i];
-        for (op, k, v) in &c.entries {
-            match v {
-                Some(v) => s.insert((*op, k.clone()), v.clone()),
-                None => s.remove(&(*op, k.clone())),
-            };
-        }
-        if c.last {
-            at.entry(c.epoch).or_insert_with(|| vec![None; shards as usize])[c.shard as usize] =
-                Some((s.clone(), c.meta.clone()));
-        }
-    }
-    at.into_iter()
-        .filter(|(_, per)| per.iter().all(Option::is_some))
-        .map(|(e, per)| (e, per.into_iter().map(Option::unwrap).collect()))
-        .collect()
-}
-
 /// Transfers by exactly-once clients and without, with handovers of
 /// random shards to random nodes and a few partition moves in between.
 fn bank_under_handovers(seed: u64) {
@@ -160,12 +120,10 @@ fn bank_under_handovers(seed: u64) {
                 rng.below(NODES.len() as u64) as u16,
             )
         } else if rng.chance(0.02) {
-            Move {
-                op: OpId(0),
-                partition: rng.below(u64::from(PARTITIONS)) as u32,
-                to: rng.below(u64::from(shards)) as ShardId,
-            }
-            .request()
+            move_to(
+                rng.below(u64::from(PARTITIONS)) as u32,
+                rng.below(u64::from(shards)) as ShardId,
+            )
         } else {
             let d = rng.below(ACCOUNTS);
             let c = (d + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS;
@@ -557,19 +515,11 @@ fn replay_decides_a_waiting_handover_where_the_live_run_did() {
         for (op, k, v) in &initial {
             sim.load(*op, k, Some(v.clone()));
         }
-        let mv = |partition: u32, to: ShardId| {
-            Move {
-                op: OpId(0),
-                partition,
-                to,
-            }
-            .request()
-        };
-        sim.submit(0, 0, mv(0, 1)).unwrap();
+        sim.submit(0, 0, move_to(0, 1)).unwrap();
         while sim.shard(0).epoch() < 3 {
             assert!(sim.step());
         }
-        sim.submit(0, 1, mv(2, 1)).unwrap();
+        sim.submit(0, 1, move_to(2, 1)).unwrap();
         sim.submit(0, 2, hand(0, 2)).unwrap();
         for t in 3..80u64 {
             sim.submit(0, t, transfer(&app, t % 64, (t + 1) % 64, 1)).unwrap();

@@ -18,15 +18,6 @@ const PARTITIONS: u32 = 8;
 const REQUESTS: u64 = 300;
 const SEEDS: u64 = 10;
 
-fn move_to(partition: u32, to: ShardId) -> Request {
-    Move {
-        op: OpId(0),
-        partition,
-        to,
-    }
-    .request()
-}
-
 /// Between epochs: every shard holds the map the log's moves make, and
 /// every entity lives on the shard it names.
 fn assert_placed_by_log(sim: &Sim, at: &str) {

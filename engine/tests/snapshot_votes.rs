@@ -7,44 +7,8 @@
 mod common;
 
 use common::*;
-use std::collections::BTreeMap;
 use styx_engine::sim::{Sim, test_config};
-use styx_engine::{Batch, Epoch, Handover, Layout, Move, OpId, Request, ShardId, SnapshotChunk};
-
-fn hand(shard: ShardId, node: u16) -> Request {
-    Handover { shard, node }.request()
-}
-
-type File = (State, Vec<u8>);
-
-/// Every shard's file of every snapshot epoch whose files are all complete.
-fn complete_snapshots(chunks: &[SnapshotChunk], shards: u16) -> BTreeMap<Epoch, Vec<File>> {
-    let mut state = vec![State::new(); shards as usize];
-    let mut writing = vec![false; shards as usize];
-    let mut at: BTreeMap<Epoch, Vec<Option<File>>> = BTreeMap::new();
-    for c in chunks {
-        let i = c.shard as usize;
-        if c.base && !writing[i] {
-            state[i].clear();
-        }
-        writing[i] = !c.last;
-        let s = &mut state[i];
-        for (op, k, v) in &c.entries {
-            match v {
-                Some(v) => s.insert((*op, k.clone()), v.clone()),
-                None => s.remove(&(*op, k.clone())),
-            };
-        }
-        if c.last {
-            at.entry(c.epoch).or_insert_with(|| vec![None; shards as usize])[c.shard as usize] =
-                Some((s.clone(), c.meta.clone()));
-        }
-    }
-    at.into_iter()
-        .filter(|(_, per)| per.iter().all(Option::is_some))
-        .map(|(e, per)| (e, per.into_iter().map(Option::unwrap).collect()))
-        .collect()
-}
+use styx_engine::{Batch, Epoch, Layout, ShardId, SnapshotChunk};
 
 struct Live {
     sim: Sim,
@@ -69,19 +33,11 @@ fn live_run(seed: u64, interval: u64, ahead_us: u64) -> Live {
     for (op, k, v) in &accounts(64, START_BALANCE) {
         sim.load(*op, k, Some(v.clone()));
     }
-    let mv = |partition: u32, to: ShardId| {
-        Move {
-            op: OpId(0),
-            partition,
-            to,
-        }
-        .request()
-    };
     let mut token = 0;
     for round in 0..5u64 {
         // A move; a few epochs into its copy a second move and a handover
         // (waiting behind them), as in replay_decides_a_waiting_handover_...
-        sim.submit(0, token, mv((round * 3 % 8) as u32, ((round + 1) % 2) as ShardId))
+        sim.submit(0, token, move_to((round * 3 % 8) as u32, ((round + 1) % 2) as ShardId))
             .unwrap();
         token += 1;
         let e0 = sim.shard(0).epoch();
@@ -90,8 +46,12 @@ fn live_run(seed: u64, interval: u64, ahead_us: u64) -> Live {
                 break;
             }
         }
-        sim.submit(1, token, mv(((round * 3 + 2) % 8) as u32, ((round + 1) % 2) as ShardId))
-            .unwrap();
+        sim.submit(
+            1,
+            token,
+            move_to(((round * 3 + 2) % 8) as u32, ((round + 1) % 2) as ShardId),
+        )
+        .unwrap();
         token += 1;
         sim.submit(0, token, hand((round % 2) as ShardId, [2, 0, 1][(round % 3) as usize]))
             .unwrap();
@@ -108,7 +68,7 @@ fn live_run(seed: u64, interval: u64, ahead_us: u64) -> Live {
     Live { sim, chunks, logs }
 }
 
-fn restore(live: &Live, interval: u64, epoch: Epoch, files: &[File], meta: impl Fn(&[u8]) -> Vec<u8>) -> Sim {
+fn restore(live: &Live, interval: u64, epoch: Epoch, files: &[SnapshotFile], meta: impl Fn(&[u8]) -> Vec<u8>) -> Sim {
     let app = bank(8);
     let mut config = test_config(8);
     config.snapshot_interval_us = interval;

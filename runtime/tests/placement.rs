@@ -7,11 +7,15 @@
 //! (docs/nodes.md, step 4), and the first test of a cluster whose nodes
 //! run more than one shard each.
 
+mod common;
+
+use common::bank;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
-use styx_engine::{Abort, Address, App, FnId, Key, Layout, Outcome, Payload, Reply, Request, Shard};
+use styx_engine::{Address, FnId, Key, Layout, Outcome, Payload, Reply, Request, Shard};
 use styx_runtime::cluster::{Control, Node, Spec, Survey};
 use styx_runtime::{Frontend, Metrics, Options, run};
 
@@ -119,27 +123,6 @@ impl Frontend for Closed {
     }
 }
 
-fn bank() -> (Arc<App>, FnId) {
-    let mut app = App::new("placement");
-    let account = app.operator("account", 16);
-    let deposit = app.function(account, "deposit", |ctx, amount: i64| async move {
-        let balance = ctx.get::<i64>()?.unwrap_or(0);
-        ctx.put(&(balance + amount))?;
-        Ok(())
-    });
-    let transfer = app.function(
-        account,
-        "transfer",
-        move |ctx, (creditor, amount): (u64, i64)| async move {
-            ctx.call_fn::<()>(deposit, creditor, amount).await?;
-            let balance = ctx.get::<i64>()?.unwrap_or(0);
-            ctx.put(&(balance - amount))?;
-            Ok::<(), Abort>(())
-        },
-    );
-    (Arc::new(app), transfer)
-}
-
 /// A base port whose `len` ports are free now, below the ephemeral range.
 fn free_port_block(len: u16) -> u16 {
     let mut base = 21_000 + (std::process::id() % 9_000) as u16;
@@ -159,7 +142,7 @@ fn shards_placed_alternately_on_two_nodes_conserve_money() {
 }
 
 fn placed_alternately(threads: usize) {
-    let (app, transfer) = bank();
+    let (app, transfer) = bank("placement");
     // Per node: control port, two data-link ports, a client port (unused).
     let base = free_port_block(8);
     let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));

@@ -4,8 +4,11 @@
 //! epochs). A frontend that does not ask is pumped mid-work: the case the
 //! flag exists for happens in this run.
 
-use std::sync::Arc;
-use styx_engine::{Abort, Address, App, FnId, Key, Outcome, Payload, Reply, Request, Shard, Stage};
+mod common;
+
+use common::bank;
+
+use styx_engine::{Address, FnId, Key, Outcome, Payload, Reply, Request, Shard, Stage};
 use styx_runtime::{Frontend, Options, run};
 
 /// Transfers each shard sends in all.
@@ -89,29 +92,8 @@ impl Frontend for Closed {
     }
 }
 
-fn bank() -> (Arc<App>, FnId) {
-    let mut app = App::new("pump");
-    let account = app.operator("account", 16);
-    let deposit = app.function(account, "deposit", |ctx, amount: i64| async move {
-        let balance = ctx.get::<i64>()?.unwrap_or(0);
-        ctx.put(&(balance + amount))?;
-        Ok(())
-    });
-    let transfer = app.function(
-        account,
-        "transfer",
-        move |ctx, (creditor, amount): (u64, i64)| async move {
-            ctx.call_fn::<()>(deposit, creditor, amount).await?;
-            let balance = ctx.get::<i64>()?.unwrap_or(0);
-            ctx.put(&(balance - amount))?;
-            Ok::<(), Abort>(())
-        },
-    );
-    (Arc::new(app), transfer)
-}
-
 fn closed_loop(after_local_work: bool) -> Vec<Seen> {
-    let (app, transfer) = bank();
+    let (app, transfer) = bank("pump");
     let opts = Options {
         shards: 2,
         pin: false,

@@ -5,12 +5,13 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use styx_engine::rng::Rng;
 use styx_engine::sim::Sim;
 use styx_engine::{
     Abort, Address, App, Batch, CallLimits, ClientSeq, Epoch, Handover, Key, Layout, Move, OpId, PartitionMap, Payload,
-    Request, ShardId, Value,
+    Request, ShardId, SnapshotChunk, Value,
 };
 
 // ---------------------------------------------------------------------------
@@ -515,4 +516,56 @@ pub fn layouts_of_log<'a>(initial: &Layout, batches: impl IntoIterator<Item = &'
         }
     }
     out
+}
+
+// ---------------------------------------------------------------------------
+// Moves, handovers and snapshot files of the bank.
+
+/// The request that moves the bank's partition `partition` to shard `to`.
+pub fn move_to(partition: u32, to: ShardId) -> Request {
+    Move {
+        op: OpId(0),
+        partition,
+        to,
+    }
+    .request()
+}
+
+/// The request that hands `shard` to `node`.
+pub fn hand(shard: ShardId, node: u16) -> Request {
+    Handover { shard, node }.request()
+}
+
+/// A shard's snapshot file: its entities and meta.
+pub type SnapshotFile = (State, Vec<u8>);
+
+/// Every shard's file of every snapshot epoch with all files complete:
+/// per epoch, per shard.
+pub fn complete_snapshots(chunks: &[SnapshotChunk], shards: u16) -> BTreeMap<Epoch, Vec<SnapshotFile>> {
+    let mut state = vec![State::new(); shards as usize];
+    let mut writing = vec![false; shards as usize];
+    let mut at: BTreeMap<Epoch, Vec<Option<SnapshotFile>>> = BTreeMap::new();
+    for c in chunks {
+        let i = c.shard as usize;
+        if c.base && !writing[i] {
+            // A whole file (after a hand-off): a new chain.
+            state[i].clear();
+        }
+        writing[i] = !c.last;
+        let s = &mut state[i];
+        for (op, k, v) in &c.entries {
+            match v {
+                Some(v) => s.insert((*op, k.clone()), v.clone()),
+                None => s.remove(&(*op, k.clone())),
+            };
+        }
+        if c.last {
+            at.entry(c.epoch).or_insert_with(|| vec![None; shards as usize])[c.shard as usize] =
+                Some((s.clone(), c.meta.clone()));
+        }
+    }
+    at.into_iter()
+        .filter(|(_, per)| per.iter().all(Option::is_some))
+        .map(|(e, per)| (e, per.into_iter().map(Option::unwrap).collect()))
+        .collect()
 }
