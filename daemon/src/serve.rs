@@ -123,7 +123,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             None => Arc::new(Run::single(spec.clone(), Plan::of(&[surveyed.survey()])?)),
             Some(c) => {
                 tracing::info!(node, round, survey = ?surveyed.survey(), "joining the cluster");
-                match c.join(surveyed.survey(), &shutdown)? {
+                match c.join(surveyed.survey(), &spec.layout(), &shutdown)? {
                     Some(run) => Arc::new(run),
                     None => break,
                 }

@@ -179,6 +179,12 @@ impl Layout {
         })
     }
 
+    /// This placement at `version` (as a peer described a layout it runs).
+    pub fn with_version(mut self, version: u64) -> Layout {
+        self.version = version;
+        self
+    }
+
     /// How many handovers changed it.
     pub fn version(&self) -> u64 {
         self.version

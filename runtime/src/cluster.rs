@@ -53,8 +53,8 @@ const HELLO_SNAPSHOTS_MAX: usize = 1 << 12;
 const DIAL_RETRY: Duration = Duration::from_millis(50);
 /// A connection that says nothing for this long during the join is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
-/// Version of the control protocol.
-const CONTROL_VERSION: u16 = 2;
+/// Version of the control protocol (3: a hello carries the layout).
+const CONTROL_VERSION: u16 = 3;
 const CONTROL_MAGIC: u64 = 0x5354_5958_4354_524c; // "STYXCTRL"
 
 const HELLO: u8 = 1;
@@ -177,6 +177,34 @@ fn with_port_offset(a: SocketAddr, offset: u16) -> SocketAddr {
     a
 }
 
+/// Checks that `layout` places the shards of `spec`: as many shards and
+/// nodes, and no node given more shards than its cluster file entry
+/// reserves ports for. A node's data links listen on its peer port plus
+/// one plus the shard's index among the node's (the runtime's side of
+/// handovers will need a port per global shard or one listener per node:
+/// docs/nodes.md, step 4).
+pub fn check_layout(spec: &Spec, layout: &Layout) -> Result<(), String> {
+    if layout.n_shards() != spec.n_shards() || usize::from(layout.nodes()) != spec.nodes.len() {
+        return Err(format!(
+            "a layout of {} shards on {} nodes for a cluster of {} on {}",
+            layout.n_shards(),
+            layout.nodes(),
+            spec.n_shards(),
+            spec.nodes.len()
+        ));
+    }
+    for n in &spec.nodes {
+        let runs = layout.shards_of(n.id).count();
+        if runs > usize::from(n.shards) {
+            return Err(format!(
+                "node {} would run {runs} shards; its cluster file entry reserves ports for {}",
+                n.id, n.shards
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Why a run of the cluster ended early.
 #[derive(Debug, Default)]
 pub struct Failure {
@@ -210,9 +238,8 @@ impl Failure {
 pub struct Run {
     pub spec: Spec,
     pub node: u16,
-    /// Which node runs each shard in this run: the cluster file's
-    /// numbering ([`Spec::layout`]) unless set otherwise
-    /// ([`Run::with_layout`]).
+    /// Which node runs each shard in this run: the layout every node
+    /// joined with ([`Control::join`]).
     layout: Layout,
     /// The shards `layout` gives this node, in order.
     local: Vec<ShardId>,
@@ -242,37 +269,6 @@ impl Run {
             committed: Arc::new(vec![AtomicU64::new(0)]),
             peers: Mutex::new(Vec::new()),
         }
-    }
-
-    /// Places the shards by `layout` instead of the cluster file's
-    /// numbering (the runtime's side of handovers builds on this: see
-    /// docs/nodes.md, step 4). A node's data links listen on its peer port
-    /// plus one plus the shard's index among the node's, so a node may run
-    /// at most as many shards as the cluster file gives it ports for (and
-    /// since the counts add up to the same total, exactly as many). Every
-    /// node must be given the same layout: nothing checks that yet.
-    pub fn with_layout(mut self, layout: Layout) -> Result<Run, String> {
-        if layout.n_shards() != self.spec.n_shards() || usize::from(layout.nodes()) != self.spec.nodes.len() {
-            return Err(format!(
-                "a layout of {} shards on {} nodes for a cluster of {} on {}",
-                layout.n_shards(),
-                layout.nodes(),
-                self.spec.n_shards(),
-                self.spec.nodes.len()
-            ));
-        }
-        for n in &self.spec.nodes {
-            let runs = layout.shards_of(n.id).count();
-            if runs > usize::from(n.shards) {
-                return Err(format!(
-                    "node {} would run {runs} shards; its cluster file entry reserves ports for {}",
-                    n.id, n.shards
-                ));
-            }
-        }
-        self.local = layout.shards_of(self.node).collect();
-        self.layout = layout;
-        Ok(self)
     }
 
     /// Where the shards run in this run.
@@ -364,6 +360,9 @@ struct Hello {
     incarnation: u64,
     round: u64,
     survey: Survey,
+    /// The layout this node was told to run: every node must be told the
+    /// same, or shards would wait for peers where none listens.
+    layout: Layout,
 }
 
 impl Control {
@@ -411,12 +410,18 @@ impl Control {
         })
     }
 
-    /// Joins the cluster with what this node's disk holds: waits until
-    /// every other node said hello, then agrees on the plan. Returns `None`
-    /// if `stop` was set meanwhile.
-    pub fn join(&mut self, survey: Survey, stop: &AtomicBool) -> Result<Option<Run>, String> {
+    /// Joins the cluster with what this node's disk holds and the layout
+    /// it runs (the cluster file's numbering, [`Spec::layout`], or a
+    /// placement given whole): waits until every other node said hello
+    /// with the same cluster file, application and layout, then agrees on
+    /// the plan. A peer that disagrees is refused and logged, and the join
+    /// goes on waiting for it to be restarted right. Returns `None` if
+    /// `stop` was set meanwhile.
+    pub fn join(&mut self, survey: Survey, layout: &Layout, stop: &AtomicBool) -> Result<Option<Run>, String> {
+        check_layout(&self.spec, layout)?;
         self.round += 1;
         let me = Hello {
+            layout: layout.placed(),
             fingerprint: self.spec.fingerprint(),
             app: self.app_fingerprint,
             node: self.node,
@@ -489,7 +494,7 @@ impl Control {
             watch(peer, s, &self.spec, failure.clone(), committed.clone());
             writers.push(writer);
         }
-        let layout = self.spec.layout();
+        let layout = me.layout;
         Ok(Some(Run {
             local: layout.shards_of(self.node).collect(),
             layout,
@@ -515,6 +520,13 @@ impl Control {
             return Err(format!("expected a hello, got frame {tag}"));
         }
         let h = decode_hello(&body)?;
+        self.check_peer(me, &h, dialed)?;
+        Ok((s, h))
+    }
+
+    /// Whether the peer that said `h` runs the same cluster, application
+    /// and layout as this node (that said `me`), and is who we dialed.
+    fn check_peer(&self, me: &Hello, h: &Hello, dialed: Option<u16>) -> Result<(), String> {
         if h.fingerprint != me.fingerprint {
             return Err(format!(
                 "node {} runs another cluster layout (check that every node has the same cluster file)",
@@ -530,12 +542,22 @@ impl Control {
         if usize::from(h.node) >= self.spec.nodes.len() || h.node == self.node {
             return Err(format!("a hello from node {}", h.node));
         }
+        if h.layout != me.layout {
+            return Err(format!(
+                "node {} runs another layout (version {}, shards on nodes {:?}) than this node (version {}, {:?}): give every node the same",
+                h.node,
+                h.layout.version(),
+                placement(&h.layout),
+                me.layout.version(),
+                placement(&me.layout)
+            ));
+        }
         if let Some(d) = dialed
             && d != h.node
         {
             return Err(format!("dialed node {d}, node {} answered", h.node));
         }
-        Ok((s, h))
+        Ok(())
     }
 }
 
@@ -618,19 +640,34 @@ fn read_control_frame(s: &mut TcpStream) -> Result<(u8, Vec<u8>), String> {
     Ok((head[8], body))
 }
 
+/// Each shard's node, in shard order.
+fn placement(layout: &Layout) -> Vec<u16> {
+    (0..layout.n_shards()).map(|s| layout.node_of(s)).collect()
+}
+
 fn encode_hello(h: &Hello) -> Vec<u8> {
     let fields = (
         (CONTROL_MAGIC, CONTROL_VERSION, h.fingerprint, h.app),
         (h.node, h.incarnation, h.round),
         (h.survey.snapshots.clone(), h.survey.log_epoch, h.survey.complete),
+        (h.layout.version(), h.layout.nodes(), placement(&h.layout)),
     );
     Payload::encode(&fields).as_bytes().to_vec()
 }
 
 fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
-    type Fields = ((u64, u16, u64, u64), (u16, u64, u64), (Vec<Epoch>, Epoch, Epoch));
-    let ((magic, version, fingerprint, app), (node, incarnation, round), (snapshots, log_epoch, complete)) =
-        Fields::decode(&mut &bytes[..]).map_err(|e| format!("a malformed hello: {e}"))?;
+    type Fields = (
+        (u64, u16, u64, u64),
+        (u16, u64, u64),
+        (Vec<Epoch>, Epoch, Epoch),
+        (u64, u16, Vec<u16>),
+    );
+    let (
+        (magic, version, fingerprint, app),
+        (node, incarnation, round),
+        (snapshots, log_epoch, complete),
+        (layout_version, nodes, node_of),
+    ) = Fields::decode(&mut &bytes[..]).map_err(|e| format!("a malformed hello: {e}"))?;
     if magic != CONTROL_MAGIC {
         return Err("not a Styx node (bad magic)".into());
     }
@@ -642,6 +679,9 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
     if snapshots.len() > HELLO_SNAPSHOTS_MAX || snapshots.windows(2).any(|w| w[0] >= w[1]) {
         return Err("a hello whose snapshot list is not ascending".into());
     }
+    let layout = Layout::placed_on(nodes, node_of)
+        .map_err(|e| format!("a hello with a bad layout: {e}"))?
+        .with_version(layout_version);
     Ok(Hello {
         fingerprint,
         app,
@@ -653,6 +693,7 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
             log_epoch,
             complete,
         },
+        layout,
     })
 }
 
@@ -705,6 +746,7 @@ mod tests {
             incarnation: 4,
             round: 5,
             survey: survey(&[1, 5], 9),
+            layout: Layout::placed_on(2, vec![0, 1, 1, 0]).unwrap().with_version(7),
         };
         assert_eq!(decode_hello(&encode_hello(&h)).unwrap(), h);
         let bytes = encode_hello(&h);
@@ -714,6 +756,11 @@ mod tests {
         let mut bad = h.clone();
         bad.survey.snapshots = vec![5, 1];
         assert!(decode_hello(&encode_hello(&bad)).is_err());
+        // A layout placing a shard on a node it does not have.
+        let mut raw = encode_hello(&h);
+        let last = raw.len() - 1;
+        raw[last] = 9;
+        assert!(decode_hello(&raw).unwrap_err().contains("layout"));
     }
 
     #[test]
@@ -736,9 +783,10 @@ mod tests {
                 let spec = spec.clone();
                 let stop = stop.clone();
                 std::thread::spawn(move || {
+                    let layout = spec.layout();
                     let mut c = Control::start(spec, i, 42).unwrap();
                     let run = c
-                        .join(survey(&[1, u64::from(i) + 2], 10 + u64::from(i)), &stop)
+                        .join(survey(&[1, u64::from(i) + 2], 10 + u64::from(i)), &layout, &stop)
                         .unwrap()
                         .unwrap();
                     (c, run)
@@ -782,5 +830,100 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert!(runs[0].1.failure.reason().unwrap().contains("node 2"));
+    }
+
+    #[test]
+    fn nodes_told_different_layouts_do_not_join() {
+        let base = 19_300 + (std::process::id() % 200) as u16 * 10;
+        let node = |id: u16| Node {
+            id,
+            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 3)),
+            client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
+            shards: 2,
+        };
+        let spec = Spec {
+            nodes: vec![node(0), node(1)],
+            heartbeat: Duration::from_millis(20),
+            failure_timeout: Duration::from_millis(200),
+        };
+        let alternate = Layout::placed_on(2, vec![0, 1, 0, 1]).unwrap();
+        // A control plane on other ports (a listener lives as long as the
+        // process) for the checks without a peer.
+        let aside = Spec {
+            nodes: spec
+                .nodes
+                .iter()
+                .map(|n| Node {
+                    peer: SocketAddr::from(([127, 0, 0, 1], n.peer.port() + 7)),
+                    ..n.clone()
+                })
+                .collect(),
+            ..spec.clone()
+        };
+        let mut c = Control::start(aside, 0, 42).unwrap();
+        // A layout that does not fit the cluster file is refused at once.
+        let stop = AtomicBool::new(false);
+        let three = Layout::placed_on(3, vec![0, 1, 2, 0]).unwrap();
+        assert!(c.join(survey(&[], 0), &three, &stop).unwrap_err().contains("3 nodes"));
+        let crowded = Layout::placed_on(2, vec![0, 0, 0, 1]).unwrap();
+        assert!(
+            c.join(survey(&[], 0), &crowded, &stop)
+                .unwrap_err()
+                .contains("reserves ports for 2")
+        );
+        // The refusal names both layouts.
+        let hello = |layout: &Layout, node| Hello {
+            fingerprint: spec.fingerprint(),
+            app: 42,
+            node,
+            incarnation: 1,
+            round: 1,
+            survey: survey(&[], 0),
+            layout: layout.clone(),
+        };
+        let mut me = hello(&spec.layout(), 0);
+        me.fingerprint = c.spec.fingerprint();
+        let mut them = hello(&alternate, 1);
+        them.fingerprint = c.spec.fingerprint();
+        let refused = c.check_peer(&me, &them, Some(1)).unwrap_err();
+        assert!(
+            refused.contains("[0, 1, 0, 1]") && refused.contains("[0, 0, 1, 1]"),
+            "{refused}"
+        );
+        them.layout = spec.layout();
+        c.check_peer(&me, &them, Some(1)).unwrap();
+        drop(c);
+        // Two nodes told different layouts wait for each other in vain;
+        // told the same one, they join and run it. (Neither first layout is
+        // the one they agree on: a node still in its first join must not
+        // match the other's second.)
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = [spec.layout(), Layout::placed_on(2, vec![1, 0, 0, 1]).unwrap()]
+            .into_iter()
+            .enumerate()
+            .map(|(i, first)| {
+                let (spec, stop, alternate) = (spec.clone(), stop.clone(), alternate.clone());
+                std::thread::spawn(move || {
+                    let mut c = Control::start(spec, i as u16, 42).unwrap();
+                    let refused = c.join(survey(&[], 0), &first, &stop).unwrap();
+                    let never = AtomicBool::new(false);
+                    let run = c.join(survey(&[], 0), &alternate, &never).unwrap().unwrap();
+                    (refused.is_none(), run.local_shards().to_vec(), run.layout().clone())
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(800));
+        stop.store(true, Ordering::Relaxed);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !threads.iter().all(|t| t.is_finished()) {
+            assert!(Instant::now() < deadline, "the nodes did not join with the same layout");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let runs: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        for (i, (refused, local, layout)) in runs.iter().enumerate() {
+            assert!(*refused, "node {i} joined a peer told another layout");
+            assert_eq!(*local, [i as u16, i as u16 + 2]);
+            assert_eq!(*layout, alternate);
+        }
     }
 }

@@ -173,8 +173,11 @@ fn placed_alternately(threads: usize) {
             std::thread::spawn(move || {
                 let mut control = Control::start(spec, node, 7).expect("control plane");
                 let stop = AtomicBool::new(false);
-                let joined = control.join(Survey::default(), &stop).expect("join").expect("a run");
-                let cluster = Arc::new(joined.with_layout(layout).expect("the layout fits"));
+                let joined = control
+                    .join(Survey::default(), &layout, &stop)
+                    .expect("join")
+                    .expect("a run");
+                let cluster = Arc::new(joined);
                 assert_eq!(cluster.local_shards(), [node, node + 2]);
                 let metrics = Metrics::of_ids(cluster.local_shards());
                 let opts = Options {
