@@ -79,6 +79,15 @@ pub struct Config {
     /// it, so replay switches at the same epoch only with the same value
     /// (the state does not depend on it).
     pub move_share_entities: usize,
+    /// At the end of an epoch where the layout changed, every shard stops
+    /// and waits for its driver to hand it off and rebuild it
+    /// ([`Shard::hand_off`](crate::Shard::hand_off),
+    /// [`Shard::take_over`](crate::Shard::take_over)) — not only the shards
+    /// handed to another node. A runtime whose links between nodes follow
+    /// the layout re-points them then, when nothing of the next epoch
+    /// exists anywhere (docs/nodes.md, step 4). Off, shards that stay
+    /// where they are go straight on (the simulator's default).
+    pub pause_at_handover: bool,
 }
 
 impl Default for Config {
@@ -94,6 +103,7 @@ impl Default for Config {
             snapshot_interval_us: 0,
             record_history: false,
             move_share_entities: 1_024,
+            pause_at_handover: false,
         }
     }
 }

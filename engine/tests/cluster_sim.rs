@@ -293,6 +293,9 @@ impl Cluster {
         config.step_messages_max = [2, 8, 64][rng.below(3) as usize];
         // Moves copy over several epochs, or in one.
         config.move_share_entities = [1, 3, 4_096][(seed % 3) as usize];
+        // Every shard stops at a change of the layout (as the runtime's
+        // do), or only those leaving their node.
+        config.pause_at_handover = seed / 3 % 2 == 1;
         let fsync_busy = [0.0, 0.3, 0.7, 0.9][rng.below(4) as usize];
         let remote_delay_us_max = [20, 200, 1_000][rng.below(3) as usize];
         let acks = rng.chance(0.5);
@@ -346,7 +349,7 @@ impl Cluster {
     fn describe(&self) -> String {
         format!(
             "seed {} (nodes {:?}, snapshot every {} µs, fsync busy {}, remote delay ≤ {} µs, step_messages_max {}, \
-             acks {}), run {}, step {}, crashes {:?}",
+             acks {}, pause at handovers {}), run {}, step {}, crashes {:?}",
             self.seed,
             self.layout,
             self.config.snapshot_interval_us,
@@ -354,6 +357,7 @@ impl Cluster {
             self.remote_delay_us_max,
             self.config.step_messages_max,
             self.acks,
+            self.config.pause_at_handover,
             self.runs,
             self.steps,
             self.crashes

@@ -102,6 +102,9 @@ fn bank_under_handovers(seed: u64) {
     config.epoch_gather_us = 30;
     config.step_messages_max = [2, 8, 64][(seed % 3) as usize];
     config.snapshot_interval_us = [250, 1_500][(seed / 3 % 2) as usize];
+    // Half the seeds stop every shard at each change of the layout, as
+    // the runtime does to re-point its links, and rebuild each.
+    config.pause_at_handover = seed / 6 % 2 == 1;
     let initial_layout = Layout::contiguous(&NODES);
     let shards = initial_layout.n_shards();
     let mut rng = Rng::new(seed);
@@ -201,6 +204,83 @@ fn bank_under_handovers(seed: u64) {
 #[test]
 fn bank_with_handovers_matches_serial() {
     swarm(seeds(0..12), bank_under_handovers);
+}
+
+/// With `pause_at_handover` every shard stops at the end of the epoch
+/// where the layout changed — the ones staying where they are too — and
+/// none starts the next epoch until its driver rebuilt it from its
+/// hand-off. The run then goes on exactly as one where only the shard that
+/// changed nodes was rebuilt: the same replies, the same state.
+#[test]
+fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
+    let app = bank(PARTITIONS);
+    let run = |pause: bool| {
+        let mut config = test_config(8);
+        config.pause_at_handover = pause;
+        let mut sim = Sim::new(app.clone(), config.clone(), 4, 11);
+        sim.set_layout(Layout::contiguous(&NODES));
+        sim.set_auto_hand_over(false);
+        let initial = accounts(ACCOUNTS, START_BALANCE);
+        for (op, k, v) in &initial {
+            sim.load(*op, k, Some(v.clone()));
+        }
+        let mut rng = Rng::new(5);
+        let mut pauses = 0;
+        for token in 0..200u64 {
+            let request = if token % 40 == 20 {
+                hand(rng.below(4) as ShardId, rng.below(3) as u16)
+            } else {
+                let d = rng.below(ACCOUNTS);
+                transfer(&app, d, (d + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS, 1)
+            };
+            sim.submit((token % 4) as ShardId, token, request).unwrap();
+            for _ in 0..10 {
+                sim.step();
+                let departing: Vec<ShardId> = (0..4).filter(|s| sim.shard(*s).is_departing()).collect();
+                if departing.is_empty() {
+                    continue;
+                }
+                let epoch = sim.shard(departing[0]).epoch();
+                if pause {
+                    // Every shard ends the same epoch and stops there: none
+                    // starts the next one however long the sim runs.
+                    for _ in 0..2_000 {
+                        sim.step();
+                        for s in 0..4 {
+                            assert!(
+                                sim.shard(s).epoch() <= epoch,
+                                "shard {s} went on past a change of the layout"
+                            );
+                        }
+                    }
+                    for s in 0..4 {
+                        assert!(sim.shard(s).is_departing(), "shard {s} did not stop");
+                        assert_eq!(sim.shard(s).epoch(), epoch, "shard {s}");
+                    }
+                    pauses += 1;
+                }
+                let departing: Vec<ShardId> = (0..4).filter(|s| sim.shard(*s).is_departing()).collect();
+                for s in departing {
+                    let handoff = sim.shard_mut(s).hand_off();
+                    let handoff = Handoff::decode(&handoff.encode(), &app).unwrap();
+                    sim.replace_shard(Shard::take_over(app.clone(), config.clone(), handoff).unwrap());
+                }
+            }
+        }
+        sim.run();
+        let mut replies: Vec<_> = sim.take_replies().into_iter().map(|r| (r.token, r.outcome)).collect();
+        replies.sort_by_key(|r| r.0);
+        assert_eq!(replies.len(), 200, "every request answered");
+        assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START_BALANCE, "pause {pause}");
+        (replies, sim.state(), sim.layout().clone(), pauses)
+    };
+    let (replies, state, layout, _) = run(false);
+    let (paused_replies, paused_state, paused_layout, pauses) = run(true);
+    assert!(layout.version() >= 2, "the layout changed: {layout:?}");
+    assert!(pauses >= 2, "every shard stopped at each change ({pauses})");
+    assert_eq!(paused_layout, layout);
+    assert_eq!(paused_state, state, "the same state");
+    assert_eq!(paused_replies, replies, "the same replies");
 }
 
 /// Handovers with nothing else: a node is emptied and a spare filled, two

@@ -9,6 +9,10 @@
 //! [`Shard::take_over`]. That one starts S + 1 (and the snapshot of S when
 //! one was due, written whole: the new node holds no earlier file of the
 //! shard). Messages of S + 1 that peers sent meanwhile wait in the links.
+//! With `Config::pause_at_handover` every shard stops so at a change of the
+//! layout, those staying on their node too (rebuilt there from their own
+//! hand-off): then no shard starts S + 1 until its driver lets it, and a
+//! runtime can re-point its links between nodes with nothing in flight.
 //!
 //! What crosses: the entities (the live ones), the machine state a
 //! snapshot carries (epoch, sequencer counter, client table, partition map,

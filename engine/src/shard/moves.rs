@@ -214,7 +214,8 @@ impl Shard {
     /// between copies, so
     /// that what crosses is the shard alone: they wait in the layout's
     /// queue, the same on every shard) — and tells the driver which shards
-    /// now run elsewhere. Returns whether this shard departs.
+    /// now run elsewhere. Returns whether this shard departs (with
+    /// `Config::pause_at_handover`, every shard does when any moved).
     pub(super) fn switch_nodes(&mut self, epoch: Epoch) -> bool {
         if self.moves.handovers_decided.is_empty() && self.layout.queued().is_empty() {
             return false;
@@ -224,9 +225,11 @@ impl Shard {
         let id = self.exec.id;
         let before = self.layout.node_of(id);
         let switched = self.layout.decide(epoch, &mut decided, hold);
+        let any = !switched.is_empty();
         self.outputs.handovers.extend(switched);
-        // Handed away and back in one epoch is no departure.
-        self.layout.node_of(id) != before
+        // Handed away and back in one epoch is no departure (unless every
+        // shard stops at a change of the layout).
+        self.layout.node_of(id) != before || (any && self.config.pause_at_handover)
     }
 
     /// The outcome of every move.
