@@ -13,7 +13,8 @@ use styx_runtime::cluster::{Node, Spec};
 /// failure_timeout_ms = 500    # optional
 /// [[nodes]]
 /// id = 0
-/// peer = "127.0.0.1:7500"     # control plane; shard i's data links on port + 1 + i
+/// peer = "127.0.0.1:7500"     # control plane; shard s's data links on port + 1 + s
+///                             # (s of the cluster's shards: reserve them all)
 /// client = "127.0.0.1:7400"
 /// shards = 1
 /// ```

@@ -60,13 +60,25 @@ const CONTROL_MAGIC: u64 = 0x5354_5958_4354_524c; // "STYXCTRL"
 const HELLO: u8 = 1;
 const HEARTBEAT: u8 = 2;
 const COMMITTED: u8 = 3;
+/// Every shard of the sender stopped at the end of the epoch (a handover).
+const ENDED: u8 = 4;
+/// A piece of a shard's hand-off: `[shard u16][last u8][bytes]`.
+const HANDOFF: u8 = 5;
+/// The sender sent every hand-off of the epoch.
+const HANDED: u8 = 6;
+/// Bytes of a hand-off in one control frame.
+const HANDOFF_CHUNK_BYTES: usize = CONTROL_FRAME_BYTES_MAX - 16;
+/// A hand-off is at most this long (its shard's entities and tables).
+const HANDOFF_BYTES_MAX: usize = 16 << 30;
 
 /// One node of a cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Node {
     pub id: u16,
     /// Where other nodes reach this one: the control plane on this port,
-    /// the data link of its `i`-th shard on `port + 1 + i`.
+    /// the data links of shard `s` of the cluster, whenever this node runs
+    /// it, on `port + 1 + s` (so a node reserves a port per shard of the
+    /// cluster: any shard may be handed to it).
     pub peer: SocketAddr,
     /// Where clients reach it.
     pub client: SocketAddr,
@@ -118,9 +130,17 @@ impl Spec {
             return Err(format!("{total} shards in the cluster; at most {SHARDS_MAX}"));
         }
         if self.nodes.len() > 1 {
+            let total = total as u16;
             let mut ports: Vec<SocketAddr> = Vec::new();
             for n in &self.nodes {
-                for a in std::iter::once(n.client).chain((0..=n.shards).map(|i| with_port_offset(n.peer, i))) {
+                if n.peer.port().checked_add(total).is_none() {
+                    return Err(format!(
+                        "node {}'s peer port {} leaves no room for its data links (port + 1 + shard, {total} shards)",
+                        n.id,
+                        n.peer.port()
+                    ));
+                }
+                for a in std::iter::once(n.client).chain((0..=total).map(|i| with_port_offset(n.peer, i))) {
                     if ports.contains(&a) {
                         return Err(format!("address {a} is used twice (node {}'s)", n.id));
                     }
@@ -177,12 +197,9 @@ fn with_port_offset(a: SocketAddr, offset: u16) -> SocketAddr {
     a
 }
 
-/// Checks that `layout` places the shards of `spec`: as many shards and
-/// nodes, and no node given more shards than its cluster file entry
-/// reserves ports for. A node's data links listen on its peer port plus
-/// one plus the shard's index among the node's (the runtime's side of
-/// handovers will need a port per global shard or one listener per node:
-/// docs/nodes.md, step 4).
+/// Checks that `layout` places the shards of `spec`: as many shards on as
+/// many nodes. (Any node may run any shard: each reserves a data-link port
+/// per shard of the cluster.)
 pub fn check_layout(spec: &Spec, layout: &Layout) -> Result<(), String> {
     if layout.n_shards() != spec.n_shards() || usize::from(layout.nodes()) != spec.nodes.len() {
         return Err(format!(
@@ -192,15 +209,6 @@ pub fn check_layout(spec: &Spec, layout: &Layout) -> Result<(), String> {
             spec.n_shards(),
             spec.nodes.len()
         ));
-    }
-    for n in &spec.nodes {
-        let runs = layout.shards_of(n.id).count();
-        if runs > usize::from(n.shards) {
-            return Err(format!(
-                "node {} would run {runs} shards; its cluster file entry reserves ports for {}",
-                n.id, n.shards
-            ));
-        }
     }
     Ok(())
 }
@@ -248,10 +256,42 @@ pub struct Run {
     /// another run are refused.
     pub id: u64,
     pub failure: Arc<Failure>,
-    /// Per node, the newest snapshot epoch it committed (this run).
-    committed: Arc<Vec<AtomicU64>>,
-    /// Control connections, to announce commits on.
-    peers: Mutex<Vec<TcpStream>>,
+    /// What the control connections brought in: commits, ends, hand-offs.
+    state: Arc<RunState>,
+    /// Control connections by peer node, to announce commits and ends on.
+    peers: Mutex<Vec<(u16, TcpStream)>>,
+}
+
+/// What a run's control connections report, per node.
+#[derive(Debug)]
+struct RunState {
+    /// The newest snapshot epoch each node committed (this run).
+    committed: Vec<AtomicU64>,
+    /// The epoch at whose end each node's shards all stopped for a
+    /// handover (0: none yet).
+    ended: Vec<AtomicU64>,
+    /// The epoch whose hand-offs each node has all sent (0: none yet).
+    handed: Vec<AtomicU64>,
+    /// Hand-offs coming in: pieces per shard, then whole.
+    incoming: Mutex<Incoming>,
+}
+
+#[derive(Debug, Default)]
+struct Incoming {
+    partial: BTreeMap<ShardId, Vec<u8>>,
+    whole: Vec<Vec<u8>>,
+}
+
+impl RunState {
+    fn new(nodes: usize) -> RunState {
+        let zeros = || (0..nodes).map(|_| AtomicU64::new(0)).collect();
+        RunState {
+            committed: zeros(),
+            ended: zeros(),
+            handed: zeros(),
+            incoming: Mutex::new(Incoming::default()),
+        }
+    }
 }
 
 impl Run {
@@ -266,7 +306,7 @@ impl Run {
             plan,
             id: 0,
             failure: Arc::new(Failure::default()),
-            committed: Arc::new(vec![AtomicU64::new(0)]),
+            state: Arc::new(RunState::new(1)),
             peers: Mutex::new(Vec::new()),
         }
     }
@@ -288,12 +328,7 @@ impl Run {
     /// Where `shard`'s data links are accepted in this run.
     pub fn link_addr(&self, shard: ShardId) -> SocketAddr {
         let node = self.layout.node_of(shard);
-        let index = self
-            .layout
-            .shards_of(node)
-            .position(|s| s == shard)
-            .expect("a shard of its node");
-        with_port_offset(self.spec.nodes[usize::from(node)].peer, 1 + index as u16)
+        with_port_offset(self.spec.nodes[usize::from(node)].peer, 1 + shard)
     }
 
     pub fn is_cluster(&self) -> bool {
@@ -302,28 +337,119 @@ impl Run {
 
     /// This node committed the snapshot of `epoch`: tell the others.
     pub fn committed_locally(&self, epoch: Epoch) {
-        self.committed[usize::from(self.node)].fetch_max(epoch, Ordering::SeqCst);
-        let frame = control_frame(COMMITTED, &epoch);
+        self.state.committed[usize::from(self.node)].fetch_max(epoch, Ordering::SeqCst);
+        self.tell_all(&control_frame(COMMITTED, &epoch));
+    }
+
+    /// Writes `frame` to every peer (a broken connection fails the run
+    /// through its reader).
+    fn tell_all(&self, frame: &[u8]) {
         let mut peers = self.peers.lock().expect("peers lock");
-        for p in peers.iter_mut() {
-            // A broken connection fails the run through its reader.
-            let _ = p.write_all(&frame);
+        for (_, p) in peers.iter_mut() {
+            let _ = p.write_all(frame);
         }
     }
 
     /// The newest snapshot every node committed: older ones and the logs
     /// before it are no longer needed by anyone.
     pub fn complete_epoch(&self) -> Epoch {
-        self.committed
+        self.state
+            .committed
             .iter()
             .map(|c| c.load(Ordering::SeqCst))
             .min()
             .unwrap_or(0)
     }
 
+    /// Every shard of this node stopped at the end of `epoch` for a
+    /// handover, its batches all written: tell the others. From here on a
+    /// data link of this run closing is its end, not a failure.
+    pub fn ended_locally(&self, epoch: Epoch) {
+        assert!(epoch > 0, "a handover ends an epoch after the first");
+        self.state.ended[usize::from(self.node)].store(epoch, Ordering::SeqCst);
+        self.tell_all(&control_frame(ENDED, &epoch));
+    }
+
+    /// Whether this node's shards all stopped for a handover.
+    pub fn is_ending(&self) -> bool {
+        self.state.ended[usize::from(self.node)].load(Ordering::SeqCst) != 0
+    }
+
+    /// Whether every node's shards stopped at the end of `epoch`: nothing
+    /// of it is in flight anywhere and nothing of the next exists, so the
+    /// data links may close.
+    pub fn all_ended(&self, epoch: Epoch) -> bool {
+        self.state.ended.iter().all(|e| e.load(Ordering::SeqCst) == epoch)
+    }
+
+    /// After every node ended `epoch` ([`Run::all_ended`]): sends each
+    /// hand-off in `outgoing` (`(node, shard, bytes)`) to the node that
+    /// runs its shard next, then waits until every node sent its own, and
+    /// returns those sent to this node. The hand-offs cross the control
+    /// connections in pieces; a node failing meanwhile, or `timeout`
+    /// passing, is an error (the run is in memory only: its shards are
+    /// lost with it).
+    pub fn hand_over(
+        &self,
+        epoch: Epoch,
+        outgoing: Vec<(u16, ShardId, Vec<u8>)>,
+        timeout: Duration,
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let mut mine = Vec::new();
+        {
+            let mut peers = self.peers.lock().expect("peers lock");
+            for (node, shard, bytes) in outgoing {
+                if node == self.node {
+                    mine.push(bytes);
+                    continue;
+                }
+                let (_, stream) = peers
+                    .iter_mut()
+                    .find(|(p, _)| *p == node)
+                    .ok_or_else(|| format!("shard {shard} handed to node {node}, which is not a peer"))?;
+                let mut chunks = bytes.chunks(HANDOFF_CHUNK_BYTES).peekable();
+                if chunks.peek().is_none() {
+                    return Err(format!("shard {shard}'s hand-off is empty"));
+                }
+                while let Some(chunk) = chunks.next() {
+                    let mut body = Vec::with_capacity(3 + chunk.len());
+                    body.extend_from_slice(&shard.to_le_bytes());
+                    body.push(u8::from(chunks.peek().is_none()));
+                    body.extend_from_slice(chunk);
+                    stream
+                        .write_all(&raw_control_frame(HANDOFF, &body))
+                        .map_err(|e| format!("sending shard {shard}'s hand-off to node {node}: {e}"))?;
+                }
+            }
+        }
+        self.state.handed[usize::from(self.node)].store(epoch, Ordering::SeqCst);
+        self.tell_all(&control_frame(HANDED, &epoch));
+        let deadline = Instant::now() + timeout;
+        while !self.state.handed.iter().all(|h| h.load(Ordering::SeqCst) == epoch) {
+            if self.failure.is_failed() {
+                return Err(format!(
+                    "the cluster failed during the handover at epoch {epoch}: {}",
+                    self.failure.reason().unwrap_or_default()
+                ));
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the hand-offs of epoch {epoch} did not arrive within {timeout:?}"
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        let mut incoming = self.state.incoming.lock().expect("incoming lock");
+        if let Some(shard) = incoming.partial.keys().next() {
+            return Err(format!("shard {shard}'s hand-off arrived in part"));
+        }
+        mine.append(&mut incoming.whole);
+        Ok(mine)
+    }
+
     /// Stops the control threads' connections (the run is over).
     pub fn close(&self) {
-        for p in self.peers.lock().expect("peers lock").drain(..) {
+        for (_, p) in self.peers.lock().expect("peers lock").drain(..) {
             let _ = p.shutdown(Shutdown::Both);
         }
     }
@@ -487,12 +613,12 @@ impl Control {
             styx_engine::mix64(h ^ styx_engine::mix64(u64::from(*node) ^ inc.rotate_left(16) ^ round.rotate_left(40)))
         });
         let failure = Arc::new(Failure::default());
-        let committed: Arc<Vec<AtomicU64>> = Arc::new((0..n).map(|_| AtomicU64::new(0)).collect());
+        let state = Arc::new(RunState::new(n));
         let mut writers = Vec::with_capacity(peers.len());
         for (peer, (s, _)) in peers {
             let writer = s.try_clone().map_err(|e| format!("control connection: {e}"))?;
-            watch(peer, s, &self.spec, failure.clone(), committed.clone());
-            writers.push(writer);
+            watch(peer, s, &self.spec, failure.clone(), state.clone());
+            writers.push((peer, writer));
         }
         let layout = me.layout;
         Ok(Some(Run {
@@ -503,7 +629,7 @@ impl Control {
             plan,
             id,
             failure,
-            committed,
+            state,
             peers: Mutex::new(writers),
         }))
     }
@@ -564,7 +690,7 @@ impl Control {
 /// Per peer: a thread that reads its frames (heartbeats, commit notices)
 /// and fails the run when the peer goes silent or the connection breaks,
 /// and one that sends our heartbeats.
-fn watch(peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, committed: Arc<Vec<AtomicU64>>) {
+fn watch(peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, state: Arc<RunState>) {
     let mut reader = s.try_clone().expect("control connection");
     let mut writer = s;
     let _ = reader.set_read_timeout(Some(spec.failure_timeout));
@@ -572,16 +698,45 @@ fn watch(peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, committed:
     std::thread::Builder::new()
         .name(format!("styx-watch-{peer}"))
         .spawn(move || {
+            let p = usize::from(peer);
             while !f.is_failed() {
+                let epoch = |body: &[u8]| Payload::from_bytes(body).decode::<Epoch>();
                 match read_control_frame(&mut reader) {
                     Ok((HEARTBEAT, _)) => {}
-                    Ok((COMMITTED, body)) => match Payload::from_bytes(&body).decode::<Epoch>() {
+                    Ok((COMMITTED, body)) => match epoch(&body) {
                         Ok(e) => {
-                            committed[usize::from(peer)].fetch_max(e, Ordering::SeqCst);
+                            state.committed[p].fetch_max(e, Ordering::SeqCst);
                         }
                         Err(e) => f.fail(format!("node {peer} sent a bad commit notice: {e}")),
                     },
+                    Ok((ENDED, body)) => match epoch(&body) {
+                        Ok(e) if e > 0 => state.ended[p].store(e, Ordering::SeqCst),
+                        _ => f.fail(format!("node {peer} sent a bad end notice")),
+                    },
+                    Ok((HANDED, body)) => match epoch(&body) {
+                        Ok(e) if e > 0 => state.handed[p].store(e, Ordering::SeqCst),
+                        _ => f.fail(format!("node {peer} sent a bad hand-off notice")),
+                    },
+                    Ok((HANDOFF, body)) if body.len() >= 3 => {
+                        let shard = u16::from_le_bytes([body[0], body[1]]);
+                        let mut incoming = state.incoming.lock().expect("incoming lock");
+                        let piece = incoming.partial.entry(shard).or_default();
+                        if piece.len() + body.len() - 3 > HANDOFF_BYTES_MAX {
+                            f.fail(format!(
+                                "node {peer} sent a hand-off of shard {shard} past {HANDOFF_BYTES_MAX} bytes"
+                            ));
+                            break;
+                        }
+                        piece.extend_from_slice(&body[3..]);
+                        if body[2] != 0 {
+                            let whole = incoming.partial.remove(&shard).expect("the piece just added");
+                            incoming.whole.push(whole);
+                        }
+                    }
                     Ok((tag, _)) => f.fail(format!("node {peer} sent control frame {tag}")),
+                    // A peer that sent every hand-off of a handover closes
+                    // its connections next: its end, not a failure.
+                    Err(_) if state.handed[p].load(Ordering::SeqCst) != 0 => break,
                     Err(e) => f.fail(format!("node {peer}: {e}")),
                 }
             }
@@ -727,7 +882,15 @@ mod tests {
         assert_eq!(spec.shards_of(1), 2..3);
         assert_eq!(spec.node_of(5), 2);
         let run = Run::single(spec.clone(), Plan::of(&[survey(&[], 0)]).unwrap());
-        assert_eq!(run.link_addr(4).port(), 7022);
+        // Shard s's links on its node's peer port + 1 + s.
+        assert_eq!(run.link_addr(4).port(), 7025);
+        assert_eq!(run.link_addr(2).port(), 7013);
+        let mut tight = spec.clone();
+        tight.nodes[1].peer = SocketAddr::from(([127, 0, 0, 1], 7005));
+        assert!(
+            tight.validate().unwrap_err().contains("used twice"),
+            "7005..7011 meets 7000..7006"
+        );
         let mut clash = spec.clone();
         clash.nodes[1].peer = SocketAddr::from(([127, 0, 0, 1], 7001));
         assert!(clash.validate().unwrap_err().contains("used twice"));
@@ -768,7 +931,7 @@ mod tests {
         let base = 17_300 + (std::process::id() % 200) as u16 * 10;
         let node = |id: u16| Node {
             id,
-            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 3)),
+            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
             client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
             shards: 1,
         };
@@ -837,7 +1000,7 @@ mod tests {
         let base = 19_300 + (std::process::id() % 200) as u16 * 10;
         let node = |id: u16| Node {
             id,
-            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 3)),
+            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
             client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
             shards: 2,
         };
@@ -866,11 +1029,8 @@ mod tests {
         let three = Layout::placed_on(3, vec![0, 1, 2, 0]).unwrap();
         assert!(c.join(survey(&[], 0), &three, &stop).unwrap_err().contains("3 nodes"));
         let crowded = Layout::placed_on(2, vec![0, 0, 0, 1]).unwrap();
-        assert!(
-            c.join(survey(&[], 0), &crowded, &stop)
-                .unwrap_err()
-                .contains("reserves ports for 2")
-        );
+        // Any node may run any shard: each reserves a port per shard.
+        check_layout(&c.spec, &crowded).unwrap();
         // The refusal names both layouts.
         let hello = |layout: &Layout, node| Hello {
             fingerprint: spec.fingerprint(),

@@ -32,10 +32,11 @@ use glommio::{LocalExecutorBuilder, Placement};
 use std::cell::RefCell;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicUsize;
 use std::task::{Poll, Waker};
 use std::time::Duration;
-use styx_engine::{App, Config, Message, Reply, Shard, ShardId};
+use styx_engine::{App, Config, Epoch, Handoff, Layout, Message, Reply, Shard, ShardId};
 
 /// Batches queued between two shards before senders hold back.
 pub const MESH_CAPACITY: usize = 4096;
@@ -60,6 +61,8 @@ pub enum Error {
     NoLocalShards,
     #[error("cannot listen on {addr}: {reason}")]
     Listen { addr: std::net::SocketAddr, reason: String },
+    #[error("shards stopped for a handover: {0}")]
+    Handover(String),
 }
 
 /// How long a shard polls without progress before it parks, by default.
@@ -220,6 +223,46 @@ where
     F: Frontend,
     M: Fn(&mut Shard) -> F + Send + Sync + 'static,
 {
+    let round = run_round(app, opts, Vec::new(), make)?;
+    match round.paused {
+        None => Ok(round.outputs),
+        Some((epoch, _)) => Err(Error::Handover(format!(
+            "at the end of epoch {epoch}; drive handovers with run_round"
+        ))),
+    }
+}
+
+/// How a round of [`run_round`] ended.
+pub struct Round<O> {
+    /// Each local shard's frontend output, in shard order.
+    pub outputs: Vec<O>,
+    /// `Some((epoch, layout))` if every shard of the cluster stopped at the
+    /// end of `epoch` for a handover (`Config::pause_at_handover`);
+    /// `layout` places them from the next epoch on.
+    pub paused: Option<(Epoch, Layout)>,
+    /// Then, every local shard's hand-off, in shard order: the driver
+    /// sends each to the node `layout` puts it on
+    /// ([`cluster::Run::hand_over`]) and starts the next round there with
+    /// it ([`run_round`]'s `resume`).
+    pub handoffs: Vec<Handoff>,
+}
+
+/// [`run`], one round of handovers at a time: with
+/// `opts.engine.pause_at_handover` (an in-memory cluster run), the shards
+/// hold the run's layout, so a `__handover` to another node is decided
+/// like any other, and at the end of the epoch where the layout changed
+/// every shard of the cluster stops; once every node's shards have
+/// stopped (nothing of that epoch in flight, nothing of the next begun)
+/// the round ends with every local shard's hand-off. `resume` holds the
+/// shards this node runs from a hand-off (every one it runs, after the
+/// first round): they are rebuilt from it instead of started empty, and
+/// `make` sees them with their state (a shard with `epoch() > 0`: load
+/// nothing into it).
+pub fn run_round<F, M>(app: Arc<App>, opts: Options, resume: Vec<Handoff>, make: M) -> Result<Round<F::Output>, Error>
+where
+    F: Frontend,
+    M: Fn(&mut Shard) -> F + Send + Sync + 'static,
+{
     let (n, local): (usize, Vec<ShardId>) = match &opts.cluster {
         Some(run) => (usize::from(run.spec.n_shards()), run.local_shards().to_vec()),
         None => (opts.shards as usize, (0..opts.shards).collect()),
@@ -235,6 +278,23 @@ where
     }
     if let Some(m) = &opts.metrics {
         assert_eq!(m.ids, local, "metrics of other shards than this node's");
+    }
+    if opts.engine.pause_at_handover && (opts.durable.is_some() || opts.cluster.is_none()) {
+        return Err(Error::Handover(
+            "handovers between nodes run in memory, in a cluster run, so far (docs/nodes.md)".into(),
+        ));
+    }
+    let mut resumed: Vec<Option<Handoff>> = local.iter().map(|_| None).collect();
+    for h in resume {
+        match local.iter().position(|s| *s == h.shard()) {
+            Some(l) if resumed[l].is_none() => resumed[l] = Some(h),
+            _ => {
+                return Err(Error::Handover(format!(
+                    "a hand-off of shard {}, which this node does not run (or twice)",
+                    h.shard()
+                )));
+            }
+        }
     }
     // CPUs and executor names as if the node's shards were numbered in
     // order, as the cluster file numbers them: nodes sharing a machine
@@ -258,6 +318,9 @@ where
         links: Arc::new(Links::new(n, MESH_CAPACITY)),
         make,
         done: Arc::new(AtomicUsize::new(0)),
+        paused: Arc::new(AtomicUsize::new(0)),
+        resumed: Mutex::new(resumed),
+        paused_layout: Mutex::new(None),
         clock: Clock::new(),
         n,
         local,
@@ -317,16 +380,48 @@ where
         handles.push(handle);
     }
     let mut outputs: Vec<Option<F::Output>> = (0..n_local).map(|_| None).collect();
+    let mut handoffs: Vec<Option<Handoff>> = (0..n_local).map(|_| None).collect();
     for (e, h) in handles.into_iter().enumerate() {
         let done = h.join().map_err(|err| Error::Shard {
             shard: usize::from(node.local[first_of_executor(e, n_exec, n_local)]),
             message: err.to_string(),
         })?;
-        for (id, output) in done {
-            outputs[usize::from(node.index[usize::from(id)])] = Some(output);
+        for (id, output, handoff) in done {
+            let l = usize::from(node.index[usize::from(id)]);
+            match output {
+                Ok(o) => outputs[l] = Some(o),
+                Err(e) => return Err(e),
+            }
+            handoffs[l] = handoff;
         }
     }
-    Ok(outputs.into_iter().map(|o| o.expect("every shard reported")).collect())
+    let outputs = outputs.into_iter().map(|o| o.expect("every shard reported")).collect();
+    let failed = node.opts.cluster.as_ref().is_some_and(|r| r.failure.is_failed());
+    let paused = match handoffs.iter().filter(|h| h.is_some()).count() {
+        0 => None,
+        k if k == n_local => {
+            let layout = node.paused_layout.lock().expect("layout lock").clone();
+            let epoch = handoffs[0].as_ref().expect("counted").epoch();
+            Some((epoch, layout.expect("a stopped shard left its layout")))
+        }
+        // Some stopped and others saw the run fail first: no handover.
+        _ if failed => None,
+        k => {
+            return Err(Error::Handover(format!(
+                "{k} of {n_local} shards stopped, the others ended otherwise"
+            )));
+        }
+    };
+    let handoffs = if paused.is_some() {
+        handoffs.into_iter().flatten().collect()
+    } else {
+        Vec::new()
+    };
+    Ok(Round {
+        outputs,
+        paused,
+        handoffs,
+    })
 }
 
 /// What every shard of this node shares, whichever executor runs it.
@@ -337,6 +432,12 @@ struct Node<M> {
     make: M,
     /// Local shards that have nothing left to do.
     done: Arc<AtomicUsize>,
+    /// Local shards stopped for a handover, their batches written.
+    paused: Arc<AtomicUsize>,
+    /// Per local shard, the hand-off it resumes from.
+    resumed: Mutex<Vec<Option<Handoff>>>,
+    /// The layout the shards stopped at a handover with.
+    paused_layout: Mutex<Option<Layout>>,
     clock: Clock,
     /// Shards of the whole run (every node).
     n: usize,
@@ -348,14 +449,43 @@ struct Node<M> {
 
 /// Starts local shard `l` (its frontend, links to other nodes, log) and
 /// runs its loop as a task of the current executor.
-async fn run_shard<F, M>(node: Arc<Node<M>>, l: usize, waiter: Waiter, doorbells: Rc<Doorbells>) -> (ShardId, F::Output)
+#[allow(clippy::type_complexity)]
+async fn run_shard<F, M>(
+    node: Arc<Node<M>>,
+    l: usize,
+    waiter: Waiter,
+    doorbells: Rc<Doorbells>,
+) -> (ShardId, Result<F::Output, Error>, Option<Handoff>)
 where
     F: Frontend,
     M: Fn(&mut Shard) -> F + Send + Sync + 'static,
 {
     let opts = &node.opts;
     let id = node.local[l];
-    let mut shard = Shard::new(node.app.clone(), opts.engine.clone(), id, node.n as u16);
+    let resumed = node.resumed.lock().expect("resumed lock")[l].take();
+    let mut shard = match resumed {
+        Some(h) => match Shard::take_over(node.app.clone(), opts.engine.clone(), h) {
+            Ok(s) => s,
+            Err(e) => {
+                let e = Error::Shard {
+                    shard: usize::from(id),
+                    message: format!("cannot rebuild it from its hand-off: {e}"),
+                };
+                return (id, Err(e), None);
+            }
+        },
+        None => {
+            let mut shard = Shard::new(node.app.clone(), opts.engine.clone(), id, node.n as u16);
+            if opts.engine.pause_at_handover
+                && let Some(run) = &opts.cluster
+            {
+                // The run's layout, so that a handover to another node is
+                // decided (a one-node layout refuses it).
+                shard.set_layout(run.layout().clone());
+            }
+            shard
+        }
+    };
     let frontend = (node.make)(&mut shard);
     let metrics = opts.metrics.as_ref().map(|m| m.of(id).clone());
     let remote = match &opts.cluster {
@@ -366,7 +496,7 @@ where
                     run.failure.fail(e);
                     let output = frontend.finish(&shard);
                     settle().await;
-                    return (id, output);
+                    return (id, Ok(output), None);
                 }
             }
         }
@@ -384,6 +514,7 @@ where
         shares_executor: doorbells.shares_executor(),
         doorbells,
         done: node.done.clone(),
+        paused: node.paused.clone(),
         remote,
         run: opts.cluster.clone(),
     };
@@ -400,7 +531,12 @@ where
     )
     .run()
     .await;
-    (id, output)
+    let (output, handoff) = output;
+    if let Some(h) = &handoff {
+        let mut layout = node.paused_layout.lock().expect("layout lock");
+        layout.get_or_insert_with(|| h.layout().placed());
+    }
+    (id, Ok(output), handoff)
 }
 
 /// Where a parked shard loop leaves its waker: whoever has work for it

@@ -49,6 +49,8 @@ const HANDSHAKE_BYTES: usize = 22;
 struct Outgoing {
     buf: Vec<u8>,
     writer: Option<Waker>,
+    /// The writer holds bytes taken from `buf` not yet written.
+    writing: bool,
 }
 
 /// This shard's connections to every shard on other nodes.
@@ -127,6 +129,7 @@ impl Remote {
             let out = Rc::new(RefCell::new(Outgoing {
                 buf: Vec::new(),
                 writer: None,
+                writing: false,
             }));
             outs[usize::from(peer)] = Some(out.clone());
             tasks.push(glommio::spawn_local(read_loop(
@@ -154,6 +157,14 @@ impl Remote {
 
     pub(crate) fn is_remote(&self, to: usize) -> bool {
         self.outs[to].is_some()
+    }
+
+    /// Whether every batch sent so far is written to its connection.
+    pub(crate) fn flushed(&self) -> bool {
+        self.outs.iter().flatten().all(|o| {
+            let o = o.borrow();
+            o.buf.is_empty() && !o.writing
+        })
     }
 
     /// Encodes `batch` for remote shard `to`; gives it back when that
@@ -311,7 +322,11 @@ async fn read_loop(
     }
     .await;
     if let Err(e) = result {
-        run.failure.fail(format!("link from shard {peer} to shard {me}: {e}"));
+        // Once this node's shards all stopped for a handover, links close
+        // as every node moves on: that is no failure.
+        if !run.is_ending() {
+            run.failure.fail(format!("link from shard {peer} to shard {me}: {e}"));
+        }
     }
     wake(&waiter);
 }
@@ -334,6 +349,7 @@ async fn write_loop(
                 o.writer = Some(cx.waker().clone());
                 return Poll::Pending;
             }
+            o.writing = true;
             Poll::Ready(Some(std::mem::replace(&mut o.buf, std::mem::take(&mut spare))))
         })
         .await
@@ -347,8 +363,11 @@ async fn write_loop(
             writer.flush().await
         }
         .await;
+        out.borrow_mut().writing = false;
         if let Err(e) = written {
-            run.failure.fail(format!("link to shard {peer}: {e}"));
+            if !run.is_ending() {
+                run.failure.fail(format!("link to shard {peer}: {e}"));
+            }
             wake(&waiter);
             return;
         }

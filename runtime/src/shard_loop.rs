@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
-use styx_engine::{Message, Outputs, Shard, ShardId, Stage};
+use styx_engine::{Epoch, Handoff, Message, Outputs, Shard, ShardId, Stage};
 
 /// How often a shard publishes its counters, in µs.
 const METRICS_PUBLISH_US: u64 = 1_000;
@@ -96,6 +96,8 @@ pub(crate) struct Mesh {
     pub(crate) shares_executor: bool,
     /// Local shards that have nothing left to do; the run ends when all have.
     pub(crate) done: Arc<AtomicUsize>,
+    /// Local shards stopped for a handover with their batches written.
+    pub(crate) paused: Arc<AtomicUsize>,
     pub(crate) remote: Option<remote::Remote>,
     pub(crate) run: Option<Arc<cluster::Run>>,
 }
@@ -137,6 +139,10 @@ pub(crate) struct ShardLoop<F: Frontend> {
     spin_us: u64,
     /// This shard counted itself in the mesh's `done`.
     counted: bool,
+    /// The epoch at whose end the shard stopped for a handover.
+    paused: Option<Epoch>,
+    /// It counted itself in the mesh's `paused`.
+    pause_counted: bool,
     me: usize,
     /// What the shard emitted, drained once per iteration.
     out: Outputs,
@@ -223,6 +229,8 @@ impl<F: Frontend> ShardLoop<F> {
             on_quiet,
             busy_since_quiet: true,
             counted: false,
+            paused: None,
+            pause_counted: false,
             me,
             out: Outputs::default(),
             overflow: VecDeque::new(),
@@ -239,15 +247,23 @@ impl<F: Frontend> ShardLoop<F> {
         }
     }
 
-    /// Runs the shard until the run ends (every local shard done, or the
-    /// cluster lost a node), then closes its log and links and returns the
-    /// frontend's output.
-    pub(crate) async fn run(mut self) -> F::Output {
+    /// Runs the shard until the run ends (every local shard done, the
+    /// cluster lost a node, or every shard stopped for a handover), then
+    /// closes its log and links and returns the frontend's output — and,
+    /// after a handover, the shard's hand-off.
+    pub(crate) async fn run(mut self) -> (F::Output, Option<Handoff>) {
         loop {
             self.iterations += 1;
             let started = self.clock.now_us();
             if let Some(p) = &mut self.profile {
                 p.begin(self.shard.stage(), started);
+            }
+            if let Some(epoch) = self.paused
+                && self.mesh.run.as_ref().is_some_and(|r| r.all_ended(epoch))
+            {
+                // Every node stopped: the round ends here, and this shard
+                // goes on from its hand-off in the next one.
+                break;
             }
             if self.mesh.failed() {
                 // A node of the cluster is gone: stop here, recover from the logs.
@@ -267,6 +283,11 @@ impl<F: Frontend> ShardLoop<F> {
             self.publish(now);
             if self.is_over() {
                 break;
+            }
+            if self.shard.is_departing() {
+                self.pause();
+                glommio::timer::sleep(Duration::from_micros(100)).await;
+                continue;
             }
             self.watch(now, why);
             if why != 0 || delivered || durable {
@@ -312,6 +333,28 @@ impl<F: Frontend> ShardLoop<F> {
         self.finish().await
     }
 
+    /// The shard stopped at the end of an epoch where the layout changed
+    /// (`Config::pause_at_handover`): once its batches are all written it
+    /// counts itself paused, and the last of this node's shards to do so
+    /// tells the other nodes.
+    fn pause(&mut self) {
+        let epoch = self.shard.epoch();
+        let run = self
+            .mesh
+            .run
+            .clone()
+            .expect("a shard stops for a handover only in a cluster run");
+        self.paused = Some(epoch);
+        if self.pause_counted || !self.overflow.is_empty() || !self.mesh.remote.as_ref().is_none_or(|r| r.flushed()) {
+            return;
+        }
+        self.pause_counted = true;
+        if self.mesh.paused.fetch_add(1, Ordering::AcqRel) + 1 == self.mesh.n_local {
+            tracing::info!(epoch, layout = ?self.shard.layout().placed(), "every shard of this node stopped for a handover");
+            run.ended_locally(epoch);
+        }
+    }
+
     /// Lets the executor reap and submit I/O, then resumes at once. A
     /// task that only yields (`yield_now`) is queued again before
     /// glommio's reactor runs, and the reactor runs only between task
@@ -346,7 +389,8 @@ impl<F: Frontend> ShardLoop<F> {
     fn pump(&mut self, now: u64) -> u8 {
         // See `Frontend::pump_after_local_work`.
         let later = self.pump_after_local_work && self.shard.stage() != Stage::Idle && self.shard.has_work();
-        if self.overflow.is_empty() && !later && self.frontend.pump(&mut self.shard, now) {
+        if self.overflow.is_empty() && !later && !self.shard.is_departing() && self.frontend.pump(&mut self.shard, now)
+        {
             PUMPED
         } else {
             0
@@ -553,7 +597,7 @@ impl<F: Frontend> ShardLoop<F> {
 
     /// Reports the profile, closes the links to other nodes and the log,
     /// and hands back the frontend's output.
-    async fn finish(mut self) -> F::Output {
+    async fn finish(mut self) -> (F::Output, Option<Handoff>) {
         if let Some(p) = &self.profile {
             p.report(&self.shard, self.iterations, self.clock.now_us());
         }
@@ -563,8 +607,15 @@ impl<F: Frontend> ShardLoop<F> {
             d.close().await;
         }
         let output = self.frontend.finish(&self.shard);
+        let handoff = (self.paused.is_some() && self.shard.is_departing()).then(|| {
+            let handoff = self.shard.hand_off();
+            // A snapshot it was copying finishes in `hand_off`: its chunks
+            // have no log to go to (handovers run in memory only so far).
+            self.shard.drain(&mut self.out);
+            handoff
+        });
         crate::settle().await;
-        output
+        (output, handoff)
     }
 }
 

@@ -143,15 +143,16 @@ fn shards_placed_alternately_on_two_nodes_conserve_money() {
 
 fn placed_alternately(threads: usize) {
     let (app, transfer) = bank("placement");
-    // Per node: control port, two data-link ports, a client port (unused).
-    let base = free_port_block(8);
+    // Per node: control port, a data-link port per shard of the cluster
+    // (four), a client port (unused).
+    let base = free_port_block(12);
     let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
     let spec = Spec {
         nodes: (0..2)
             .map(|i| Node {
                 id: i,
-                peer: addr(base + i * 4),
-                client: addr(base + i * 4 + 3),
+                peer: addr(base + i * 6),
+                client: addr(base + i * 6 + 5),
                 shards: 2,
             })
             .collect(),

@@ -90,16 +90,17 @@ fn cluster(root: &Path, preload: &[&str]) -> (PathBuf, Vec<Node>) {
 
 /// The same with `shards` shards on each node.
 fn cluster_of(root: &Path, preload: &[&str], shards: u16) -> (PathBuf, Vec<Node>) {
-    // Per node: peer, a data-link port per shard, client, metrics (the
-    // client port + 1, where `styx` looks by default; off unless a test
-    // turns it on).
-    let stride = 3 + shards;
+    // Per node: peer, a data-link port per shard of the cluster, client,
+    // metrics (the client port + 1, where `styx` looks by default; off
+    // unless a test turns it on).
+    let total = NODES as u16 * shards;
+    let stride = 3 + total;
     let base = free_port_block(NODES as u16 * stride);
     let mut file = String::from("heartbeat_ms = 50\nfailure_timeout_ms = 400\n");
     let mut nodes = Vec::new();
     for i in 0..NODES as u16 {
         let peer = base + i * stride;
-        let client = format!("127.0.0.1:{}", peer + 1 + shards);
+        let client = format!("127.0.0.1:{}", peer + 1 + total);
         file.push_str(&format!(
             "[[nodes]]\nid = {i}\npeer = \"127.0.0.1:{peer}\"\nclient = \"{client}\"\nshards = {shards}\n"
         ));

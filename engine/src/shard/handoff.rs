@@ -88,6 +88,12 @@ impl Handoff {
     pub fn entities(&self) -> usize {
         self.entities.len()
     }
+
+    /// Where the shards run from the next epoch on (its layout after the
+    /// handover it stopped at).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
 }
 
 impl Shard {

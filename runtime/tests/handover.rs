@@ -1,0 +1,385 @@
+//! Shards handed between two nodes of a running cluster (docs/nodes.md,
+//! step 4, in memory): two nodes in one process, each its own control
+//! plane and executors, start with shards 0, 1 | 2, 3. Shard 0's client
+//! asks, mid-run, for shard 1 to go to node 1 and later for shard 3 to go
+//! to node 0. At each handover every shard of the cluster stops at the same
+//! epoch's end, the nodes exchange the hand-offs over their control
+//! connections, and the next round runs on the new layout, the shards
+//! rebuilt from their hand-offs — with the requests they held. Checked:
+//! every transfer is answered exactly once across the rounds, every
+//! balance is its start plus exactly the transfers that touched it, and
+//! each node ends running the shards the last layout gives it.
+
+mod common;
+
+use common::bank;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use styx_engine::{Address, Config, FnId, Handoff, Key, Outcome, Payload, Reply, Request, Shard, ShardId};
+use styx_runtime::cluster::{Control, Node, Spec, Survey};
+use styx_runtime::{Frontend, Options, run_round};
+
+const ACCOUNTS: u64 = 400;
+/// Transfers each shard's client submits.
+const REQUESTS: u64 = 3_000;
+const IN_FLIGHT: u64 = 100;
+const START: i64 = 1_000;
+/// After how many of its transfers shard 0's client asks for each
+/// handover, and which: `(shard, node)`.
+const HANDOVERS: [(u64, ShardId, u16); 2] = [(1_000, 1, 1), (2_000, 3, 0)];
+/// Tokens of the handover requests (transfers use their number).
+const HANDOVER_TOKEN: u64 = 1 << 40;
+
+/// A shard's client, kept across rounds (its shard may change nodes).
+#[derive(Clone, Debug)]
+struct Client {
+    sent: u64,
+    outstanding: u64,
+    /// Per transfer, how many answers it got.
+    answers: Vec<u8>,
+    committed: u64,
+    /// The handovers asked for, in order, with their outcomes once answered.
+    handovers: Vec<Option<Outcome>>,
+    counted: bool,
+    quiet: bool,
+}
+
+impl Client {
+    fn new() -> Client {
+        Client {
+            sent: 0,
+            outstanding: 0,
+            answers: vec![0; REQUESTS as usize],
+            committed: 0,
+            handovers: Vec::new(),
+            counted: false,
+            quiet: false,
+        }
+    }
+}
+
+/// Every shard's client between rounds, by shard id.
+type Clients = Arc<Mutex<Vec<Option<Client>>>>;
+
+/// What a shard held when the last round ended.
+#[derive(Debug, Default)]
+struct Seen {
+    shard: u16,
+    balances: Vec<(u64, i64)>,
+}
+
+struct Closed {
+    transfer: FnId,
+    shard: ShardId,
+    client: Client,
+    clients: Clients,
+    /// Counts, across the cluster, each shard once all its requests are
+    /// answered (to 4), then each again once it is quiet after that (to
+    /// 8): a node leaves only when every shard ended its last epoch.
+    finished: Arc<AtomicUsize>,
+}
+
+impl Frontend for Closed {
+    type Output = Seen;
+
+    fn pump(&mut self, shard: &mut Shard, _now: u64) -> bool {
+        let c = &mut self.client;
+        if c.counted && !c.quiet && self.finished.load(Ordering::SeqCst) >= 4 && shard.is_quiet() {
+            c.quiet = true;
+            self.finished.fetch_add(1, Ordering::SeqCst);
+        }
+        let mut any = false;
+        while c.outstanding < IN_FLIGHT && c.sent < REQUESTS {
+            if self.shard == 0
+                && let Some(k) = HANDOVERS.iter().position(|(at, _, _)| *at == c.sent)
+                && c.handovers.len() == k
+            {
+                let (_, s, node) = HANDOVERS[k];
+                let request = styx_engine::layout::Handover { shard: s, node }.request();
+                if shard.submit(HANDOVER_TOKEN + k as u64, request).is_err() {
+                    break;
+                }
+                c.handovers.push(None);
+                c.outstanding += 1;
+                any = true;
+                continue;
+            }
+            let (debtor, creditor) = pair(u64::from(self.shard), c.sent);
+            let request = Request {
+                function: self.transfer,
+                address: Address::Entity(Key::from(debtor)),
+                args: Payload::encode(&(creditor, 1i64)),
+                client: None,
+            };
+            if shard.submit(c.sent, request).is_err() {
+                break;
+            }
+            c.sent += 1;
+            c.outstanding += 1;
+            any = true;
+        }
+        any
+    }
+
+    fn deliver(&mut self, replies: &mut Vec<Reply>, _now: u64) {
+        let c = &mut self.client;
+        for r in replies.drain(..) {
+            c.outstanding -= 1;
+            if r.token >= HANDOVER_TOKEN {
+                let answer = &mut c.handovers[(r.token - HANDOVER_TOKEN) as usize];
+                assert!(answer.is_none(), "a handover answered twice");
+                *answer = Some(r.outcome);
+                continue;
+            }
+            c.answers[r.token as usize] += 1;
+            if matches!(r.outcome, Outcome::Committed(_)) {
+                c.committed += 1;
+            }
+        }
+        if !c.counted && c.sent == REQUESTS && c.outstanding == 0 {
+            c.counted = true;
+            self.finished.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn does_io(&self) -> bool {
+        false
+    }
+
+    fn next_wakeup_us(&self) -> Option<u64> {
+        (self.client.counted && self.finished.load(Ordering::SeqCst) < 8).then_some(0)
+    }
+
+    fn is_done(&self) -> bool {
+        self.client.quiet && self.finished.load(Ordering::SeqCst) == 8
+    }
+
+    fn finish(self, shard: &Shard) -> Seen {
+        self.clients.lock().unwrap()[usize::from(self.shard)] = Some(self.client);
+        let mut seen = Seen {
+            shard: shard.id(),
+            balances: Vec::new(),
+        };
+        shard.for_each_entity(|_, k, v| {
+            seen.balances.push((
+                k.as_u64().expect("an account number"),
+                v.decode::<i64>().expect("a balance"),
+            ));
+        });
+        seen
+    }
+}
+
+/// A base port whose `len` ports are free now, below the ephemeral range.
+fn free_port_block(len: u16) -> u16 {
+    let mut base = 31_000 + (std::process::id() % 9_000) as u16;
+    loop {
+        if (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            return base;
+        }
+        base = 31_000 + (base - 31_000 + len) % 9_000;
+    }
+}
+
+#[test]
+fn shards_handed_between_two_running_nodes_keep_every_transfer_once() {
+    // Each node's shards on one executor thread, then on one each.
+    handed_over(1);
+    handed_over(2);
+}
+
+fn handed_over(threads: usize) {
+    let (app, transfer) = bank("handover");
+    // Per node: control port, a data-link port per shard of the cluster
+    // (four), a client port (unused).
+    let base = free_port_block(12);
+    let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let spec = Spec {
+        nodes: (0..2)
+            .map(|i| Node {
+                id: i,
+                peer: addr(base + i * 6),
+                client: addr(base + i * 6 + 5),
+                shards: 2,
+            })
+            .collect(),
+        heartbeat: Duration::from_millis(50),
+        failure_timeout: Duration::from_secs(5),
+    };
+    let finished = Arc::new(AtomicUsize::new(0));
+    let clients: Clients = Arc::new(Mutex::new(vec![None; 4]));
+    // A cluster that stops making progress hangs rather than fails: a
+    // watchdog turns that into a failure.
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(120));
+        eprintln!("the cluster made no end within 120 s");
+        std::process::abort();
+    });
+    let nodes: Vec<_> = (0..2u16)
+        .map(|node| {
+            let (app, spec, finished, clients) = (app.clone(), spec.clone(), finished.clone(), clients.clone());
+            std::thread::spawn(move || {
+                let mut control = Control::start(spec.clone(), node, 7).expect("control plane");
+                let stop = AtomicBool::new(false);
+                let mut layout = spec.layout();
+                let mut resume: Vec<Handoff> = Vec::new();
+                let mut layouts = vec![layout.clone()];
+                loop {
+                    let cluster = Arc::new(
+                        control
+                            .join(Survey::default(), &layout, &stop)
+                            .expect("join")
+                            .expect("a run"),
+                    );
+                    let opts = Options {
+                        shards: 2,
+                        pin: false,
+                        threads: Some(threads),
+                        cluster: Some(cluster.clone()),
+                        engine: Config {
+                            pause_at_handover: true,
+                            ..Config::default()
+                        },
+                        ..Options::default()
+                    };
+                    let (all, clients, app2) = (finished.clone(), clients.clone(), app.clone());
+                    let round = run_round(
+                        app.clone(),
+                        opts,
+                        std::mem::take(&mut resume),
+                        move |shard: &mut Shard| {
+                            let id = shard.id();
+                            if shard.epoch() == 0 {
+                                // A fresh shard loads the accounts it owns; one
+                                // rebuilt from its hand-off has them.
+                                let account = app2.op_id("account").expect("account");
+                                for k in 0..ACCOUNTS {
+                                    let key = Key::from(k);
+                                    if Shard::owner(&app2, 4, account, &key) == id {
+                                        let start =
+                                            styx_engine::Value::encode(&START, &mut Default::default()).unwrap();
+                                        shard.load(account, &key, Some(start));
+                                    }
+                                }
+                            }
+                            let client = clients.lock().unwrap()[usize::from(id)]
+                                .take()
+                                .unwrap_or_else(Client::new);
+                            Closed {
+                                transfer,
+                                shard: id,
+                                client,
+                                clients: clients.clone(),
+                                finished: all.clone(),
+                            }
+                        },
+                    )
+                    .unwrap_or_else(|e| panic!("node {node}: {e}"));
+                    assert!(
+                        !cluster.failure.is_failed() || finished.load(Ordering::SeqCst) == 8 || round.paused.is_some(),
+                        "node {node}: the run failed: {:?}",
+                        cluster.failure.reason()
+                    );
+                    let Some((epoch, next)) = round.paused else {
+                        return (round.outputs, layouts);
+                    };
+                    assert_eq!(round.handoffs.len(), cluster.local_shards().len());
+                    let outgoing = round
+                        .handoffs
+                        .iter()
+                        .map(|h| (next.node_of(h.shard()), h.shard(), h.encode()))
+                        .collect();
+                    let incoming = cluster
+                        .hand_over(epoch, outgoing, Duration::from_secs(30))
+                        .unwrap_or_else(|e| panic!("node {node}: {e}"));
+                    resume = incoming
+                        .iter()
+                        .map(|b| Handoff::decode(b, &app).expect("a hand-off that decodes"))
+                        .collect();
+                    let mut got: Vec<ShardId> = resume.iter().map(|h| h.shard()).collect();
+                    got.sort_unstable();
+                    assert_eq!(
+                        got,
+                        next.shards_of(node).collect::<Vec<_>>(),
+                        "node {node}: its hand-offs"
+                    );
+                    layout = next;
+                    layouts.push(layout.clone());
+                }
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    let mut all_layouts = Vec::new();
+    for (node, t) in nodes.into_iter().enumerate() {
+        let (outputs, layouts) = t.join().expect("a node");
+        let last = layouts.last().unwrap();
+        let shards: Vec<u16> = outputs.iter().map(|s: &Seen| s.shard).collect();
+        assert_eq!(
+            shards,
+            last.shards_of(node as u16).collect::<Vec<_>>(),
+            "node {node} ends with the last layout's shards"
+        );
+        seen.extend(outputs);
+        all_layouts.push(layouts);
+    }
+    let placements: Vec<Vec<u16>> = all_layouts[0]
+        .iter()
+        .map(|l| (0..4).map(|s| l.node_of(s)).collect())
+        .collect();
+    assert_eq!(
+        placements,
+        [vec![0, 0, 1, 1], vec![0, 1, 1, 1], vec![0, 1, 1, 0]],
+        "two handovers, two round changes"
+    );
+    assert_eq!(
+        all_layouts[0], all_layouts[1],
+        "both nodes went through the same layouts"
+    );
+    let clients = clients.lock().unwrap();
+    for (s, c) in clients.iter().enumerate() {
+        let c = c.as_ref().expect("every client kept");
+        assert!(
+            c.answers.iter().all(|a| *a == 1),
+            "shard {s}: every transfer answered once"
+        );
+        assert_eq!(c.committed, REQUESTS, "shard {s}: transfers of 1 never abort here");
+        if s == 0 {
+            assert_eq!(c.handovers.len(), 2);
+            assert!(
+                c.handovers.iter().all(|o| matches!(o, Some(Outcome::Committed(_)))),
+                "{:?}",
+                c.handovers
+            );
+        }
+    }
+    // The requests are a function of (shard, number): every balance is
+    // its start plus exactly the transfers that touched it, once.
+    let mut expected = vec![START; ACCOUNTS as usize];
+    for shard in 0..4u64 {
+        for sent in 0..REQUESTS {
+            let (debtor, creditor) = pair(shard, sent);
+            expected[debtor as usize] -= 1;
+            expected[creditor as usize] += 1;
+        }
+    }
+    let mut got = vec![i64::MIN; ACCOUNTS as usize];
+    for s in &seen {
+        for (k, b) in &s.balances {
+            assert_eq!(got[*k as usize], i64::MIN, "account {k} on two shards");
+            got[*k as usize] = *b;
+        }
+    }
+    assert_eq!(got, expected, "every transfer applied exactly once");
+}
+
+/// The `sent`-th transfer of `shard`: `(debtor, creditor)`. Most cross
+/// shards, about half of them nodes.
+fn pair(shard: u64, sent: u64) -> (u64, u64) {
+    let n = sent * 4 + shard;
+    let debtor = n * 7919 % ACCOUNTS;
+    (debtor, (debtor + 1 + n * 104_729 % (ACCOUNTS - 1)) % ACCOUNTS)
+}
