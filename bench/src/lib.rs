@@ -16,6 +16,7 @@
 pub mod check;
 pub mod deathstar;
 pub mod handoff;
+pub mod handover;
 pub mod inproc;
 pub mod moves;
 pub mod plot;

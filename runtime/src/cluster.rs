@@ -49,8 +49,12 @@ pub const NODES_MAX: usize = SHARDS_MAX;
 const CONTROL_FRAME_BYTES_MAX: usize = 1 << 20;
 /// Snapshot epochs a hello lists at most.
 const HELLO_SNAPSHOTS_MAX: usize = 1 << 12;
-/// How often a node waiting for its peers tries to reach them again.
+/// How often a node waiting for its peers tries to reach them again, at
+/// most (it starts at `DIAL_RETRY_MIN` and doubles while nobody answers:
+/// peers joining the next round after a handover are milliseconds apart,
+/// a peer being restarted may take seconds), and how long a dial waits.
 const DIAL_RETRY: Duration = Duration::from_millis(50);
+const DIAL_RETRY_MIN: Duration = Duration::from_millis(1);
 /// A connection that says nothing for this long during the join is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Version of the control protocol (3: a hello carries the layout).
@@ -560,10 +564,12 @@ impl Control {
         while self.accepted.try_recv().is_ok() {}
         let mut peers: BTreeMap<u16, (TcpStream, Hello)> = BTreeMap::new();
         let mut last_log = Instant::now();
+        let mut wait = DIAL_RETRY_MIN;
         while peers.len() < n - 1 {
             if stop.load(Ordering::Relaxed) {
                 return Ok(None);
             }
+            let before = peers.len();
             // Dial the nodes above us; those below dial us.
             for peer in self.spec.nodes.iter().filter(|p| p.id > self.node) {
                 if peers.contains_key(&peer.id) {
@@ -578,7 +584,7 @@ impl Control {
                     }
                 }
             }
-            match self.accepted.recv_timeout(DIAL_RETRY) {
+            match self.accepted.recv_timeout(wait) {
                 Ok(s) => match self.greet(s, &me, None) {
                     Ok((s, h)) if h.node < self.node => {
                         peers.insert(h.node, (s, h));
@@ -589,6 +595,11 @@ impl Control {
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Err("the control listener stopped".into()),
             }
+            wait = if peers.len() > before {
+                DIAL_RETRY_MIN
+            } else {
+                (wait * 2).min(DIAL_RETRY)
+            };
             if last_log.elapsed() > Duration::from_secs(2) {
                 let missing: Vec<u16> = (0..n as u16)
                     .filter(|i| *i != self.node && !peers.contains_key(i))
@@ -617,7 +628,7 @@ impl Control {
         let mut writers = Vec::with_capacity(peers.len());
         for (peer, (s, _)) in peers {
             let writer = s.try_clone().map_err(|e| format!("control connection: {e}"))?;
-            watch(peer, s, &self.spec, failure.clone(), state.clone());
+            watch(self.node, peer, s, &self.spec, failure.clone(), state.clone());
             writers.push((peer, writer));
         }
         let layout = me.layout;
@@ -690,11 +701,12 @@ impl Control {
 /// Per peer: a thread that reads its frames (heartbeats, commit notices)
 /// and fails the run when the peer goes silent or the connection breaks,
 /// and one that sends our heartbeats.
-fn watch(peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, state: Arc<RunState>) {
+fn watch(me: u16, peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, state: Arc<RunState>) {
     let mut reader = s.try_clone().expect("control connection");
     let mut writer = s;
     let _ = reader.set_read_timeout(Some(spec.failure_timeout));
     let f = failure.clone();
+    let beats = state.clone();
     std::thread::Builder::new()
         .name(format!("styx-watch-{peer}"))
         .spawn(move || {
@@ -749,6 +761,11 @@ fn watch(peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, state: Arc
         .spawn(move || {
             while !failure.is_failed() {
                 if let Err(e) = writer.write_all(&frame) {
+                    // After a handover's exchange the run is closed on
+                    // purpose: no failure.
+                    if beats.handed[usize::from(me)].load(Ordering::SeqCst) != 0 {
+                        break;
+                    }
                     failure.fail(format!("node {peer}: {e}"));
                 }
                 std::thread::sleep(heartbeat);

@@ -38,6 +38,8 @@ use styx_engine::{Message, ShardId};
 pub const FRAME_BYTES_MAX: usize = 256 << 20;
 /// Bytes a connection holds unwritten before its shard holds back.
 const OUTGOING_BYTES_MAX: usize = 64 << 20;
+/// The longest wait between two dials of a peer shard not listening yet.
+const DIAL_RETRY_MAX: Duration = Duration::from_millis(20);
 /// How long the shards of a run may take to connect to each other.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const LINK_MAGIC: u64 = 0x5354_5958_4c49_4e4b; // "STYXLINK"
@@ -228,6 +230,9 @@ fn check_handshake(run: &Run, h: &[u8; HANDSHAKE_BYTES], to: ShardId) -> Result<
 /// Dials `peer` until it answers our handshake with its own.
 async fn dial(run: &Run, me: ShardId, peer: ShardId, deadline: Instant) -> Result<TcpStream, String> {
     let addr = run.link_addr(peer);
+    // A peer starting its round listens within milliseconds (a round
+    // change after a handover waits on this): retry soon, then back off.
+    let mut wait = Duration::from_millis(1);
     loop {
         if run.failure.is_failed() {
             return Err(format!("shard {me}: the run failed while connecting"));
@@ -250,7 +255,10 @@ async fn dial(run: &Run, me: ShardId, peer: ShardId, deadline: Instant) -> Resul
             Err(e) if Instant::now() >= deadline => {
                 return Err(format!("shard {me}: cannot reach shard {peer} at {addr}: {e}"));
             }
-            Err(_) => glommio::timer::sleep(Duration::from_millis(20)).await,
+            Err(_) => {
+                glommio::timer::sleep(wait).await;
+                wait = (wait * 2).min(DIAL_RETRY_MAX);
+            }
         }
     }
 }

@@ -11,6 +11,7 @@
 //! styx bench movie  [--users N] [--movies N] …      Deathstar movie review
 //! styx bench travel [--hotels N] [--geo-partitions P] …
 //! styx bench handoff [--accounts N] [--rounds R]  a shard changing nodes
+//! styx bench handover [--accounts N] [--handovers H]  … between running nodes
 //! styx bench plot --input results.jsonl --out docs/
 //! ```
 //!
@@ -82,8 +83,32 @@ enum BenchCommand {
     /// What handing a YCSB-T shard to another node costs it: the pause at
     /// the switch, step by step, and the bytes that cross.
     Handoff(HandoffArgs),
+    /// A YCSB-T shard handed between two running nodes (in one process,
+    /// over loopback TCP) under closed-loop load: the commit rate, the
+    /// longest gap between commits at each handover, latency away from
+    /// handovers and overall.
+    Handover(HandoverArgs),
     /// Draw SVG plots from JSON-lines reports (--out of earlier runs).
     Plot(PlotArgs),
+}
+
+#[derive(Args)]
+struct HandoverArgs {
+    /// Accounts in the bank (4 shards: about a quarter on the shard that moves).
+    #[arg(long, default_value_t = 100_000)]
+    accounts: u64,
+    /// Handovers (shard 1 to the other node and back).
+    #[arg(long, default_value_t = 4)]
+    handovers: usize,
+    /// Milliseconds between handovers (and before the first, after the last).
+    #[arg(long, default_value_t = 1_000)]
+    every_ms: u64,
+    /// Transfers outstanding per shard.
+    #[arg(long, default_value_t = 200)]
+    in_flight: u64,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Args)]
@@ -423,6 +448,7 @@ pub fn run(args: BenchArgs) -> ExitCode {
             execute(workload, run, 1_000, None, None)
         }
         BenchCommand::Handoff(h) => return handoff_cmd(h),
+        BenchCommand::Handover(h) => return handover_cmd(h),
         BenchCommand::Plot(p) => return plot_cmd(p),
     };
     result.unwrap_or_else(|message| {
@@ -496,6 +522,91 @@ fn handoff_cmd(args: HandoffArgs) -> ExitCode {
             pause / 1e3,
             pause * 1e3 / entities.max(1.0),
             bytes / 1e6
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// `styx bench handover`: shards changing nodes under load.
+fn handover_cmd(args: HandoverArgs) -> ExitCode {
+    if args.accounts < 8 || args.handovers == 0 || args.every_ms == 0 || args.in_flight == 0 {
+        return usage("--accounts must be at least 8, and --handovers, --every-ms and --in-flight at least 1");
+    }
+    let r = styx_bench::handover::run(styx_bench::handover::Params {
+        accounts: args.accounts,
+        handovers: args.handovers,
+        every: std::time::Duration::from_millis(args.every_ms),
+        in_flight: args.in_flight,
+    });
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    // The commit rate away from handovers: buckets more than 200 ms before
+    // or 1 s after one, past the first and before the last second.
+    let bucket_s = |i: usize| i as f64 * 0.01;
+    let near = |t: f64| {
+        r.handovers
+            .iter()
+            .any(|(a, _, _)| t + 0.2 >= *a as f64 / 1e6 && t <= *a as f64 / 1e6 + 1.0)
+    };
+    let steady_rate = median(
+        r.buckets
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| bucket_s(*i) > 0.2 && bucket_s(*i) + 0.2 < r.seconds && !near(bucket_s(*i)))
+            .map(|(_, b)| *b)
+            .collect(),
+    );
+    let gap_ms = median(r.handovers.iter().map(|h| h.1 as f64 / 1e3).collect());
+    let change_ms = median(r.handovers.iter().map(|h| h.2 as f64 / 1e3).collect());
+    if args.json {
+        let out = serde_json::json!({
+            "workload": "handover",
+            "accounts": args.accounts,
+            "handovers": args.handovers,
+            "in_flight": args.in_flight,
+            "committed": r.committed,
+            "seconds": r.seconds,
+            "throughput": r.committed as f64 / r.seconds,
+            "steady_rate": steady_rate,
+            "entities_moved": r.entities,
+            "median_gap_ms": gap_ms,
+            "median_round_change_ms": change_ms,
+            "steady_p50_us": r.steady.0,
+            "steady_p99_us": r.steady.1,
+            "all_p50_us": r.all.0,
+            "all_p99_us": r.all.1,
+            "per_handover": r.handovers.iter().map(|(a, g, c)| serde_json::json!({
+                "asked_us": a, "gap_us": g, "round_change_us": c,
+            })).collect::<Vec<_>>(),
+            "rate_per_10ms": r.buckets,
+        });
+        println!("{out}");
+    } else {
+        println!(
+            "handover · {} accounts on 4 shards, 2 nodes · {} handovers of shard 1 ({} entities) · {} in flight per shard",
+            args.accounts, args.handovers, r.entities, args.in_flight
+        );
+        println!("{:>10} {:>10} {:>16}", "asked s", "gap ms", "round change ms");
+        for (a, g, c) in &r.handovers {
+            println!(
+                "{:>10.2} {:>10.1} {:>16.1}",
+                *a as f64 / 1e6,
+                *g as f64 / 1e3,
+                *c as f64 / 1e3
+            );
+        }
+        println!(
+            "committed {} in {:.2} s ({:.0}/s; {:.0}/s away from handovers); latency p50/p99 {}/{} µs away from handovers, {}/{} µs overall",
+            r.committed,
+            r.seconds,
+            r.committed as f64 / r.seconds,
+            steady_rate,
+            r.steady.0,
+            r.steady.1,
+            r.all.0,
+            r.all.1
         );
     }
     ExitCode::SUCCESS
