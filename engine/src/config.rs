@@ -88,6 +88,10 @@ pub struct Config {
     /// exists anywhere (docs/nodes.md, step 4). Off, shards that stay
     /// where they are go straight on (the simulator's default).
     pub pause_at_handover: bool,
+    /// Whether a node may be left running no shard (a spare). Off, a
+    /// handover that would leave its node without shards is refused at
+    /// submit (the runtime runs no spare yet: docs/nodes.md).
+    pub spare_nodes: bool,
 }
 
 impl Default for Config {
@@ -104,6 +108,7 @@ impl Default for Config {
             record_history: false,
             move_share_entities: 1_024,
             pause_at_handover: false,
+            spare_nodes: true,
         }
     }
 }

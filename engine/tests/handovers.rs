@@ -226,6 +226,7 @@ fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
         }
         let mut rng = Rng::new(5);
         let mut pauses = 0;
+        let mut extra = 0u64;
         for token in 0..200u64 {
             let request = if token % 40 == 20 {
                 hand(rng.below(4) as ShardId, rng.below(3) as u16)
@@ -241,6 +242,18 @@ fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
                     continue;
                 }
                 let epoch = sim.shard(departing[0]).epoch();
+                // Requests of named clients now: forwarded to their home
+                // shards, stopped ones among them, which keep them in
+                // their hand-offs and accept them where they go on.
+                for k in 0..8u64 {
+                    // Drawn apart from the main stream, which must not
+                    // depend on when the handovers fall.
+                    let d = Rng::new(1_000 + extra).below(ACCOUNTS);
+                    let t = transfer(&app, d, (d + 1) % ACCOUNTS, 1);
+                    let token = 1_000 + extra;
+                    sim.submit((k % 4) as ShardId, token, with_client(t, k, extra)).unwrap();
+                    extra += 1;
+                }
                 if pause {
                     // Every shard ends the same epoch and stops there: none
                     // starts the next one however long the sim runs.
@@ -270,7 +283,8 @@ fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
         sim.run();
         let mut replies: Vec<_> = sim.take_replies().into_iter().map(|r| (r.token, r.outcome)).collect();
         replies.sort_by_key(|r| r.0);
-        assert_eq!(replies.len(), 200, "every request answered");
+        assert!(extra >= 16, "named requests at the handovers");
+        assert_eq!(replies.len() as u64, 200 + extra, "every request answered");
         assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START_BALANCE, "pause {pause}");
         (replies, sim.state(), sim.layout().clone(), pauses)
     };

@@ -70,6 +70,9 @@ const ENDED: u8 = 4;
 const HANDOFF: u8 = 5;
 /// The sender sent every hand-off of the epoch.
 const HANDED: u8 = 6;
+/// The sender holds every hand-off sent to it: it writes nothing more on
+/// this run's connections.
+const RECEIVED: u8 = 7;
 /// Bytes of a hand-off in one control frame.
 const HANDOFF_CHUNK_BYTES: usize = CONTROL_FRAME_BYTES_MAX - 16;
 /// A hand-off is at most this long (its shard's entities and tables).
@@ -263,7 +266,26 @@ pub struct Run {
     /// What the control connections brought in: commits, ends, hand-offs.
     state: Arc<RunState>,
     /// Control connections by peer node, to announce commits and ends on.
-    peers: Mutex<Vec<(u16, TcpStream)>>,
+    peers: Vec<(u16, Arc<Mutex<Writer>>)>,
+}
+
+/// The writing side of a control connection. Every frame is written whole
+/// under its lock (the heartbeat thread shares it: a heartbeat must never
+/// land inside a long frame).
+#[derive(Debug)]
+struct Writer {
+    stream: TcpStream,
+    /// Nothing more is written (the run ended at a handover, or closed).
+    closed: bool,
+}
+
+impl Writer {
+    fn write(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        self.stream.write_all(frame)
+    }
 }
 
 /// What a run's control connections report, per node.
@@ -274,25 +296,36 @@ struct RunState {
     /// The epoch at whose end each node's shards all stopped for a
     /// handover (0: none yet).
     ended: Vec<AtomicU64>,
+    /// Batches each shard sent each shard in this run, as of its stop
+    /// (`from * n + to`; rows of this node's shards set by them, the
+    /// others' by their node's `ENDED`).
+    sent: Vec<AtomicU64>,
+    n_shards: usize,
     /// The epoch whose hand-offs each node has all sent (0: none yet).
     handed: Vec<AtomicU64>,
-    /// Hand-offs coming in: pieces per shard, then whole.
+    /// The epoch whose hand-offs each node has all received (0: none
+    /// yet): it writes nothing more on this run's connections.
+    received: Vec<AtomicU64>,
+    /// Hand-offs coming in: pieces per (sending node, shard), then whole.
     incoming: Mutex<Incoming>,
 }
 
 #[derive(Debug, Default)]
 struct Incoming {
-    partial: BTreeMap<ShardId, Vec<u8>>,
+    partial: BTreeMap<(u16, ShardId), Vec<u8>>,
     whole: Vec<Vec<u8>>,
 }
 
 impl RunState {
-    fn new(nodes: usize) -> RunState {
-        let zeros = || (0..nodes).map(|_| AtomicU64::new(0)).collect();
+    fn new(nodes: usize, n_shards: usize) -> RunState {
+        let zeros = |k: usize| (0..k).map(|_| AtomicU64::new(0)).collect();
         RunState {
-            committed: zeros(),
-            ended: zeros(),
-            handed: zeros(),
+            committed: zeros(nodes),
+            ended: zeros(nodes),
+            sent: zeros(n_shards * n_shards),
+            n_shards,
+            handed: zeros(nodes),
+            received: zeros(nodes),
             incoming: Mutex::new(Incoming::default()),
         }
     }
@@ -302,6 +335,7 @@ impl Run {
     /// A run of one node: no peers, nothing to join.
     pub fn single(spec: Spec, plan: Plan) -> Run {
         let layout = spec.layout();
+        let spec_shards = spec.n_shards();
         Run {
             local: layout.shards_of(0).collect(),
             layout,
@@ -310,8 +344,8 @@ impl Run {
             plan,
             id: 0,
             failure: Arc::new(Failure::default()),
-            state: Arc::new(RunState::new(1)),
-            peers: Mutex::new(Vec::new()),
+            state: Arc::new(RunState::new(1, usize::from(spec_shards))),
+            peers: Vec::new(),
         }
     }
 
@@ -348,9 +382,8 @@ impl Run {
     /// Writes `frame` to every peer (a broken connection fails the run
     /// through its reader).
     fn tell_all(&self, frame: &[u8]) {
-        let mut peers = self.peers.lock().expect("peers lock");
-        for (_, p) in peers.iter_mut() {
-            let _ = p.write_all(frame);
+        for (_, w) in &self.peers {
+            let _ = w.lock().expect("writer lock").write(frame);
         }
     }
 
@@ -365,13 +398,35 @@ impl Run {
             .unwrap_or(0)
     }
 
+    /// Local shard `shard` stopped for a handover having sent `sent[to]`
+    /// batches to each shard in this run; it sends nothing more.
+    pub fn stopped(&self, shard: ShardId, sent: &[u64]) {
+        let n = self.state.n_shards;
+        assert_eq!(sent.len(), n);
+        for (to, count) in sent.iter().enumerate() {
+            self.state.sent[usize::from(shard) * n + to].store(*count, Ordering::SeqCst);
+        }
+    }
+
     /// Every shard of this node stopped at the end of `epoch` for a
-    /// handover, its batches all written: tell the others. From here on a
+    /// handover ([`Run::stopped`]), its batches all written: tell the
+    /// others, with how many batches each sent each shard. From here on a
     /// data link of this run closing is its end, not a failure.
     pub fn ended_locally(&self, epoch: Epoch) {
         assert!(epoch > 0, "a handover ends an epoch after the first");
+        let n = self.state.n_shards;
+        let rows: Vec<(ShardId, Vec<u64>)> = self
+            .local
+            .iter()
+            .map(|s| {
+                let row = (0..n)
+                    .map(|to| self.state.sent[usize::from(*s) * n + to].load(Ordering::SeqCst))
+                    .collect();
+                (*s, row)
+            })
+            .collect();
         self.state.ended[usize::from(self.node)].store(epoch, Ordering::SeqCst);
-        self.tell_all(&control_frame(ENDED, &epoch));
+        self.tell_all(&control_frame(ENDED, &(epoch, rows)));
     }
 
     /// Whether this node's shards all stopped for a handover.
@@ -380,15 +435,39 @@ impl Run {
     }
 
     /// Whether every node's shards stopped at the end of `epoch`: nothing
-    /// of it is in flight anywhere and nothing of the next exists, so the
-    /// data links may close.
+    /// of it is in flight anywhere and nothing of the next exists. Nodes
+    /// that stopped at different epochs fail the run (they cannot: every
+    /// shard decides the same layout at the same epoch).
     pub fn all_ended(&self, epoch: Epoch) -> bool {
-        self.state.ended.iter().all(|e| e.load(Ordering::SeqCst) == epoch)
+        let ended: Vec<Epoch> = self.state.ended.iter().map(|e| e.load(Ordering::SeqCst)).collect();
+        if ended.iter().all(|e| *e == epoch) {
+            return true;
+        }
+        if ended.iter().all(|e| *e != 0) {
+            self.failure
+                .fail(format!("nodes stopped for a handover at different epochs: {ended:?}"));
+        }
+        false
+    }
+
+    /// Once every node ended ([`Run::all_ended`]): whether local shard
+    /// `shard`, having received `received[from]` batches from each shard,
+    /// holds every batch sent to it in this run (a request forwarded to
+    /// its client's home, an answer, belong to no epoch and may still be
+    /// on the way when every epoch message arrived).
+    pub fn received_all(&self, shard: ShardId, received: &[u64]) -> bool {
+        let n = self.state.n_shards;
+        received
+            .iter()
+            .enumerate()
+            .all(|(from, got)| *got >= self.state.sent[from * n + usize::from(shard)].load(Ordering::SeqCst))
     }
 
     /// After every node ended `epoch` ([`Run::all_ended`]): sends each
     /// hand-off in `outgoing` (`(node, shard, bytes)`) to the node that
-    /// runs its shard next, then waits until every node sent its own, and
+    /// runs its shard next, then waits until every node sent its own
+    /// (`HANDED`), tells every node it holds them (`RECEIVED`, its last
+    /// frame on this run's connections), waits until every node does, and
     /// returns those sent to this node. The hand-offs cross the control
     /// connections in pieces; a node failing meanwhile, or `timeout`
     /// passing, is an error (the run is in memory only: its shards are
@@ -400,61 +479,88 @@ impl Run {
         timeout: Duration,
     ) -> Result<Vec<Vec<u8>>, String> {
         let mut mine = Vec::new();
-        {
-            let mut peers = self.peers.lock().expect("peers lock");
-            for (node, shard, bytes) in outgoing {
-                if node == self.node {
-                    mine.push(bytes);
-                    continue;
-                }
-                let (_, stream) = peers
-                    .iter_mut()
-                    .find(|(p, _)| *p == node)
-                    .ok_or_else(|| format!("shard {shard} handed to node {node}, which is not a peer"))?;
-                let mut chunks = bytes.chunks(HANDOFF_CHUNK_BYTES).peekable();
-                if chunks.peek().is_none() {
-                    return Err(format!("shard {shard}'s hand-off is empty"));
-                }
-                while let Some(chunk) = chunks.next() {
-                    let mut body = Vec::with_capacity(3 + chunk.len());
-                    body.extend_from_slice(&shard.to_le_bytes());
-                    body.push(u8::from(chunks.peek().is_none()));
-                    body.extend_from_slice(chunk);
-                    stream
-                        .write_all(&raw_control_frame(HANDOFF, &body))
-                        .map_err(|e| format!("sending shard {shard}'s hand-off to node {node}: {e}"))?;
-                }
+        for (node, shard, bytes) in outgoing {
+            if node == self.node {
+                mine.push(bytes);
+                continue;
+            }
+            let (_, writer) = self
+                .peers
+                .iter()
+                .find(|(p, _)| *p == node)
+                .ok_or_else(|| format!("shard {shard} handed to node {node}, which is not a peer"))?;
+            let mut chunks = bytes.chunks(HANDOFF_CHUNK_BYTES).peekable();
+            if chunks.peek().is_none() {
+                return Err(format!("shard {shard}'s hand-off is empty"));
+            }
+            while let Some(chunk) = chunks.next() {
+                let mut body = Vec::with_capacity(3 + chunk.len());
+                body.extend_from_slice(&shard.to_le_bytes());
+                body.push(u8::from(chunks.peek().is_none()));
+                body.extend_from_slice(chunk);
+                writer
+                    .lock()
+                    .expect("writer lock")
+                    .write(&raw_control_frame(HANDOFF, &body))
+                    .map_err(|e| format!("sending shard {shard}'s hand-off to node {node}: {e}"))?;
             }
         }
-        self.state.handed[usize::from(self.node)].store(epoch, Ordering::SeqCst);
+        let me = usize::from(self.node);
+        self.state.handed[me].store(epoch, Ordering::SeqCst);
         self.tell_all(&control_frame(HANDED, &epoch));
+        self.wait_all(&self.state.handed, epoch, timeout, "the hand-offs")?;
+        {
+            let mut incoming = self.state.incoming.lock().expect("incoming lock");
+            if let Some((node, shard)) = incoming.partial.keys().next() {
+                return Err(format!("shard {shard}'s hand-off from node {node} arrived in part"));
+            }
+            mine.append(&mut incoming.whole);
+        }
+        // The last frame on each connection: written, and the writer
+        // closed, under one lock (no heartbeat after it). A node closes
+        // its connections only once every node said RECEIVED, so none
+        // still reads what it needs when they close.
+        self.state.received[me].store(epoch, Ordering::SeqCst);
+        let frame = control_frame(RECEIVED, &epoch);
+        for (_, w) in &self.peers {
+            let mut w = w.lock().expect("writer lock");
+            let _ = w.write(&frame);
+            w.closed = true;
+        }
+        self.wait_all(&self.state.received, epoch, timeout, "the nodes' receipts")?;
+        Ok(mine)
+    }
+
+    /// Waits until every node reported `epoch` in `per_node`.
+    fn wait_all(&self, per_node: &[AtomicU64], epoch: Epoch, timeout: Duration, what: &str) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
-        while !self.state.handed.iter().all(|h| h.load(Ordering::SeqCst) == epoch) {
+        loop {
+            let seen: Vec<Epoch> = per_node.iter().map(|h| h.load(Ordering::SeqCst)).collect();
+            if seen.iter().all(|h| *h == epoch) {
+                return Ok(());
+            }
             if self.failure.is_failed() {
                 return Err(format!(
                     "the cluster failed during the handover at epoch {epoch}: {}",
                     self.failure.reason().unwrap_or_default()
                 ));
             }
+            if seen.iter().any(|h| *h != 0 && *h != epoch) {
+                return Err(format!("nodes handed over at different epochs: {seen:?}"));
+            }
             if Instant::now() > deadline {
-                return Err(format!(
-                    "the hand-offs of epoch {epoch} did not arrive within {timeout:?}"
-                ));
+                return Err(format!("{what} of epoch {epoch} did not arrive within {timeout:?}"));
             }
             std::thread::sleep(Duration::from_micros(200));
         }
-        let mut incoming = self.state.incoming.lock().expect("incoming lock");
-        if let Some(shard) = incoming.partial.keys().next() {
-            return Err(format!("shard {shard}'s hand-off arrived in part"));
-        }
-        mine.append(&mut incoming.whole);
-        Ok(mine)
     }
 
     /// Stops the control threads' connections (the run is over).
     pub fn close(&self) {
-        for (_, p) in self.peers.lock().expect("peers lock").drain(..) {
-            let _ = p.shutdown(Shutdown::Both);
+        for (_, w) in &self.peers {
+            let mut w = w.lock().expect("writer lock");
+            w.closed = true;
+            let _ = w.stream.shutdown(Shutdown::Both);
         }
     }
 }
@@ -624,11 +730,14 @@ impl Control {
             styx_engine::mix64(h ^ styx_engine::mix64(u64::from(*node) ^ inc.rotate_left(16) ^ round.rotate_left(40)))
         });
         let failure = Arc::new(Failure::default());
-        let state = Arc::new(RunState::new(n));
+        let state = Arc::new(RunState::new(n, usize::from(self.spec.n_shards())));
         let mut writers = Vec::with_capacity(peers.len());
         for (peer, (s, _)) in peers {
-            let writer = s.try_clone().map_err(|e| format!("control connection: {e}"))?;
-            watch(self.node, peer, s, &self.spec, failure.clone(), state.clone());
+            let writer = Arc::new(Mutex::new(Writer {
+                stream: s.try_clone().map_err(|e| format!("control connection: {e}"))?,
+                closed: false,
+            }));
+            watch(peer, s, writer.clone(), &self.spec, failure.clone(), state.clone());
             writers.push((peer, writer));
         }
         let layout = me.layout;
@@ -641,7 +750,7 @@ impl Control {
             id,
             failure,
             state,
-            peers: Mutex::new(writers),
+            peers: writers,
         }))
     }
 
@@ -701,16 +810,22 @@ impl Control {
 /// Per peer: a thread that reads its frames (heartbeats, commit notices)
 /// and fails the run when the peer goes silent or the connection breaks,
 /// and one that sends our heartbeats.
-fn watch(me: u16, peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, state: Arc<RunState>) {
-    let mut reader = s.try_clone().expect("control connection");
-    let mut writer = s;
+fn watch(
+    peer: u16,
+    s: TcpStream,
+    writer: Arc<Mutex<Writer>>,
+    spec: &Spec,
+    failure: Arc<Failure>,
+    state: Arc<RunState>,
+) {
+    let mut reader = s;
     let _ = reader.set_read_timeout(Some(spec.failure_timeout));
     let f = failure.clone();
-    let beats = state.clone();
     std::thread::Builder::new()
         .name(format!("styx-watch-{peer}"))
         .spawn(move || {
             let p = usize::from(peer);
+            let n = state.n_shards;
             while !f.is_failed() {
                 let epoch = |body: &[u8]| Payload::from_bytes(body).decode::<Epoch>();
                 match read_control_frame(&mut reader) {
@@ -721,18 +836,36 @@ fn watch(me: u16, peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, s
                         }
                         Err(e) => f.fail(format!("node {peer} sent a bad commit notice: {e}")),
                     },
-                    Ok((ENDED, body)) => match epoch(&body) {
-                        Ok(e) if e > 0 => state.ended[p].store(e, Ordering::SeqCst),
+                    Ok((ENDED, body)) => match Payload::from_bytes(&body).decode::<(Epoch, Vec<(ShardId, Vec<u64>)>)>()
+                    {
+                        Ok((e, rows)) if e > 0 && rows.iter().all(|(s, row)| usize::from(*s) < n && row.len() == n) => {
+                            for (shard, row) in rows {
+                                for (to, count) in row.into_iter().enumerate() {
+                                    state.sent[usize::from(shard) * n + to].store(count, Ordering::SeqCst);
+                                }
+                            }
+                            state.ended[p].store(e, Ordering::SeqCst);
+                        }
                         _ => f.fail(format!("node {peer} sent a bad end notice")),
                     },
                     Ok((HANDED, body)) => match epoch(&body) {
                         Ok(e) if e > 0 => state.handed[p].store(e, Ordering::SeqCst),
                         _ => f.fail(format!("node {peer} sent a bad hand-off notice")),
                     },
+                    Ok((RECEIVED, body)) => match epoch(&body) {
+                        Ok(e) if e > 0 => state.received[p].store(e, Ordering::SeqCst),
+                        _ => f.fail(format!("node {peer} sent a bad receipt")),
+                    },
                     Ok((HANDOFF, body)) if body.len() >= 3 => {
                         let shard = u16::from_le_bytes([body[0], body[1]]);
                         let mut incoming = state.incoming.lock().expect("incoming lock");
-                        let piece = incoming.partial.entry(shard).or_default();
+                        if usize::from(shard) >= n || incoming.whole.len() >= n {
+                            f.fail(format!(
+                                "node {peer} sent a hand-off of shard {shard} (of {n}) too many"
+                            ));
+                            break;
+                        }
+                        let piece = incoming.partial.entry((peer, shard)).or_default();
                         if piece.len() + body.len() - 3 > HANDOFF_BYTES_MAX {
                             f.fail(format!(
                                 "node {peer} sent a hand-off of shard {shard} past {HANDOFF_BYTES_MAX} bytes"
@@ -741,14 +874,15 @@ fn watch(me: u16, peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, s
                         }
                         piece.extend_from_slice(&body[3..]);
                         if body[2] != 0 {
-                            let whole = incoming.partial.remove(&shard).expect("the piece just added");
+                            let whole = incoming.partial.remove(&(peer, shard)).expect("the piece just added");
                             incoming.whole.push(whole);
                         }
                     }
                     Ok((tag, _)) => f.fail(format!("node {peer} sent control frame {tag}")),
-                    // A peer that sent every hand-off of a handover closes
-                    // its connections next: its end, not a failure.
-                    Err(_) if state.handed[p].load(Ordering::SeqCst) != 0 => break,
+                    // A peer that holds every hand-off of a handover writes
+                    // nothing more and closes its connections next: its
+                    // end, not a failure.
+                    Err(_) if state.received[p].load(Ordering::SeqCst) != 0 => break,
                     Err(e) => f.fail(format!("node {peer}: {e}")),
                 }
             }
@@ -760,17 +894,24 @@ fn watch(me: u16, peer: u16, s: TcpStream, spec: &Spec, failure: Arc<Failure>, s
         .name(format!("styx-beat-{peer}"))
         .spawn(move || {
             while !failure.is_failed() {
-                if let Err(e) = writer.write_all(&frame) {
-                    // After a handover's exchange the run is closed on
-                    // purpose: no failure.
-                    if beats.handed[usize::from(me)].load(Ordering::SeqCst) != 0 {
+                {
+                    let mut w = writer.lock().expect("writer lock");
+                    // After its last frame (a handover's receipt) or the
+                    // run's close, this node writes nothing more.
+                    if w.closed {
                         break;
                     }
-                    failure.fail(format!("node {peer}: {e}"));
+                    if let Err(e) = w.write(&frame) {
+                        failure.fail(format!("node {peer}: {e}"));
+                    }
                 }
                 std::thread::sleep(heartbeat);
             }
-            let _ = writer.shutdown(Shutdown::Both);
+            // A failed run: let the peer see it at once.
+            let w = writer.lock().expect("writer lock");
+            if !w.closed {
+                let _ = w.stream.shutdown(Shutdown::Both);
+            }
         })
         .expect("control thread");
 }
@@ -1101,6 +1242,59 @@ mod tests {
             assert!(*refused, "node {i} joined a peer told another layout");
             assert_eq!(*local, [i as u16, i as u16 + 2]);
             assert_eq!(*layout, alternate);
+        }
+    }
+
+    /// Hand-offs of many megabytes cross while heartbeats run every
+    /// millisecond (a heartbeat written into a long frame would break its
+    /// checksum), the node with less to send finishes first and closes
+    /// (its peer must still get everything), and rounds follow each other.
+    #[test]
+    fn large_hand_offs_cross_between_heartbeats_and_rounds() {
+        let base = 23_300 + (std::process::id() % 200) as u16 * 10;
+        let node = |id: u16| Node {
+            id,
+            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 4)),
+            client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
+            shards: 1,
+        };
+        let spec = Spec {
+            nodes: vec![node(0), node(1)],
+            heartbeat: Duration::from_millis(1),
+            failure_timeout: Duration::from_secs(2),
+        };
+        let blob = |shard: u16, len: usize| -> Vec<u8> {
+            (0..len).map(|i| (i as u64 * 31 + u64::from(shard)) as u8).collect()
+        };
+        let threads: Vec<_> = (0..2u16)
+            .map(|i| {
+                let spec = spec.clone();
+                std::thread::spawn(move || {
+                    let mut c = Control::start(spec.clone(), i, 42).unwrap();
+                    let stop = AtomicBool::new(false);
+                    let mut got = Vec::new();
+                    for round in 1..=3u64 {
+                        let run = c.join(survey(&[], 0), &spec.layout(), &stop).unwrap().unwrap();
+                        // Node 0 sends 24 MB as shard 1, node 1 sends 3 MB
+                        // as shard 0; each keeps nothing.
+                        let (to, shard, len) = if i == 0 { (1, 1, 24 << 20) } else { (0, 0, 3 << 20) };
+                        let incoming = run
+                            .hand_over(round, vec![(to, shard, blob(shard, len))], Duration::from_secs(30))
+                            .unwrap_or_else(|e| panic!("node {i}, round {round}: {e}"));
+                        assert!(!run.failure.is_failed(), "node {i}: {:?}", run.failure.reason());
+                        got.push(incoming);
+                    }
+                    got
+                })
+            })
+            .collect();
+        for (i, t) in threads.into_iter().enumerate() {
+            let got = t.join().unwrap();
+            for incoming in got {
+                let (shard, len) = if i == 0 { (0, 3 << 20) } else { (1, 24 << 20) };
+                assert_eq!(incoming.len(), 1, "node {i}");
+                assert!(incoming[0] == blob(shard, len), "node {i}: the hand-off arrived whole");
+            }
         }
     }
 }

@@ -258,7 +258,12 @@ pub struct Round<O> {
 /// first round): they are rebuilt from it instead of started empty, and
 /// `make` sees them with their state (a shard with `epoch() > 0`: load
 /// nothing into it).
-pub fn run_round<F, M>(app: Arc<App>, opts: Options, resume: Vec<Handoff>, make: M) -> Result<Round<F::Output>, Error>
+pub fn run_round<F, M>(
+    app: Arc<App>,
+    mut opts: Options,
+    resume: Vec<Handoff>,
+    make: M,
+) -> Result<Round<F::Output>, Error>
 where
     F: Frontend,
     M: Fn(&mut Shard) -> F + Send + Sync + 'static,
@@ -284,7 +289,27 @@ where
             "handovers between nodes run in memory, in a cluster run, so far (docs/nodes.md)".into(),
         ));
     }
+    if opts.engine.pause_at_handover {
+        // No node may be left without shards: this runtime runs no spare.
+        opts.engine.spare_nodes = false;
+    }
     let mut resumed: Vec<Option<Handoff>> = local.iter().map(|_| None).collect();
+    if !resume.is_empty() {
+        // After a handover every shard goes on from its hand-off: all of
+        // this node's, from one epoch, placed by this run's layout.
+        let layout = opts.cluster.as_ref().map(|r| r.layout().clone());
+        let mut ids: Vec<ShardId> = resume.iter().map(|h| h.shard()).collect();
+        ids.sort_unstable();
+        let epochs: Vec<Epoch> = resume.iter().map(|h| h.epoch()).collect();
+        if ids != local
+            || epochs.iter().any(|e| *e != epochs[0])
+            || resume.iter().any(|h| Some(h.layout().placed()) != layout)
+        {
+            return Err(Error::Handover(format!(
+                "hand-offs of shards {ids:?} at epochs {epochs:?} for a node running {local:?} by layout {layout:?}"
+            )));
+        }
+    }
     for h in resume {
         match local.iter().position(|s| *s == h.shard()) {
             Some(l) if resumed[l].is_none() => resumed[l] = Some(h),

@@ -38,6 +38,8 @@ use styx_engine::{Message, ShardId};
 pub const FRAME_BYTES_MAX: usize = 256 << 20;
 /// Bytes a connection holds unwritten before its shard holds back.
 const OUTGOING_BYTES_MAX: usize = 64 << 20;
+/// A link closed between frames (its peer ended its run, or failed).
+const CLOSED: &str = "connection closed";
 /// The longest wait between two dials of a peer shard not listening yet.
 const DIAL_RETRY_MAX: Duration = Duration::from_millis(20);
 /// How long the shards of a run may take to connect to each other.
@@ -296,7 +298,8 @@ async fn read_loop(
         loop {
             let mut head = [0u8; 8];
             reader.read_exact(&mut head).await.map_err(|e| match e.kind() {
-                std::io::ErrorKind::UnexpectedEof => "connection closed".to_string(),
+                std::io::ErrorKind::UnexpectedEof => CLOSED.to_string(),
+                std::io::ErrorKind::ConnectionReset => format!("{CLOSED}: {e}"),
                 _ => e.to_string(),
             })?;
             let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
@@ -331,8 +334,8 @@ async fn read_loop(
     .await;
     if let Err(e) = result {
         // Once this node's shards all stopped for a handover, links close
-        // as every node moves on: that is no failure.
-        if !run.is_ending() {
+        // as every node moves on: that is no failure (a bad frame still is).
+        if !(run.is_ending() && e.starts_with(CLOSED)) {
             run.failure.fail(format!("link from shard {peer} to shard {me}: {e}"));
         }
     }

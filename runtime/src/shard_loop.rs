@@ -143,6 +143,11 @@ pub(crate) struct ShardLoop<F: Frontend> {
     paused: Option<Epoch>,
     /// It counted itself in the mesh's `paused`.
     pause_counted: bool,
+    /// Batches sent to and received from each shard in this run: a round
+    /// that ends at a handover ends once each shard received every batch
+    /// sent to it (see `cluster::Run::received_all`).
+    sent_to: Vec<u64>,
+    received_from: Vec<u64>,
     me: usize,
     /// What the shard emitted, drained once per iteration.
     out: Outputs,
@@ -213,6 +218,7 @@ impl<F: Frontend> ShardLoop<F> {
         let has_io = frontend.does_io() || durable.is_some() || mesh.remote.is_some();
         let pump_after_local_work = frontend.pump_after_local_work();
         let alone = mesh.n == 1;
+        let n = mesh.n;
         let profile = std::env::var_os("STYX_PROFILE").map(|_| Profile::new(&shard, clock.now_us()));
         ShardLoop {
             shard,
@@ -231,6 +237,8 @@ impl<F: Frontend> ShardLoop<F> {
             counted: false,
             paused: None,
             pause_counted: false,
+            sent_to: vec![0; n],
+            received_from: vec![0; n],
             me,
             out: Outputs::default(),
             overflow: VecDeque::new(),
@@ -259,10 +267,16 @@ impl<F: Frontend> ShardLoop<F> {
                 p.begin(self.shard.stage(), started);
             }
             if let Some(epoch) = self.paused
-                && self.mesh.run.as_ref().is_some_and(|r| r.all_ended(epoch))
+                && self.pause_counted
+                && self
+                    .mesh
+                    .run
+                    .as_ref()
+                    .is_some_and(|r| r.all_ended(epoch) && r.received_all(self.shard.id(), &self.received_from))
             {
-                // Every node stopped: the round ends here, and this shard
-                // goes on from its hand-off in the next one.
+                // Every node stopped and every batch sent here was handled:
+                // the round ends, and this shard goes on from its hand-off
+                // in the next one.
                 break;
             }
             if self.mesh.failed() {
@@ -281,13 +295,15 @@ impl<F: Frontend> ShardLoop<F> {
             // Recorded for tests (`record_history`), never used here.
             self.out.history.clear();
             self.publish(now);
-            if self.is_over() {
-                break;
-            }
+            // Before `is_over`: a shard counted done still stops with the
+            // others at a handover.
             if self.shard.is_departing() {
                 self.pause();
                 glommio::timer::sleep(Duration::from_micros(100)).await;
                 continue;
+            }
+            if self.is_over() {
+                break;
             }
             self.watch(now, why);
             if why != 0 || delivered || durable {
@@ -345,10 +361,21 @@ impl<F: Frontend> ShardLoop<F> {
             .clone()
             .expect("a shard stops for a handover only in a cluster run");
         self.paused = Some(epoch);
-        if self.pause_counted || !self.overflow.is_empty() || !self.mesh.remote.as_ref().is_none_or(|r| r.flushed()) {
+        if self.pause_counted {
+            // A departing shard emits nothing (a request forwarded to it
+            // waits in its hand-off): the counts it published stay true.
+            assert!(
+                self.overflow.is_empty() && self.out.messages.iter().all(Vec::is_empty),
+                "shard {} sent a batch after it stopped for a handover",
+                self.shard.id()
+            );
+            return;
+        }
+        if !self.overflow.is_empty() || !self.mesh.remote.as_ref().is_none_or(|r| r.flushed()) {
             return;
         }
         self.pause_counted = true;
+        run.stopped(self.shard.id(), &self.sent_to);
         if self.mesh.paused.fetch_add(1, Ordering::AcqRel) + 1 == self.mesh.n_local {
             tracing::info!(epoch, layout = ?self.shard.layout().placed(), "every shard of this node stopped for a handover");
             run.ended_locally(epoch);
@@ -377,6 +404,7 @@ impl<F: Frontend> ShardLoop<F> {
                     p.transit.note(&envelope, now);
                 }
                 self.shard.receive(peer as ShardId, envelope.batch);
+                self.received_from[peer] += 1;
                 why = RECEIVED;
             }
         }
@@ -418,7 +446,10 @@ impl<F: Frontend> ShardLoop<F> {
         let mut why = 0;
         while let Some((to, batch)) = self.overflow.pop_front() {
             match self.mesh.send(self.me, to, Envelope { sent_us, batch }) {
-                Ok(()) => why = SHIPPED,
+                Ok(()) => {
+                    self.sent_to[to] += 1;
+                    why = SHIPPED;
+                }
                 Err(e) => {
                     self.overflow.push_front((to, e.batch));
                     break;

@@ -184,12 +184,12 @@ impl Shard {
                 )));
             }
         }
-        // Only messages of the next epoch wait at a departing shard.
-        if let Some((_, m)) = h
-            .deferred
-            .iter()
-            .find(|(_, m)| m.stage().is_none_or(|(e, _)| e != h.epoch + 1))
-        {
+        // Only messages of the next epoch wait at a departing shard, and
+        // requests forwarded to it as its clients' home (accepted here).
+        if let Some((_, m)) = h.deferred.iter().find(|(_, m)| match m.stage() {
+            Some((e, _)) => e != h.epoch + 1,
+            None => !matches!(m, Message::Submit { .. }),
+        }) {
             return Err(crate::DecodeError::Invalid(format!(
                 "shard {}'s hand-off at epoch {} holds an early message of epoch {:?}",
                 h.id,

@@ -151,6 +151,14 @@ impl Shard {
             } => self.on_finish(tid, commit, serial),
             Message::Done2 { drifted, .. } => self.on_done2(drifted),
             Message::Next { index, .. } => self.on_next(index),
+            Message::Submit { origin, token, request } if self.departing.is_some() => {
+                // A departing shard emits nothing more: the request waits
+                // in its hand-off, accepted on the node it goes to (a
+                // runtime ending its round at a handover counts on that).
+                self.m
+                    .deferred
+                    .push_back((from, Message::Submit { origin, token, request }));
+            }
             Message::Submit { origin, token, request } => {
                 let to = ReplyTo::Remote { shard: origin, token };
                 if self.seq.replay.is_some() {

@@ -481,6 +481,9 @@ impl Shard {
         if let Some(Ok(h)) = Handover::of(&request) {
             h.check(self.exec.n_shards, self.layout.nodes())
                 .map_err(Abort::unknown)?;
+            if !self.config.spare_nodes {
+                self.check_leaves_no_node_empty(h)?;
+            }
         }
         assert!(self.seq.replay.is_none(), "submit while replaying");
         if let Some(c) = request.client {
@@ -495,6 +498,26 @@ impl Shard {
         }
         self.accept(ReplyTo::Local(token), request)?;
         self.run_local();
+        Ok(())
+    }
+
+    /// Without `Config::spare_nodes` (a runtime that runs no node without
+    /// shards): refuses a handover that would
+    /// leave a node with none, by the layout after those already queued.
+    /// (Two handovers sequenced in one epoch can still do it together.)
+    fn check_leaves_no_node_empty(&self, h: Handover) -> Result<(), Abort> {
+        let mut node_of: Vec<u16> = (0..self.exec.n_shards).map(|s| self.layout.node_of(s)).collect();
+        for (_, q) in self.layout.queued() {
+            node_of[usize::from(q.shard)] = q.node;
+        }
+        let from = node_of[usize::from(h.shard)];
+        node_of[usize::from(h.shard)] = h.node;
+        if from != h.node && !node_of.contains(&from) {
+            return Err(Abort::unknown(format!(
+                "handing shard {} to node {} would leave node {from} without shards, which this runtime does not run",
+                h.shard, h.node
+            )));
+        }
         Ok(())
     }
 
