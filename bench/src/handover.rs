@@ -23,6 +23,9 @@ use styx_runtime::cluster::{Control, Node, Spec, Survey};
 use styx_runtime::{Frontend, Options, run_round};
 
 const SHARDS: u16 = 4;
+/// Latencies of requests sent before this are left out of the steady
+/// figures, µs.
+const WARMUP_US: u64 = 300_000;
 /// Commit-rate buckets, µs.
 const BUCKET_US: u64 = 10_000;
 /// Tokens of handover requests (transfers count from 0).
@@ -50,8 +53,9 @@ pub struct Report {
     /// gap between commits within 1 s after (µs), and the round change
     /// as the drivers saw it (µs, the slower node's).
     pub handovers: Vec<(u64, u64, u64)>,
-    /// Latency µs (p50, p99) of requests that neither started nor ended
-    /// within 200 ms of a handover, and of all.
+    /// Latency µs (p50, p99) of requests sent after the first 300 ms that
+    /// neither started nor ended within 200 ms before to 1 s after a
+    /// handover was asked, and of all.
     pub steady: (u64, u64),
     pub all: (u64, u64),
     /// Entities each hand-off of the moving shard carried (median).
@@ -272,9 +276,10 @@ pub fn run(params: Params) -> Report {
         buckets[(t / BUCKET_US) as usize] += 1e6 / BUCKET_US as f64;
     }
     let near = |t: u64| asked.iter().any(|a| t + 200_000 >= *a && t <= a + 1_000_000);
+    // Past the first 300 ms (connections, the first epochs) too.
     let mut steady: Vec<u64> = commits
         .iter()
-        .filter(|(t, l)| !near(*t) && !near(t - l))
+        .filter(|(t, l)| t - l >= WARMUP_US && !near(*t) && !near(t - l))
         .map(|(_, l)| *l)
         .collect();
     let mut all: Vec<u64> = commits.iter().map(|(_, l)| *l).collect();
