@@ -38,8 +38,13 @@ pub struct Params {
     /// Handovers, one every `every`.
     pub handovers: usize,
     pub every: Duration,
-    /// Requests outstanding per shard.
+    /// Requests outstanding per shard (closed loop), or at most (open
+    /// loop).
     pub in_flight: u64,
+    /// Open loop: transfers per second over the four shards, latency
+    /// counted from each one's scheduled time (a gap's backlog shows in
+    /// the tail); `None`: closed loop.
+    pub rate: Option<u64>,
 }
 
 /// What a run measured.
@@ -72,6 +77,8 @@ fn now_us() -> u64 {
 #[derive(Debug, Default)]
 struct Client {
     next: u64,
+    /// Open loop: when the next transfer is due, µs.
+    due_us: u64,
     /// Submit time of each transfer in flight, by token.
     in_flight: std::collections::HashMap<u64, u64>,
     /// (reply µs, latency µs) of each committed transfer.
@@ -135,15 +142,36 @@ impl Frontend for Load {
                 }
             }
         }
+        let interval_us = self
+            .params
+            .rate
+            .map(|r| (u64::from(SHARDS) * 1_000_000).div_ceil(r.max(1)));
         while now < self.until_us && (self.client.in_flight.len() as u64) < self.params.in_flight {
+            // Open loop: only what is due, timed from when it was due.
+            let sent = match interval_us {
+                Some(every) => {
+                    if self.client.due_us == 0 {
+                        self.client.due_us = now;
+                    }
+                    if self.client.due_us > now || self.client.due_us >= self.until_us {
+                        break;
+                    }
+                    self.client.due_us += every;
+                    self.client.due_us - every
+                }
+                None => now,
+            };
             let d = self.next_rand() % self.accounts;
             let c = (d + 1 + self.next_rand() % (self.accounts - 1)) % self.accounts;
             let token = self.client.next;
             if shard.submit(token, ycsbt::transfer(&self.functions, d, c, 1)).is_err() {
+                if interval_us.is_some() {
+                    self.client.due_us = sent;
+                }
                 break;
             }
             self.client.next += 1;
-            self.client.in_flight.insert(token, now);
+            self.client.in_flight.insert(token, sent);
             any = true;
         }
         if !self.client.counted
@@ -452,6 +480,7 @@ mod tests {
             handovers: 2,
             every: std::time::Duration::from_millis(300),
             in_flight: 50,
+            rate: None,
         });
         assert!(r.committed > 1_000, "{r:?}");
         assert_eq!(r.handovers.len(), 2);

@@ -234,8 +234,16 @@ impl Layout {
     /// order (a shard handed over twice ends where the last one sends it;
     /// one to the node that runs it changes nothing). Returns the
     /// switches, each with the version it made. Handovers must have
-    /// passed [`Handover::check`].
-    pub fn decide(&mut self, epoch: Epoch, handovers: &mut [(Tid, Handover)], hold: bool) -> Vec<Switched> {
+    /// passed [`Handover::check`]. Unless `spares`, a handover that would
+    /// leave its node without shards is skipped (a no-op, like one to the
+    /// node that runs it: a runtime that runs no spare node).
+    pub fn decide(
+        &mut self,
+        epoch: Epoch,
+        handovers: &mut [(Tid, Handover)],
+        hold: bool,
+        spares: bool,
+    ) -> Vec<Switched> {
         handovers.sort_unstable();
         self.queued.extend_from_slice(handovers);
         let mut out = Vec::new();
@@ -246,6 +254,9 @@ impl Layout {
             assert!(h.node < self.nodes, "handover to node {} of {}", h.node, self.nodes);
             let from = self.node_of[usize::from(h.shard)];
             if from == h.node {
+                continue;
+            }
+            if !spares && self.node_of.iter().filter(|n| **n == from).count() == 1 {
                 continue;
             }
             self.node_of[usize::from(h.shard)] = h.node;
@@ -343,10 +354,10 @@ mod tests {
         // handed to the node it is on (nothing).
         let mut hs = vec![(9, h(1, 1)), (4, h(1, 2)), (5, h(3, 1))];
         // Held (a copy under way): queued, in tid order, kept in a snapshot.
-        assert!(l.decide(6, &mut hs, true).is_empty());
+        assert!(l.decide(6, &mut hs, true, true).is_empty());
         assert_eq!(l.queued(), &[(4, h(1, 2)), (5, h(3, 1)), (9, h(1, 1))]);
         assert_eq!(Layout::from_meta(4, &l.to_meta()).unwrap(), l);
-        let switched = l.decide(7, &mut [], false);
+        let switched = l.decide(7, &mut [], false, true);
         assert!(l.queued().is_empty());
         assert_eq!(
             switched

@@ -297,6 +297,45 @@ fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
     assert_eq!(paused_replies, replies, "the same replies");
 }
 
+/// Without spare nodes (the runtime's setting), no handover leaves a node
+/// without shards: one that would is refused at submit, and two sequenced
+/// in one epoch that would together leave the second as a no-op.
+#[test]
+fn without_spares_no_node_is_left_empty() {
+    let app = bank(PARTITIONS);
+    let mut config = test_config(8);
+    config.spare_nodes = false;
+    let mut sim = Sim::new(app.clone(), config, 4, 3);
+    sim.set_layout(Layout::contiguous(&[2, 2]));
+    let initial = accounts(ACCOUNTS, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    // Shards 2 and 3 run on node 1; each handover alone leaves it one.
+    sim.submit(0, 1, hand(2, 0)).unwrap();
+    sim.submit(1, 2, hand(3, 0)).unwrap();
+    sim.run();
+    assert_eq!(sim.take_replies().len(), 2);
+    assert_eq!(
+        sim.layout().shards_of(1).count(),
+        1,
+        "node 1 keeps a shard: {:?}",
+        sim.layout()
+    );
+    assert_eq!(sim.layout().version(), 1, "one handover applied, the other a no-op");
+    // Now node 1's last shard cannot leave: refused with a reason.
+    let last = sim.layout().shards_of(1).next().unwrap();
+    let refused = sim.submit(0, 3, hand(last, 0)).unwrap_err();
+    assert!(refused.message().contains("without shards"), "{refused:?}");
+    // A shard may still go to a node that has others.
+    sim.submit(0, 4, hand(0, 1)).unwrap();
+    sim.run();
+    assert_eq!(sim.layout().node_of(0), 1);
+    sim.submit(1, 5, transfer(&app, 1, 2, 5)).unwrap();
+    sim.run();
+    assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START_BALANCE, "after");
+}
+
 /// Handovers with nothing else: a node is emptied and a spare filled, two
 /// handovers of one shard in an epoch end where the last one says, one to
 /// the node it is on changes nothing, and the state never changes.

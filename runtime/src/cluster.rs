@@ -733,11 +733,22 @@ impl Control {
         let state = Arc::new(RunState::new(n, usize::from(self.spec.n_shards())));
         let mut writers = Vec::with_capacity(peers.len());
         for (peer, (s, _)) in peers {
-            let writer = Arc::new(Mutex::new(Writer {
-                stream: s.try_clone().map_err(|e| format!("control connection: {e}"))?,
-                closed: false,
-            }));
-            watch(peer, s, writer.clone(), &self.spec, failure.clone(), state.clone());
+            let stream = s.try_clone().map_err(|e| format!("control connection: {e}"))?;
+            // A peer that stops reading (stopped, cut off) fails the run
+            // rather than block a writer holding the connection's lock.
+            stream
+                .set_write_timeout(Some(self.spec.failure_timeout))
+                .map_err(|e| format!("control connection: {e}"))?;
+            let writer = Arc::new(Mutex::new(Writer { stream, closed: false }));
+            watch(
+                peer,
+                s,
+                writer.clone(),
+                &self.spec,
+                me.layout.clone(),
+                failure.clone(),
+                state.clone(),
+            );
             writers.push((peer, writer));
         }
         let layout = me.layout;
@@ -810,11 +821,13 @@ impl Control {
 /// Per peer: a thread that reads its frames (heartbeats, commit notices)
 /// and fails the run when the peer goes silent or the connection breaks,
 /// and one that sends our heartbeats.
+#[allow(clippy::too_many_arguments)]
 fn watch(
     peer: u16,
     s: TcpStream,
     writer: Arc<Mutex<Writer>>,
     spec: &Spec,
+    layout: Layout,
     failure: Arc<Failure>,
     state: Arc<RunState>,
 ) {
@@ -838,7 +851,13 @@ fn watch(
                     },
                     Ok((ENDED, body)) => match Payload::from_bytes(&body).decode::<(Epoch, Vec<(ShardId, Vec<u64>)>)>()
                     {
-                        Ok((e, rows)) if e > 0 && rows.iter().all(|(s, row)| usize::from(*s) < n && row.len() == n) => {
+                        // Rows of the sender's own shards only.
+                        Ok((e, rows))
+                            if e > 0
+                                && rows.iter().all(|(s, row)| {
+                                    usize::from(*s) < n && layout.node_of(*s) == peer && row.len() == n
+                                }) =>
+                        {
                             for (shard, row) in rows {
                                 for (to, count) in row.into_iter().enumerate() {
                                     state.sent[usize::from(shard) * n + to].store(count, Ordering::SeqCst);

@@ -299,7 +299,6 @@ async fn read_loop(
             let mut head = [0u8; 8];
             reader.read_exact(&mut head).await.map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => CLOSED.to_string(),
-                std::io::ErrorKind::ConnectionReset => format!("{CLOSED}: {e}"),
                 _ => e.to_string(),
             })?;
             let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
@@ -334,7 +333,8 @@ async fn read_loop(
     .await;
     if let Err(e) = result {
         // Once this node's shards all stopped for a handover, links close
-        // as every node moves on: that is no failure (a bad frame still is).
+        // as every node moves on: a clean end is no failure (a reset, which
+        // means bytes went unread, or a bad frame still is).
         if !(run.is_ending() && e.starts_with(CLOSED)) {
             run.failure.fail(format!("link from shard {peer} to shard {me}: {e}"));
         }

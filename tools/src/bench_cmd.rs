@@ -103,9 +103,13 @@ struct HandoverArgs {
     /// Milliseconds between handovers (and before the first, after the last).
     #[arg(long, default_value_t = 1_000)]
     every_ms: u64,
-    /// Transfers outstanding per shard.
+    /// Transfers outstanding per shard (closed loop), or at most (open loop).
     #[arg(long, default_value_t = 200)]
     in_flight: u64,
+    /// Open loop at this many transfers per second over the four shards,
+    /// latency from each one's scheduled time; without it, closed loop.
+    #[arg(long)]
+    rate: Option<u64>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -537,6 +541,7 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
         handovers: args.handovers,
         every: std::time::Duration::from_millis(args.every_ms),
         in_flight: args.in_flight,
+        rate: args.rate,
     });
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -566,6 +571,7 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
             "accounts": args.accounts,
             "handovers": args.handovers,
             "in_flight": args.in_flight,
+            "rate": args.rate,
             "committed": r.committed,
             "seconds": r.seconds,
             "throughput": r.committed as f64 / r.seconds,
@@ -585,8 +591,14 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
         println!("{out}");
     } else {
         println!(
-            "handover · {} accounts on 4 shards, 2 nodes · {} handovers of shard 1 ({} entities) · {} in flight per shard",
-            args.accounts, args.handovers, r.entities, args.in_flight
+            "handover · {} accounts on 4 shards, 2 nodes · {} handovers of shard 1 ({} entities) · {}",
+            args.accounts,
+            args.handovers,
+            r.entities,
+            match args.rate {
+                Some(rate) => format!("open loop at {rate}/s (at most {} in flight per shard)", args.in_flight),
+                None => format!("{} in flight per shard", args.in_flight),
+            }
         );
         println!("{:>10} {:>10} {:>16}", "asked s", "gap ms", "round change ms");
         for (a, g, c) in &r.handovers {

@@ -200,12 +200,20 @@ impl Shard {
         let invalid = |what: String| crate::DecodeError::Invalid(format!("shard {}'s hand-off: {what}", h.id));
         // Moves and handovers against this cluster (`decode` checked them
         // against the largest one): a bad one would fail every shard.
+        let forwarded = h.deferred.iter().filter_map(|(_, m)| match m {
+            Message::Submit { request, .. } => Some(request),
+            _ => None,
+        });
         let requests = h
             .pending
             .iter()
             .chain(h.clients.submitted_in_replay.iter())
             .map(|(_, r)| r)
-            .chain(h.replay.iter().flatten().flat_map(|b| b.txns.iter().map(|(_, r)| r)));
+            .chain(h.replay.iter().flatten().flat_map(|b| b.txns.iter().map(|(_, r)| r)))
+            .chain(forwarded.clone());
+        for r in forwarded {
+            Shard::validate(&app, r).map_err(|a| invalid(format!("a forwarded request: {}", a.message())))?;
+        }
         for r in requests {
             if let Some(m) = crate::Move::of(r) {
                 m.and_then(|m| m.check(&app, h.n_shards)).map_err(invalid)?;

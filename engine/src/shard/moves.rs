@@ -224,7 +224,7 @@ impl Shard {
         let mut decided = std::mem::take(&mut self.moves.handovers_decided);
         let id = self.exec.id;
         let before = self.layout.node_of(id);
-        let switched = self.layout.decide(epoch, &mut decided, hold);
+        let switched = self.layout.decide(epoch, &mut decided, hold, self.config.spare_nodes);
         let any = !switched.is_empty();
         self.outputs.handovers.extend(switched);
         // Handed away and back in one epoch is no departure (unless every

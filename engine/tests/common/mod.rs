@@ -511,7 +511,7 @@ pub fn layouts_of_log<'a>(initial: &Layout, batches: impl IntoIterator<Item = &'
     let mut layout = initial.clone();
     let mut out = vec![(0, layout.clone())];
     for (epoch, mut hs) in by_epoch {
-        if !layout.decide(epoch, &mut hs, false).is_empty() {
+        if !layout.decide(epoch, &mut hs, false, true).is_empty() {
             out.push((epoch + 1, layout.clone()));
         }
     }
