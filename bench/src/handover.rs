@@ -444,8 +444,13 @@ fn drive(
             .iter()
             .find(|h| h.shard() == 1)
             .map_or(0, Handoff::entities);
-        let outgoing = round
+        // The shards that stay here go on from their hand-offs as they
+        // are; only those changing nodes cross as bytes.
+        let (stay, go): (Vec<Handoff>, Vec<Handoff>) = round
             .handoffs
+            .into_iter()
+            .partition(|h| next.node_of(h.shard()) == node);
+        let outgoing = go
             .iter()
             .map(|h| (next.node_of(h.shard()), h.shard(), h.encode()))
             .collect();
@@ -453,10 +458,12 @@ fn drive(
             .hand_over(epoch, outgoing, Duration::from_secs(60))
             .unwrap_or_else(|e| panic!("node {node}: {e}"));
         let handed = now_us();
-        resume = incoming
-            .iter()
-            .map(|b| Handoff::decode(b, &app).expect("a hand-off decodes"))
-            .collect();
+        resume = stay;
+        resume.extend(
+            incoming
+                .iter()
+                .map(|b| Handoff::decode(b, &app).expect("a hand-off decodes")),
+        );
         if std::env::var_os("STYX_HANDOVER_TRACE").is_some() {
             eprintln!(
                 "node {node}: round end {end}, handed +{} µs, decoded +{} µs",

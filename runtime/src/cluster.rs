@@ -54,7 +54,7 @@ const HELLO_SNAPSHOTS_MAX: usize = 1 << 12;
 /// peers joining the next round after a handover are milliseconds apart,
 /// a peer being restarted may take seconds), and how long a dial waits.
 const DIAL_RETRY: Duration = Duration::from_millis(50);
-const DIAL_RETRY_MIN: Duration = Duration::from_millis(1);
+const DIAL_RETRY_MIN: Duration = Duration::from_micros(200);
 /// A connection that says nothing for this long during the join is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Version of the control protocol (3: a hello carries the layout).

@@ -234,7 +234,7 @@ async fn dial(run: &Run, me: ShardId, peer: ShardId, deadline: Instant) -> Resul
     let addr = run.link_addr(peer);
     // A peer starting its round listens within milliseconds (a round
     // change after a handover waits on this): retry soon, then back off.
-    let mut wait = Duration::from_millis(1);
+    let mut wait = Duration::from_micros(200);
     loop {
         if run.failure.is_failed() {
             return Err(format!("shard {me}: the run failed while connecting"));
