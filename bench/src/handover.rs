@@ -18,9 +18,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
-use styx_engine::{App, Config, Handoff, Handover, Key, OpId, Outcome, Reply, Shard, ShardId};
-use styx_runtime::cluster::{Control, Node, Spec, Survey};
-use styx_runtime::{Frontend, Options, run_round};
+use styx_engine::{App, Config, Handover, Key, OpId, Outcome, Reply, Shard, ShardId};
+use styx_runtime::cluster::{Control, Node, Spec};
+use styx_runtime::{Frontend, Options, run_rounds};
 
 const SHARDS: u16 = 4;
 /// Latencies of requests sent before this are left out of the steady
@@ -67,10 +67,20 @@ pub struct Report {
     pub entities: usize,
 }
 
-/// µs since the run began (one clock for both nodes and every round).
-fn now_us() -> u64 {
+/// When the run began (one clock for both nodes and every round).
+fn start() -> Instant {
     static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_micros() as u64
+    *START.get_or_init(Instant::now)
+}
+
+/// µs since the run began.
+fn now_us() -> u64 {
+    start().elapsed().as_micros() as u64
+}
+
+/// `t` in µs since the run began.
+fn us_at(t: Instant) -> u64 {
+    t.saturating_duration_since(start()).as_micros() as u64
 }
 
 /// A shard's client, kept across rounds.
@@ -355,9 +365,9 @@ fn percentiles(v: &mut [u64]) -> (u64, u64) {
     (v[v.len() / 2], v[v.len() * 99 / 100])
 }
 
-/// One node: joins, runs rounds until the load ends; returns per round
-/// change (the round's end µs, the next round's start µs, the entities of
-/// shard 1's hand-off when this node sent it, else 0).
+/// One node: runs rounds until the load ends (`styx_runtime::run_rounds`);
+/// returns per round change (the round's end µs, the next round's start
+/// µs, the entities of shard 1's hand-off when this node sent it, else 0).
 #[allow(clippy::too_many_arguments)]
 fn drive(
     node: u16,
@@ -371,109 +381,72 @@ fn drive(
 ) -> Vec<(u64, u64, usize)> {
     let mut control = Control::start(spec.clone(), node, 7).expect("control plane");
     let stop = AtomicBool::new(false);
-    let mut layout = spec.layout();
-    let mut resume: Vec<Handoff> = Vec::new();
-    let mut changes = Vec::new();
-    let mut ended_us = None;
-    loop {
-        let cluster = Arc::new(
-            control
-                .join(Survey::default(), &layout, &stop)
-                .expect("join")
-                .expect("a run"),
-        );
-        if let Some((end, entities)) = ended_us.take() {
-            changes.push((end, now_us(), entities));
-            if std::env::var_os("STYX_HANDOVER_TRACE").is_some() {
-                eprintln!("node {node}: joined +{} µs", now_us() - end);
+    let accounts = params.accounts;
+    let app2 = app.clone();
+    let make = move |shard: &mut Shard| {
+        let id = shard.id();
+        if shard.epoch() == 0 {
+            let start = ycsbt::start_value();
+            for a in 0..accounts {
+                let key = Key::from(a);
+                if Shard::owner(&app2, SHARDS, OpId(0), &key) == id {
+                    shard.load(OpId(0), &key, Some(start.clone()));
+                }
             }
         }
-        let opts = Options {
-            shards: 2,
-            pin: false,
-            threads: Some(1),
-            cluster: Some(cluster.clone()),
-            engine: Config {
-                pause_at_handover: true,
-                ..Config::default()
-            },
-            ..Options::default()
-        };
-        let (finished, clients, functions, app2) = (finished.clone(), clients.clone(), functions.clone(), app.clone());
-        let accounts = params.accounts;
-        let round = run_round(
-            app.clone(),
-            opts,
-            std::mem::take(&mut resume),
-            move |shard: &mut Shard| {
-                let id = shard.id();
-                if shard.epoch() == 0 {
-                    let start = ycsbt::start_value();
-                    for a in 0..accounts {
-                        let key = Key::from(a);
-                        if Shard::owner(&app2, SHARDS, OpId(0), &key) == id {
-                            shard.load(OpId(0), &key, Some(start.clone()));
-                        }
-                    }
-                }
-                let client = clients.lock().expect("clients lock")[usize::from(id)]
-                    .take()
-                    .unwrap_or_default();
-                Load {
-                    shard: id,
-                    client,
-                    clients: clients.clone(),
-                    functions: functions.clone(),
-                    accounts,
-                    params,
-                    until_us: duration_us,
-                    finished: finished.clone(),
-                    rng: u64::from(id) * 0x1234_5678_9abc_def1 + 1,
-                }
-            },
-        )
-        .unwrap_or_else(|e| panic!("node {node}: {e}"));
-        let Some((epoch, next)) = round.paused else {
-            let total: usize = round.outputs.iter().sum();
-            assert!(total > 0, "node {node} ended with its accounts");
-            return changes;
-        };
-        let end = now_us();
-        let entities = round
-            .handoffs
-            .iter()
-            .find(|h| h.shard() == 1)
-            .map_or(0, Handoff::entities);
-        // The shards that stay here go on from their hand-offs as they
-        // are; only those changing nodes cross as bytes.
-        let (stay, go): (Vec<Handoff>, Vec<Handoff>) = round
-            .handoffs
-            .into_iter()
-            .partition(|h| next.node_of(h.shard()) == node);
-        let outgoing = go
-            .iter()
-            .map(|h| (next.node_of(h.shard()), h.shard(), h.encode()))
-            .collect();
-        let incoming = cluster
-            .hand_over(epoch, outgoing, Duration::from_secs(60))
-            .unwrap_or_else(|e| panic!("node {node}: {e}"));
-        let handed = now_us();
-        resume = stay;
-        resume.extend(
-            incoming
-                .iter()
-                .map(|b| Handoff::decode(b, &app).expect("a hand-off decodes")),
-        );
-        if std::env::var_os("STYX_HANDOVER_TRACE").is_some() {
-            eprintln!(
-                "node {node}: round end {end}, handed +{} µs, decoded +{} µs",
-                handed - end,
-                now_us() - end
-            );
+        let client = clients.lock().expect("clients lock")[usize::from(id)]
+            .take()
+            .unwrap_or_default();
+        Load {
+            shard: id,
+            client,
+            clients: clients.clone(),
+            functions: functions.clone(),
+            accounts,
+            params,
+            until_us: duration_us,
+            finished: finished.clone(),
+            rng: u64::from(id) * 0x1234_5678_9abc_def1 + 1,
         }
-        layout = next;
-        ended_us = Some((end, entities));
-    }
+    };
+    let options = |run: Arc<styx_runtime::cluster::Run>| Options {
+        shards: 2,
+        pin: false,
+        threads: Some(1),
+        cluster: Some(run),
+        engine: Config {
+            pause_at_handover: true,
+            ..Config::default()
+        },
+        ..Options::default()
+    };
+    let rounds = run_rounds(
+        app,
+        &mut control,
+        spec.layout(),
+        options,
+        make,
+        &stop,
+        Duration::from_secs(60),
+    )
+    .unwrap_or_else(|e| panic!("node {node}: {e}"));
+    let total: usize = rounds.outputs.iter().sum();
+    assert!(total > 0, "node {node} ended with its accounts");
+    rounds
+        .changes
+        .iter()
+        .map(|c| {
+            let entities = c.sent.iter().find(|(s, _)| *s == 1).map_or(0, |(_, e)| *e);
+            if std::env::var_os("STYX_HANDOVER_TRACE").is_some() {
+                eprintln!(
+                    "node {node}: round end {} µs, next round joined +{} µs",
+                    us_at(c.ended),
+                    us_at(c.joined) - us_at(c.ended)
+                );
+            }
+            (us_at(c.ended), us_at(c.joined), entities)
+        })
+        .collect()
 }
 
 #[cfg(test)]

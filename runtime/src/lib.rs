@@ -247,6 +247,107 @@ pub struct Round<O> {
     pub handoffs: Vec<Handoff>,
 }
 
+/// A round change of [`run_rounds`]: a handover at the end of `epoch`.
+#[derive(Clone, Debug)]
+pub struct RoundChange {
+    pub epoch: Epoch,
+    /// Where the shards run from the next epoch on.
+    pub layout: Layout,
+    /// When this node's round ended, and when it joined the next one.
+    pub ended: std::time::Instant,
+    pub joined: std::time::Instant,
+    /// The shards this node handed to other nodes, with their entities.
+    pub sent: Vec<(ShardId, usize)>,
+}
+
+/// How a node's [`run_rounds`] ended: the last round's outputs, and every
+/// round change on the way.
+pub struct Rounds<O> {
+    pub outputs: Vec<O>,
+    pub changes: Vec<RoundChange>,
+    /// Why the last round's run failed, if it did: the frontends may have
+    /// finished first (a node that leaves closes its links), or not — the
+    /// caller's frontends know.
+    pub failed: Option<String>,
+}
+
+/// This node's part of an in-memory cluster, across handovers: joins with
+/// `layout`, runs rounds ([`run_round`]; `options` gives each round's
+/// [`Options`] for its [`cluster::Run`], with
+/// `engine.pause_at_handover`), and at each handover sends the shards
+/// leaving this node to theirs (as bytes over the control connections:
+/// [`cluster::Run::hand_over`]), keeps those staying as they are, joins
+/// the next round with the new layout and resumes them. Returns once a
+/// round ends without a handover. A failure of the cluster is an error:
+/// the shards live only in memory.
+pub fn run_rounds<F, M>(
+    app: Arc<App>,
+    control: &mut cluster::Control,
+    layout: Layout,
+    options: impl Fn(Arc<cluster::Run>) -> Options,
+    make: M,
+    stop: &std::sync::atomic::AtomicBool,
+    timeout: Duration,
+) -> Result<Rounds<F::Output>, Error>
+where
+    F: Frontend,
+    M: Fn(&mut Shard) -> F + Clone + Send + Sync + 'static,
+{
+    let mut layout = layout;
+    let mut resume: Vec<Handoff> = Vec::new();
+    let mut changes: Vec<RoundChange> = Vec::new();
+    loop {
+        let run = match control.join(cluster::Survey::default(), &layout, stop) {
+            Ok(Some(run)) => Arc::new(run),
+            Ok(None) => return Err(Error::Handover("stopped while joining".into())),
+            Err(e) => return Err(Error::Handover(format!("joining: {e}"))),
+        };
+        if let Some(c) = changes.last_mut() {
+            c.joined = std::time::Instant::now();
+        }
+        let round = run_round(
+            app.clone(),
+            options(run.clone()),
+            std::mem::take(&mut resume),
+            make.clone(),
+        )?;
+        let Some((epoch, next)) = round.paused else {
+            return Ok(Rounds {
+                outputs: round.outputs,
+                changes,
+                failed: run.failure.reason(),
+            });
+        };
+        let ended = std::time::Instant::now();
+        let node = run.node;
+        // The shards that stay go on from their hand-offs as they are;
+        // only those changing nodes cross as bytes.
+        let (stay, go): (Vec<Handoff>, Vec<Handoff>) = round
+            .handoffs
+            .into_iter()
+            .partition(|h| next.node_of(h.shard()) == node);
+        let sent = go.iter().map(|h| (h.shard(), h.entities())).collect();
+        let outgoing = go
+            .iter()
+            .map(|h| (next.node_of(h.shard()), h.shard(), h.encode()))
+            .collect();
+        let incoming = run.hand_over(epoch, outgoing, timeout).map_err(Error::Handover)?;
+        resume = stay;
+        for bytes in incoming {
+            let h = Handoff::decode(&bytes, &app).map_err(|e| Error::Handover(format!("a hand-off: {e}")))?;
+            resume.push(h);
+        }
+        changes.push(RoundChange {
+            epoch,
+            layout: next.clone(),
+            ended,
+            joined: ended,
+            sent,
+        });
+        layout = next;
+    }
+}
+
 /// [`run`], one round of handovers at a time: with
 /// `opts.engine.pause_at_handover` (an in-memory cluster run), the shards
 /// hold the run's layout, so a `__handover` to another node is decided
