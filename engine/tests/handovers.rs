@@ -297,6 +297,58 @@ fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
     assert_eq!(paused_replies, replies, "the same replies");
 }
 
+/// A request forwarded to its client's home shard while every shard is
+/// stopped at a handover waits in the home's hand-off and runs once the
+/// home is rebuilt — here a home with nothing else to do, which goes on
+/// idle and accepts it when it redelivers what waited.
+#[test]
+fn a_request_forwarded_to_a_stopped_home_runs_after_the_round() {
+    let app = bank(PARTITIONS);
+    let mut config = test_config(8);
+    config.pause_at_handover = true;
+    let mut sim = Sim::new(app.clone(), config.clone(), 4, 21);
+    sim.set_layout(Layout::contiguous(&[2, 2]));
+    sim.set_auto_hand_over(false);
+    let initial = accounts(ACCOUNTS, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    sim.submit(0, 1, hand(1, 1)).unwrap();
+    // Stopped shards never finish (their driver must rebuild them): a
+    // bounded number of steps rather than `run`.
+    for _ in 0..2_000 {
+        sim.step();
+    }
+    assert!((0..4).all(|s| sim.shard(s).is_departing()), "every shard stopped");
+    assert_eq!(sim.take_replies().len(), 1, "the handover answered");
+    // A client whose home is shard 2 sends through shard 0.
+    let client = (0..).find(|c| styx_engine::client_home(*c, 4) == 2).unwrap();
+    sim.submit(0, 2, with_client(transfer(&app, 3, 4, 7), client, 0))
+        .unwrap();
+    for _ in 0..2_000 {
+        sim.step();
+    }
+    assert!(
+        sim.take_replies().is_empty(),
+        "nothing runs while the shards are stopped"
+    );
+    for s in 0..4 {
+        let handoff = sim.shard_mut(s).hand_off();
+        let handoff = Handoff::decode(&handoff.encode(), &app).unwrap();
+        sim.replace_shard(Shard::take_over(app.clone(), config.clone(), handoff).unwrap());
+    }
+    sim.run();
+    let replies = sim.take_replies();
+    assert_eq!(replies.len(), 1, "the forwarded transfer answered once");
+    assert!(
+        matches!(replies[0].outcome, styx_engine::Outcome::Committed(_)),
+        "{replies:?}"
+    );
+    let state = sim.state();
+    let balance = |k: u64| state[&(OpId(0), styx_engine::Key::from(k))].decode::<i64>().unwrap();
+    assert_eq!((balance(3), balance(4)), (START_BALANCE - 7, START_BALANCE + 7));
+}
+
 /// Without spare nodes (the runtime's setting), no handover leaves a node
 /// without shards: one that would is refused at submit, and two sequenced
 /// in one epoch that would together leave the second as a no-op.
