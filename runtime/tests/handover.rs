@@ -22,7 +22,7 @@ use styx_engine::{
     Address, ClientSeq, Config, FnId, Handoff, Key, Outcome, Payload, Reply, Request, Shard, ShardId, client_home,
 };
 use styx_runtime::cluster::{Control, Node, Spec, Survey};
-use styx_runtime::{Frontend, Options, run_round};
+use styx_runtime::{Frontend, Options, run_round, run_rounds};
 
 const ACCOUNTS: u64 = 400;
 /// Transfers each shard's client submits.
@@ -84,9 +84,15 @@ struct Closed {
     named: bool,
     client: Client,
     clients: Clients,
+    /// Shards in the cluster.
+    shards: u16,
+    /// What shard 0's client asks for: `(after how many transfers, shard,
+    /// node)`.
+    handovers: &'static [(u64, ShardId, u16)],
     /// Counts, across the cluster, each shard once all its requests are
-    /// answered (to 4), then each again once it is quiet after that (to
-    /// 8): a node leaves only when every shard ended its last epoch.
+    /// answered (to `shards`), then each again once it is quiet after that
+    /// (to twice that): a node leaves only when every shard ended its last
+    /// epoch.
     finished: Arc<AtomicUsize>,
 }
 
@@ -95,17 +101,18 @@ impl Frontend for Closed {
 
     fn pump(&mut self, shard: &mut Shard, _now: u64) -> bool {
         let c = &mut self.client;
-        if c.counted && !c.quiet && self.finished.load(Ordering::SeqCst) >= 4 && shard.is_quiet() {
+        let all = usize::from(self.shards);
+        if c.counted && !c.quiet && self.finished.load(Ordering::SeqCst) >= all && shard.is_quiet() {
             c.quiet = true;
             self.finished.fetch_add(1, Ordering::SeqCst);
         }
         let mut any = false;
         while c.outstanding < IN_FLIGHT && c.sent < REQUESTS {
             if self.shard == 0
-                && let Some(k) = HANDOVERS.iter().position(|(at, _, _)| *at == c.sent)
+                && let Some(k) = self.handovers.iter().position(|(at, _, _)| *at == c.sent)
                 && c.handovers.len() == k
             {
-                let (_, s, node) = HANDOVERS[k];
+                let (_, s, node) = self.handovers[k];
                 let request = styx_engine::layout::Handover { shard: s, node }.request();
                 if shard.submit(HANDOVER_TOKEN + k as u64, request).is_err() {
                     break;
@@ -115,7 +122,7 @@ impl Frontend for Closed {
                 any = true;
                 continue;
             }
-            let (debtor, creditor) = pair(u64::from(self.shard), c.sent);
+            let (debtor, creditor) = pair(u64::from(self.shard), c.sent, u64::from(self.shards));
             let request = Request {
                 function: self.transfer,
                 address: Address::Entity(Key::from(debtor)),
@@ -165,11 +172,11 @@ impl Frontend for Closed {
     }
 
     fn next_wakeup_us(&self) -> Option<u64> {
-        (self.client.counted && self.finished.load(Ordering::SeqCst) < 8).then_some(0)
+        (self.client.counted && self.finished.load(Ordering::SeqCst) < 2 * usize::from(self.shards)).then_some(0)
     }
 
     fn is_done(&self) -> bool {
-        self.client.quiet && self.finished.load(Ordering::SeqCst) == 8
+        self.client.quiet && self.finished.load(Ordering::SeqCst) == 2 * usize::from(self.shards)
     }
 
     fn finish(self, shard: &Shard) -> Seen {
@@ -189,10 +196,15 @@ impl Frontend for Closed {
 }
 
 /// A base port whose `len` ports are free now, below the ephemeral range.
+/// Blocks handed out are disjoint within the process (the tests run side
+/// by side and bind their ports only later).
 fn free_port_block(len: u16) -> u16 {
-    let mut base = 31_000 + (std::process::id() % 9_000) as u16;
+    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
+    let mut next = NEXT.lock().unwrap();
+    let mut base = next.unwrap_or(31_000 + (std::process::id() % 9_000) as u16);
     loop {
-        if (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+        if base + len < 40_000 && (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            *next = Some(base + len);
             return base;
         }
         base = 31_000 + (base - 31_000 + len) % 9_000;
@@ -298,6 +310,8 @@ fn handed_over(threads: usize, named: bool) {
                                 transfer,
                                 shard: id,
                                 named,
+                                shards: 4,
+                                handovers: &HANDOVERS,
                                 client,
                                 clients: clients.clone(),
                                 finished: all.clone(),
@@ -366,7 +380,130 @@ fn handed_over(threads: usize, named: bool) {
         all_layouts[0], all_layouts[1],
         "both nodes went through the same layouts"
     );
+    check(&seen, &clients, 4, HANDOVERS.len());
+}
+
+/// Three nodes of two shards (0, 1 | 2, 3 | 4, 5), driven by
+/// `run_rounds`: shard 1 goes to node 1, then on to node 2, then shard 5
+/// to node 0 — each node in turn sends, receives and only keeps shards,
+/// and a round's end waits on batch counts from two peers.
+#[test]
+fn three_nodes_pass_shards_around() {
+    const PASSES: [(u64, ShardId, u16); 3] = [(600, 1, 1), (1_200, 1, 2), (1_800, 5, 0)];
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(120));
+        eprintln!("the cluster made no end within 120 s");
+        std::process::abort();
+    });
+    let (app, transfer) = bank("handover-three");
+    // Per node: control port, a data-link port per shard of the cluster
+    // (six), a client port (unused).
+    let base = free_port_block(24);
+    let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let spec = Spec {
+        nodes: (0..3)
+            .map(|i| Node {
+                id: i,
+                peer: addr(base + i * 8),
+                client: addr(base + i * 8 + 7),
+                shards: 2,
+            })
+            .collect(),
+        heartbeat: Duration::from_millis(50),
+        failure_timeout: Duration::from_secs(5),
+    };
+    let finished = Arc::new(AtomicUsize::new(0));
+    let clients: Clients = Arc::new(Mutex::new(vec![None; 6]));
+    let nodes: Vec<_> = (0..3u16)
+        .map(|node| {
+            let (app, spec, finished, clients) = (app.clone(), spec.clone(), finished.clone(), clients.clone());
+            std::thread::spawn(move || {
+                let mut control = Control::start(spec.clone(), node, 7).expect("control plane");
+                let stop = AtomicBool::new(false);
+                let app2 = app.clone();
+                let make = move |shard: &mut Shard| {
+                    let id = shard.id();
+                    if shard.epoch() == 0 {
+                        let account = app2.op_id("account").expect("account");
+                        for k in 0..ACCOUNTS {
+                            let key = Key::from(k);
+                            if Shard::owner(&app2, 6, account, &key) == id {
+                                let start = styx_engine::Value::encode(&START, &mut Default::default()).unwrap();
+                                shard.load(account, &key, Some(start));
+                            }
+                        }
+                    }
+                    let client = clients.lock().unwrap()[usize::from(id)]
+                        .take()
+                        .unwrap_or_else(Client::new);
+                    Closed {
+                        transfer,
+                        shard: id,
+                        named: true,
+                        shards: 6,
+                        handovers: &PASSES,
+                        client,
+                        clients: clients.clone(),
+                        finished: finished.clone(),
+                    }
+                };
+                let options = |run: Arc<styx_runtime::cluster::Run>| Options {
+                    pin: false,
+                    threads: Some(1),
+                    cluster: Some(run),
+                    engine: Config {
+                        pause_at_handover: true,
+                        ..Config::default()
+                    },
+                    ..Options::default()
+                };
+                let rounds = run_rounds(
+                    app,
+                    &mut control,
+                    spec.layout(),
+                    options,
+                    make,
+                    &stop,
+                    Duration::from_secs(30),
+                )
+                .unwrap_or_else(|e| panic!("node {node}: {e}"));
+                (node, rounds.outputs, rounds.changes)
+            })
+        })
+        .collect();
+    let mut seen = Vec::new();
+    let mut placements = Vec::new();
+    for t in nodes {
+        let (node, outputs, changes) = t.join().expect("a node");
+        let layouts: Vec<Vec<u16>> = changes
+            .iter()
+            .map(|c| (0..6).map(|s| c.layout.node_of(s)).collect())
+            .collect();
+        let last = &changes.last().expect("round changes").layout;
+        assert_eq!(
+            outputs.iter().map(|o: &Seen| o.shard).collect::<Vec<_>>(),
+            last.shards_of(node).collect::<Vec<_>>(),
+            "node {node} ends with the last layout's shards"
+        );
+        placements.push(layouts);
+        seen.extend(outputs);
+    }
+    for p in &placements {
+        assert_eq!(
+            *p,
+            [vec![0, 1, 1, 1, 2, 2], vec![0, 2, 1, 1, 2, 2], vec![0, 2, 1, 1, 2, 0]],
+            "every node went through the three handovers"
+        );
+    }
+    check(&seen, &clients, 6, PASSES.len());
+}
+
+/// Every client's transfers answered once and committed, shard 0's
+/// handovers committed, and every balance its start plus exactly the
+/// transfers that touched it.
+fn check(seen: &[Seen], clients: &Clients, shards: u64, handovers: usize) {
     let clients = clients.lock().unwrap();
+    assert_eq!(clients.len() as u64, shards);
     for (s, c) in clients.iter().enumerate() {
         let c = c.as_ref().expect("every client kept");
         assert!(
@@ -375,7 +512,7 @@ fn handed_over(threads: usize, named: bool) {
         );
         assert_eq!(c.committed, REQUESTS, "shard {s}: transfers of 1 never abort here");
         if s == 0 {
-            assert_eq!(c.handovers.len(), 2);
+            assert_eq!(c.handovers.len(), handovers);
             assert!(
                 c.handovers.iter().all(|o| matches!(o, Some(Outcome::Committed(_)))),
                 "{:?}",
@@ -386,15 +523,15 @@ fn handed_over(threads: usize, named: bool) {
     // The requests are a function of (shard, number): every balance is
     // its start plus exactly the transfers that touched it, once.
     let mut expected = vec![START; ACCOUNTS as usize];
-    for shard in 0..4u64 {
+    for shard in 0..shards {
         for sent in 0..REQUESTS {
-            let (debtor, creditor) = pair(shard, sent);
+            let (debtor, creditor) = pair(shard, sent, shards);
             expected[debtor as usize] -= 1;
             expected[creditor as usize] += 1;
         }
     }
     let mut got = vec![i64::MIN; ACCOUNTS as usize];
-    for s in &seen {
+    for s in seen {
         for (k, b) in &s.balances {
             assert_eq!(got[*k as usize], i64::MIN, "account {k} on two shards");
             got[*k as usize] = *b;
@@ -405,8 +542,8 @@ fn handed_over(threads: usize, named: bool) {
 
 /// The `sent`-th transfer of `shard`: `(debtor, creditor)`. Most cross
 /// shards, about half of them nodes.
-fn pair(shard: u64, sent: u64) -> (u64, u64) {
-    let n = sent * 4 + shard;
+fn pair(shard: u64, sent: u64, shards: u64) -> (u64, u64) {
+    let n = sent * shards + shard;
     let debtor = n * 7919 % ACCOUNTS;
     (debtor, (debtor + 1 + n * 104_729 % (ACCOUNTS - 1)) % ACCOUNTS)
 }
