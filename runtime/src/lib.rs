@@ -273,13 +273,17 @@ pub struct Rounds<O> {
 
 /// This node's part of an in-memory cluster, across handovers: joins with
 /// `layout`, runs rounds ([`run_round`]; `options` gives each round's
-/// [`Options`] for its [`cluster::Run`], with
-/// `engine.pause_at_handover`), and at each handover sends the shards
+/// [`Options`] for its [`cluster::Run`] — `cluster` and
+/// `engine.pause_at_handover` are set here, and `metrics`, if any, must
+/// be of that run's local shards), and at each handover sends the shards
 /// leaving this node to theirs (as bytes over the control connections:
 /// [`cluster::Run::hand_over`]), keeps those staying as they are, joins
 /// the next round with the new layout and resumes them. Returns once a
-/// round ends without a handover. A failure of the cluster is an error:
-/// the shards live only in memory.
+/// round ends without a handover; a run that failed in that last round is
+/// reported in [`Rounds::failed`] (a node that finishes first closes its
+/// links, so whether that lost anything is for the caller's frontends to
+/// say). A failure during a handover is an error: the shards live only in
+/// memory.
 pub fn run_rounds<F, M>(
     app: Arc<App>,
     control: &mut cluster::Control,
@@ -305,12 +309,10 @@ where
         if let Some(c) = changes.last_mut() {
             c.joined = std::time::Instant::now();
         }
-        let round = run_round(
-            app.clone(),
-            options(run.clone()),
-            std::mem::take(&mut resume),
-            make.clone(),
-        )?;
+        let mut opts = options(run.clone());
+        opts.cluster = Some(run.clone());
+        opts.engine.pause_at_handover = true;
+        let round = run_round(app.clone(), opts, std::mem::take(&mut resume), make.clone())?;
         let Some((epoch, next)) = round.paused else {
             return Ok(Rounds {
                 outputs: round.outputs,
@@ -530,8 +532,18 @@ where
             let epoch = handoffs[0].as_ref().expect("counted").epoch();
             Some((epoch, layout.expect("a stopped shard left its layout")))
         }
-        // Some stopped and others saw the run fail first: no handover.
-        _ if failed => None,
+        // Some stopped and others saw the run fail first: the stopped
+        // ones' state would be lost with the round.
+        k if failed => {
+            return Err(Error::Handover(format!(
+                "the cluster failed while {k} of {n_local} shards stopped for a handover: {}",
+                node.opts
+                    .cluster
+                    .as_ref()
+                    .and_then(|r| r.failure.reason())
+                    .unwrap_or_default()
+            )));
+        }
         k => {
             return Err(Error::Handover(format!(
                 "{k} of {n_local} shards stopped, the others ended otherwise"

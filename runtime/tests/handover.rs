@@ -215,11 +215,7 @@ fn free_port_block(len: u16) -> u16 {
 fn shards_handed_between_two_running_nodes_keep_every_transfer_once() {
     // A cluster that stops making progress hangs rather than fails: a
     // watchdog turns that into a failure.
-    std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_secs(240));
-        eprintln!("the clusters made no end within 240 s");
-        std::process::abort();
-    });
+    let done = watchdog("the two-node clusters", 240);
     // Each node's shards on one executor thread, then on one each; then
     // with client ids: most requests are forwarded to their client's home
     // shard and answered back, across the handovers.
@@ -227,6 +223,27 @@ fn shards_handed_between_two_running_nodes_keep_every_transfer_once() {
     handed_over(2, false);
     handed_over(1, true);
     handed_over(2, true);
+    done.store(true, Ordering::SeqCst);
+}
+
+/// A cluster that stops making progress hangs rather than fails: aborts
+/// the process unless the returned flag is set within `secs` (tests of
+/// this file run side by side: each has its own).
+fn watchdog(what: &'static str, secs: u64) -> Arc<AtomicBool> {
+    let done = Arc::new(AtomicBool::new(false));
+    let flag = done.clone();
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + Duration::from_secs(secs);
+        while std::time::Instant::now() < until {
+            if flag.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("{what} made no end within {secs} s");
+        std::process::abort();
+    });
+    done
 }
 
 fn handed_over(threads: usize, named: bool) {
@@ -390,11 +407,7 @@ fn handed_over(threads: usize, named: bool) {
 #[test]
 fn three_nodes_pass_shards_around() {
     const PASSES: [(u64, ShardId, u16); 3] = [(600, 1, 1), (1_200, 1, 2), (1_800, 5, 0)];
-    std::thread::spawn(|| {
-        std::thread::sleep(Duration::from_secs(120));
-        eprintln!("the cluster made no end within 120 s");
-        std::process::abort();
-    });
+    let done = watchdog("the three-node cluster", 240);
     let (app, transfer) = bank("handover-three");
     // Per node: control port, a data-link port per shard of the cluster
     // (six), a client port (unused).
@@ -421,6 +434,7 @@ fn three_nodes_pass_shards_around() {
                 let mut control = Control::start(spec.clone(), node, 7).expect("control plane");
                 let stop = AtomicBool::new(false);
                 let app2 = app.clone();
+                let all_finished = finished.clone();
                 let make = move |shard: &mut Shard| {
                     let id = shard.id();
                     if shard.epoch() == 0 {
@@ -467,6 +481,11 @@ fn three_nodes_pass_shards_around() {
                     Duration::from_secs(30),
                 )
                 .unwrap_or_else(|e| panic!("node {node}: {e}"));
+                assert!(
+                    rounds.failed.is_none() || all_finished.load(Ordering::SeqCst) == 12,
+                    "node {node}: the run failed before every shard finished: {:?}",
+                    rounds.failed
+                );
                 (node, rounds.outputs, rounds.changes)
             })
         })
@@ -475,6 +494,22 @@ fn three_nodes_pass_shards_around() {
     let mut placements = Vec::new();
     for t in nodes {
         let (node, outputs, changes) = t.join().expect("a node");
+        // Each change sent exactly the shards leaving this node, with
+        // their accounts.
+        let mut before = spec.layout();
+        for c in &changes {
+            let leaving: Vec<ShardId> = (0..6)
+                .filter(|s| before.node_of(*s) == node && c.layout.node_of(*s) != node)
+                .collect();
+            assert_eq!(
+                c.sent.iter().map(|(s, _)| *s).collect::<Vec<_>>(),
+                leaving,
+                "node {node}"
+            );
+            assert!(c.sent.iter().all(|(_, e)| *e > 0), "node {node}: {:?}", c.sent);
+            assert!(c.joined >= c.ended, "node {node}");
+            before = c.layout.clone();
+        }
         let layouts: Vec<Vec<u16>> = changes
             .iter()
             .map(|c| (0..6).map(|s| c.layout.node_of(s)).collect())
@@ -496,6 +531,7 @@ fn three_nodes_pass_shards_around() {
         );
     }
     check(&seen, &clients, 6, PASSES.len());
+    done.store(true, Ordering::SeqCst);
 }
 
 /// Every client's transfers answered once and committed, shard 0's

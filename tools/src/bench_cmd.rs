@@ -572,6 +572,7 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
             "handovers": args.handovers,
             "in_flight": args.in_flight,
             "rate": args.rate,
+            "unsent": r.unsent,
             "committed": r.committed,
             "seconds": r.seconds,
             "throughput": r.committed as f64 / r.seconds,
@@ -620,6 +621,12 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
             r.all.0,
             r.all.1
         );
+        if r.unsent > 0 {
+            println!(
+                "{} transfers due were never sent (held by the in-flight cap, or due in the last pump's gap before the end)",
+                r.unsent
+            );
+        }
     }
     ExitCode::SUCCESS
 }
