@@ -12,16 +12,15 @@
 
 mod common;
 
-use common::bank;
+use common::{bank, load_accounts, local_cluster};
 
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use styx_engine::{
     Address, ClientSeq, Config, FnId, Handoff, Key, Outcome, Payload, Reply, Request, Shard, ShardId, client_home,
 };
-use styx_runtime::cluster::{Control, Node, Spec, Survey};
+use styx_runtime::cluster::{Control, Survey};
 use styx_runtime::{Frontend, Options, run_round, run_rounds};
 
 const ACCOUNTS: u64 = 400;
@@ -195,22 +194,6 @@ impl Frontend for Closed {
     }
 }
 
-/// A base port whose `len` ports are free now, below the ephemeral range.
-/// Blocks handed out are disjoint within the process (the tests run side
-/// by side and bind their ports only later).
-fn free_port_block(len: u16) -> u16 {
-    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
-    let mut next = NEXT.lock().unwrap();
-    let mut base = next.unwrap_or(31_000 + (std::process::id() % 9_000) as u16);
-    loop {
-        if base + len < 40_000 && (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-            *next = Some(base + len);
-            return base;
-        }
-        base = 31_000 + (base - 31_000 + len) % 9_000;
-    }
-}
-
 #[test]
 fn shards_handed_between_two_running_nodes_keep_every_transfer_once() {
     // A cluster that stops making progress hangs rather than fails: a
@@ -255,22 +238,7 @@ fn handed_over(threads: usize, named: bool) {
         );
     }
     let (app, transfer) = bank("handover");
-    // Per node: control port, a data-link port per shard of the cluster
-    // (four), a client port (unused).
-    let base = free_port_block(12);
-    let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
-    let spec = Spec {
-        nodes: (0..2)
-            .map(|i| Node {
-                id: i,
-                peer: addr(base + i * 6),
-                client: addr(base + i * 6 + 5),
-                shards: 2,
-            })
-            .collect(),
-        heartbeat: Duration::from_millis(50),
-        failure_timeout: Duration::from_secs(5),
-    };
+    let spec = local_cluster(2, 2);
     let finished = Arc::new(AtomicUsize::new(0));
     let clients: Clients = Arc::new(Mutex::new(vec![None; 4]));
     let nodes: Vec<_> = (0..2u16)
@@ -310,15 +278,7 @@ fn handed_over(threads: usize, named: bool) {
                             if shard.epoch() == 0 {
                                 // A fresh shard loads the accounts it owns; one
                                 // rebuilt from its hand-off has them.
-                                let account = app2.op_id("account").expect("account");
-                                for k in 0..ACCOUNTS {
-                                    let key = Key::from(k);
-                                    if Shard::owner(&app2, 4, account, &key) == id {
-                                        let start =
-                                            styx_engine::Value::encode(&START, &mut Default::default()).unwrap();
-                                        shard.load(account, &key, Some(start));
-                                    }
-                                }
+                                load_accounts(&app2, shard, 4, ACCOUNTS, START);
                             }
                             let client = clients.lock().unwrap()[usize::from(id)]
                                 .take()
@@ -409,22 +369,7 @@ fn three_nodes_pass_shards_around() {
     const PASSES: [(u64, ShardId, u16); 3] = [(600, 1, 1), (1_200, 1, 2), (1_800, 5, 0)];
     let done = watchdog("the three-node cluster", 240);
     let (app, transfer) = bank("handover-three");
-    // Per node: control port, a data-link port per shard of the cluster
-    // (six), a client port (unused).
-    let base = free_port_block(24);
-    let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
-    let spec = Spec {
-        nodes: (0..3)
-            .map(|i| Node {
-                id: i,
-                peer: addr(base + i * 8),
-                client: addr(base + i * 8 + 7),
-                shards: 2,
-            })
-            .collect(),
-        heartbeat: Duration::from_millis(50),
-        failure_timeout: Duration::from_secs(5),
-    };
+    let spec = local_cluster(3, 2);
     let finished = Arc::new(AtomicUsize::new(0));
     let clients: Clients = Arc::new(Mutex::new(vec![None; 6]));
     let nodes: Vec<_> = (0..3u16)
@@ -438,14 +383,7 @@ fn three_nodes_pass_shards_around() {
                 let make = move |shard: &mut Shard| {
                     let id = shard.id();
                     if shard.epoch() == 0 {
-                        let account = app2.op_id("account").expect("account");
-                        for k in 0..ACCOUNTS {
-                            let key = Key::from(k);
-                            if Shard::owner(&app2, 6, account, &key) == id {
-                                let start = styx_engine::Value::encode(&START, &mut Default::default()).unwrap();
-                                shard.load(account, &key, Some(start));
-                            }
-                        }
+                        load_accounts(&app2, shard, 6, ACCOUNTS, START);
                     }
                     let client = clients.lock().unwrap()[usize::from(id)]
                         .take()

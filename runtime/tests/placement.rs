@@ -9,14 +9,13 @@
 
 mod common;
 
-use common::bank;
+use common::{bank, load_accounts, local_cluster};
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 use styx_engine::{Address, FnId, Key, Layout, Outcome, Payload, Reply, Request, Shard};
-use styx_runtime::cluster::{Control, Node, Spec, Survey};
+use styx_runtime::cluster::{Control, Survey};
 use styx_runtime::{Frontend, Metrics, Options, run};
 
 const ACCOUNTS: u64 = 400;
@@ -123,17 +122,6 @@ impl Frontend for Closed {
     }
 }
 
-/// A base port whose `len` ports are free now, below the ephemeral range.
-fn free_port_block(len: u16) -> u16 {
-    let mut base = 21_000 + (std::process::id() % 9_000) as u16;
-    loop {
-        if (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
-            return base;
-        }
-        base = 21_000 + (base - 21_000 + len) % 9_000;
-    }
-}
-
 #[test]
 fn shards_placed_alternately_on_two_nodes_conserve_money() {
     // Each node's two shards on one executor thread, then on one each.
@@ -143,22 +131,7 @@ fn shards_placed_alternately_on_two_nodes_conserve_money() {
 
 fn placed_alternately(threads: usize) {
     let (app, transfer) = bank("placement");
-    // Per node: control port, a data-link port per shard of the cluster
-    // (four), a client port (unused).
-    let base = free_port_block(12);
-    let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
-    let spec = Spec {
-        nodes: (0..2)
-            .map(|i| Node {
-                id: i,
-                peer: addr(base + i * 6),
-                client: addr(base + i * 6 + 5),
-                shards: 2,
-            })
-            .collect(),
-        heartbeat: Duration::from_millis(50),
-        failure_timeout: Duration::from_secs(5),
-    };
+    let spec = local_cluster(2, 2);
     let layout = Layout::placed_on(2, vec![0, 1, 0, 1]).unwrap();
     let finished = Arc::new(AtomicUsize::new(0));
     // A cluster that stops making progress hangs rather than fails: a
@@ -193,14 +166,7 @@ fn placed_alternately(threads: usize) {
                 let out = run(app.clone(), opts, move |shard: &mut Shard| {
                     let id = shard.id();
                     // Each shard loads the accounts it owns.
-                    let account = app.op_id("account").expect("account");
-                    for k in 0..ACCOUNTS {
-                        let key = Key::from(k);
-                        if Shard::owner(&app, 4, account, &key) == id {
-                            let start = styx_engine::Value::encode(&START, &mut Default::default()).unwrap();
-                            shard.load(account, &key, Some(start));
-                        }
-                    }
+                    load_accounts(&app, shard, 4, ACCOUNTS, START);
                     Closed {
                         transfer,
                         shard: u64::from(id),

@@ -28,3 +28,54 @@ pub fn bank(name: &str) -> (Arc<App>, FnId) {
     );
     (Arc::new(app), transfer)
 }
+
+/// A base port whose `len` ports are free now, below the ephemeral range.
+/// Blocks handed out are disjoint within the process (tests run side by
+/// side and bind their ports only later).
+pub fn free_port_block(len: u16) -> u16 {
+    static NEXT: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);
+    let mut next = NEXT.lock().unwrap();
+    let mut base = next.unwrap_or(31_000 + (std::process::id() % 9_000) as u16);
+    loop {
+        if base + len < 40_000 && (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            *next = Some(base + len);
+            return base;
+        }
+        base = 31_000 + (base - 31_000 + len) % 9_000;
+    }
+}
+
+/// A cluster of `nodes` nodes of `shards` shards each on this machine: per
+/// node a control port, a data-link port per shard of the cluster and a
+/// client port (unused by the in-process tests).
+pub fn local_cluster(nodes: u16, shards: u16) -> styx_runtime::cluster::Spec {
+    let total = nodes * shards;
+    let stride = 2 + total;
+    let base = free_port_block(nodes * stride);
+    let addr = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    styx_runtime::cluster::Spec {
+        nodes: (0..nodes)
+            .map(|i| styx_runtime::cluster::Node {
+                id: i,
+                peer: addr(base + i * stride),
+                client: addr(base + i * stride + 1 + total),
+                shards,
+            })
+            .collect(),
+        heartbeat: std::time::Duration::from_millis(50),
+        failure_timeout: std::time::Duration::from_secs(5),
+    }
+}
+
+/// Loads into `shard` (of `n_shards`) the accounts `0..accounts` it owns,
+/// each with `start`.
+pub fn load_accounts(app: &App, shard: &mut styx_engine::Shard, n_shards: u16, accounts: u64, start: i64) {
+    let account = app.op_id("account").expect("account");
+    let value = styx_engine::Value::encode(&start, &mut Default::default()).unwrap();
+    for k in 0..accounts {
+        let key = styx_engine::Key::from(k);
+        if styx_engine::Shard::owner(app, n_shards, account, &key) == shard.id() {
+            shard.load(account, &key, Some(value.clone()));
+        }
+    }
+}
