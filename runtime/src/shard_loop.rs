@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
-use styx_engine::{Epoch, Handoff, Message, Outputs, Shard, ShardId, Stage};
+use styx_engine::{Handoff, Message, Outputs, Shard, ShardId, Stage};
 
 /// How often a shard publishes its counters, in µs.
 const METRICS_PUBLISH_US: u64 = 1_000;
@@ -139,9 +139,8 @@ pub(crate) struct ShardLoop<F: Frontend> {
     spin_us: u64,
     /// This shard counted itself in the mesh's `done`.
     counted: bool,
-    /// The epoch at whose end the shard stopped for a handover.
-    paused: Option<Epoch>,
-    /// It counted itself in the mesh's `paused`.
+    /// It stopped for a handover (`Shard::is_departing`) and counted
+    /// itself in the mesh's `paused`.
     pause_counted: bool,
     /// Batches sent to and received from each shard in this run: a round
     /// that ends at a handover ends once each shard received every batch
@@ -235,7 +234,6 @@ impl<F: Frontend> ShardLoop<F> {
             on_quiet,
             busy_since_quiet: true,
             counted: false,
-            paused: None,
             pause_counted: false,
             sent_to: vec![0; n],
             received_from: vec![0; n],
@@ -266,13 +264,10 @@ impl<F: Frontend> ShardLoop<F> {
             if let Some(p) = &mut self.profile {
                 p.begin(self.shard.stage(), started);
             }
-            if let Some(epoch) = self.paused
-                && self.pause_counted
-                && self
-                    .mesh
-                    .run
-                    .as_ref()
-                    .is_some_and(|r| r.all_ended(epoch) && r.received_all(self.shard.id(), &self.received_from))
+            if self.pause_counted
+                && self.mesh.run.as_ref().is_some_and(|r| {
+                    r.all_ended(self.shard.epoch()) && r.received_all(self.shard.id(), &self.received_from)
+                })
             {
                 // Every node stopped and every batch sent here was handled:
                 // the round ends, and this shard goes on from its hand-off
@@ -354,19 +349,15 @@ impl<F: Frontend> ShardLoop<F> {
     /// counts itself paused, and the last of this node's shards to do so
     /// tells the other nodes.
     fn pause(&mut self) {
+        if self.pause_counted || !self.overflow.is_empty() || !self.mesh.remote.as_ref().is_none_or(|r| r.flushed()) {
+            return;
+        }
         let epoch = self.shard.epoch();
         let run = self
             .mesh
             .run
-            .clone()
+            .as_ref()
             .expect("a shard stops for a handover only in a cluster run");
-        self.paused = Some(epoch);
-        if self.pause_counted {
-            return;
-        }
-        if !self.overflow.is_empty() || !self.mesh.remote.as_ref().is_none_or(|r| r.flushed()) {
-            return;
-        }
         self.pause_counted = true;
         run.stopped(self.shard.id(), &self.sent_to);
         if self.mesh.paused.fetch_add(1, Ordering::AcqRel) + 1 == self.mesh.n_local {
@@ -639,7 +630,7 @@ impl<F: Frontend> ShardLoop<F> {
             d.close().await;
         }
         let output = self.frontend.finish(&self.shard);
-        let handoff = (self.paused.is_some() && self.shard.is_departing()).then(|| {
+        let handoff = self.shard.is_departing().then(|| {
             let handoff = self.shard.hand_off();
             // A snapshot it was copying finishes in `hand_off`: its chunks
             // have no log to go to (handovers run in memory only so far).
