@@ -435,6 +435,10 @@ impl<S: Source> Frontend for Generator<S> {
         self.warm_at != 0
             && self.now >= self.stop_at
             && self.outstanding == 0
+            // The counters at the stop are taken in `pump`, which the
+            // shard skips while its epoch runs: the last replies can come
+            // before it is called past the stop.
+            && self.stats_stop.is_some()
             && self.mover.as_ref().is_none_or(Mover::is_done)
     }
 
