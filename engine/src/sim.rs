@@ -385,10 +385,19 @@ impl Sim {
     /// node it goes to would (the old one is dropped: nothing it did not
     /// hand off survives).
     fn hand_over(&mut self, shard: ShardId) {
+        let to = self.layout.node_of(shard);
+        if to == self.at[shard as usize] && self.node_alive[usize::from(to)] && self.seed & 4 != 0 {
+            // It stopped at a change of the layout (`pause_at_handover`)
+            // but keeps its node: it goes on in place, as a runtime that
+            // keeps its staying shards does (on half the seeds; the others
+            // rebuild it from its hand-off, as a runtime that rebuilds
+            // every shard would).
+            self.stay_in_place(shard);
+            return;
+        }
         let handoff = self.shards[shard as usize].hand_off();
         // The chunks of a snapshot it finished on the node it left.
         self.collect(shard);
-        let to = self.layout.node_of(shard);
         if !self.node_alive[usize::from(to)] {
             // Handed to a crashed node: it never starts there.
             self.stop_shard(shard);
@@ -412,6 +421,21 @@ impl Sim {
     /// [`Sim::replace_shard`] (a benchmark timing the steps).
     pub fn set_auto_hand_over(&mut self, auto: bool) {
         self.auto_hand_over = auto;
+    }
+
+    /// Lets departing shard `shard`, which keeps its node, go on in place
+    /// ([`Shard::stay`]) instead of being rebuilt from its hand-off.
+    ///
+    /// # Panics
+    /// If the shard is not departing or changes nodes.
+    pub fn stay_in_place(&mut self, shard: ShardId) {
+        assert_eq!(
+            self.layout.node_of(shard),
+            self.at[shard as usize],
+            "shard {shard} changes nodes: it goes on from its hand-off"
+        );
+        self.shards[shard as usize].stay();
+        self.collect(shard);
     }
 
     /// Puts `taken` (rebuilt by [`Shard::take_over`] from the hand-off of

@@ -591,6 +591,43 @@ impl Store {
         })
     }
 
+    /// Every entity of the partitions `keep` says yes to, moved out (the
+    /// store is consumed: nothing is cloned), a partition after another.
+    pub fn into_live(mut self, mut keep: impl FnMut(OpId, u32) -> bool) -> Vec<(OpId, Key, Value)> {
+        let mut out = Vec::with_capacity(self.live);
+        let entries = &mut self.entries;
+        for (op, store) in self.operators.iter().enumerate() {
+            for (p, part) in store.partitions.iter().enumerate() {
+                let Some(part) = part else { continue };
+                if !keep(OpId(op as u16), p as u32) {
+                    continue;
+                }
+                for slot in part.map().iter() {
+                    let e = &mut entries[*slot as usize];
+                    if let (Some(_), Some(_)) = (&e.key, &e.value) {
+                        let (key, value) = (e.key.take(), e.value.take());
+                        out.push((OpId(op as u16), key.expect("checked"), value.expect("checked")));
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Marks every entity changed since the last snapshot (none was taken
+    /// here): the next snapshot holds them all.
+    pub fn mark_all_dirty(&mut self) {
+        if !self.snapshots {
+            return;
+        }
+        for (slot, (e, m)) in self.entries.iter().zip(self.meta.iter_mut()).enumerate() {
+            if e.value.is_some() && m.marks & DIRTY == 0 {
+                m.marks |= DIRTY;
+                self.dirty.push(slot as u32);
+            }
+        }
+    }
+
     /// Entities that hold a value.
     pub fn live(&self) -> usize {
         self.live

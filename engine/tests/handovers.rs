@@ -214,7 +214,9 @@ fn bank_with_handovers_matches_serial() {
 #[test]
 fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
     let app = bank(PARTITIONS);
-    let run = |pause: bool| {
+    // `stay`: the shards that keep their node go on in place
+    // (`Shard::stay`) instead of being rebuilt from their hand-offs.
+    let run = |pause: bool, stay: bool| {
         let mut config = test_config(8);
         config.pause_at_handover = pause;
         let mut sim = Sim::new(app.clone(), config.clone(), 4, 11);
@@ -226,6 +228,7 @@ fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
         }
         let mut rng = Rng::new(5);
         let mut pauses = 0;
+        let mut stayed = 0;
         let mut extra = 0u64;
         for token in 0..200u64 {
             let request = if token % 40 == 20 {
@@ -274,6 +277,11 @@ fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
                 }
                 let departing: Vec<ShardId> = (0..4).filter(|s| sim.shard(*s).is_departing()).collect();
                 for s in departing {
+                    if stay && sim.node_of(s) == sim.layout().node_of(s) {
+                        sim.stay_in_place(s);
+                        stayed += 1;
+                        continue;
+                    }
                     let handoff = sim.shard_mut(s).hand_off();
                     let handoff = Handoff::decode(&handoff.encode(), &app).unwrap();
                     sim.replace_shard(Shard::take_over(app.clone(), config.clone(), handoff).unwrap());
@@ -286,15 +294,18 @@ fn every_shard_stops_at_a_change_of_the_layout_when_asked() {
         assert!(extra >= 16, "named requests at the handovers");
         assert_eq!(replies.len() as u64, 200 + extra, "every request answered");
         assert_conserved(&sim.state(), ACCOUNTS, ACCOUNTS as i64 * START_BALANCE, "pause {pause}");
-        (replies, sim.state(), sim.layout().clone(), pauses)
+        (replies, sim.state(), sim.layout().clone(), pauses, stayed)
     };
-    let (replies, state, layout, _) = run(false);
-    let (paused_replies, paused_state, paused_layout, pauses) = run(true);
+    let (replies, state, layout, _, _) = run(false, false);
     assert!(layout.version() >= 2, "the layout changed: {layout:?}");
-    assert!(pauses >= 2, "every shard stopped at each change ({pauses})");
-    assert_eq!(paused_layout, layout);
-    assert_eq!(paused_state, state, "the same state");
-    assert_eq!(paused_replies, replies, "the same replies");
+    for stay in [false, true] {
+        let (paused_replies, paused_state, paused_layout, pauses, stayed) = run(true, stay);
+        assert!(pauses >= 2, "every shard stopped at each change ({pauses})");
+        assert_eq!(stayed > 0, stay, "shards went on in place: {stayed}");
+        assert_eq!(paused_layout, layout);
+        assert_eq!(paused_state, state, "the same state (stay {stay})");
+        assert_eq!(paused_replies, replies, "the same replies (stay {stay})");
+    }
 }
 
 /// A request forwarded to its client's home shard while every shard is

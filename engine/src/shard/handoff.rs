@@ -37,10 +37,11 @@ use crate::app::App;
 use crate::codec::{Decode, DecodeError, Encode, Writer};
 use crate::config::{Batch, Config, Request};
 use crate::ids::{Epoch, OpId, ShardId};
-use crate::key::Key;
+use crate::key::{Key, partition_of};
 use crate::layout::Layout;
 use crate::message::Message;
 use crate::partition_map::{MapMeta, PartitionMap};
+use crate::store::Store;
 use crate::value::Value;
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -103,6 +104,26 @@ impl Shard {
         self.departing.is_some()
     }
 
+    /// This departing shard stays on its node (every shard stops at a
+    /// change of the layout with `Config::pause_at_handover`, those that
+    /// keep their node too): it goes on in place, from the epoch after the
+    /// one it departed at, as [`Shard::take_over`] of its hand-off would —
+    /// nothing is copied, its snapshots stay incremental (its node holds
+    /// their files), a snapshot still being copied goes on.
+    ///
+    /// # Panics
+    /// If the shard is not departing.
+    pub fn stay(&mut self) {
+        let snapshot_due = self.departing.take().expect("stay of a shard that is not departing");
+        assert_eq!(self.m.stage, Stage::Idle, "a departing shard is between epochs");
+        assert!(self.tasks.all_finished(), "a departing shard has no task");
+        // The snapshot that was due at the departure, then the next epoch
+        // (and what peers sent of it meanwhile, with the requests forwarded
+        // here while it was stopped).
+        let epoch = self.m.epoch;
+        self.go_on(epoch, snapshot_due);
+    }
+
     /// Everything this departing shard is, for [`Shard::take_over`] on its
     /// new node; the shard is spent. Drain its outputs first and after (a
     /// snapshot it was copying is finished here and emits its chunks).
@@ -126,8 +147,13 @@ impl Shard {
             self.snapshot_step(usize::MAX);
         }
         self.finish_retiring();
-        let mut entities = Vec::with_capacity(self.entity_count());
-        self.for_each_entity(|op, key, value| entities.push((op, key.clone(), value.clone())));
+        // The shard is spent: its entities move out, none is cloned.
+        let entities = {
+            let map = self.exec.map.borrow();
+            let empty = Store::new(&self.exec.app, self.exec.id, &map);
+            let store = std::mem::replace(&mut self.exec.st.borrow_mut().store, empty);
+            store.into_live(|op, partition| map.owner(op, partition) == self.exec.id)
+        };
         Handoff {
             id: self.exec.id,
             n_shards: self.exec.n_shards,
@@ -173,17 +199,6 @@ impl Shard {
             )));
         }
         shard.install_map(map)?;
-        for (op, key, _) in &h.entities {
-            let partition = key.partition(app.operator_info(*op).partitions());
-            let owner = shard.exec.map.borrow().owner(*op, partition);
-            if owner != h.id {
-                return Err(crate::DecodeError::Invalid(format!(
-                    "shard {}'s hand-off holds partition {partition} of {}, which shard {owner} owns",
-                    h.id,
-                    app.operator_info(*op).name()
-                )));
-            }
-        }
         // Only messages of the next epoch wait at a departing shard, and
         // requests forwarded to it as its clients' home (accepted here).
         if let Some((_, m)) = h.deferred.iter().find(|(_, m)| match m.stage() {
@@ -250,10 +265,28 @@ impl Shard {
                 h.id, b.shard
             )));
         }
-        shard.exec.st.borrow_mut().store.reserve(h.entities.len());
-        for (op, key, value) in h.entities {
+        {
+            // In bulk (`Store::stage`): moved, hashed once, a partition's
+            // table filled at a time.
+            let mut st = shard.exec.st.borrow_mut();
+            let map = shard.exec.map.borrow();
+            st.store.reserve(h.entities.len());
+            for (op, key, value) in h.entities {
+                let hash = key.hash64();
+                let partition = partition_of(hash, app.operator_info(op).partitions());
+                let owner = map.owner(op, partition);
+                if owner != h.id {
+                    return Err(crate::DecodeError::Invalid(format!(
+                        "shard {}'s hand-off holds partition {partition} of {}, which shard {owner} owns",
+                        h.id,
+                        app.operator_info(op).name()
+                    )));
+                }
+                st.store.stage(op, partition, key, hash, value);
+            }
+            st.store.index_staged();
             // Marked for the next snapshot: the first one here is whole.
-            shard.load(op, &key, Some(value));
+            st.store.mark_all_dirty();
         }
         shard.layout = h.layout;
         shard.clients = h.clients;
