@@ -88,9 +88,6 @@ pub(crate) struct Mesh {
     pub(crate) doorbells: Rc<Doorbells>,
     /// Shards of the whole run (every node).
     pub(crate) n: usize,
-    /// Per shard of the run, its index among this node's (doorbells are
-    /// numbered by it); `u16::MAX` for a shard on another node.
-    pub(crate) index: Vec<u16>,
     pub(crate) n_local: usize,
     /// Whether other shards run on this shard's executor.
     pub(crate) shares_executor: bool,
@@ -114,7 +111,7 @@ impl Mesh {
         }
         let parked = self.links.send(me, to, envelope)?;
         if parked {
-            self.doorbells.ring(usize::from(self.index[to]));
+            self.doorbells.ring(to);
         }
         Ok(())
     }
@@ -122,6 +119,16 @@ impl Mesh {
     fn failed(&self) -> bool {
         self.run.as_ref().is_some_and(|r| r.failure.is_failed())
     }
+}
+
+/// A shard that stopped for a handover, at the end of its loop.
+pub(crate) enum Departed {
+    /// It leaves this node (or the runtime keeps no shard across rounds):
+    /// its hand-off.
+    Leaves(Box<Handoff>),
+    /// It stays on this node: the shard itself, for the next round
+    /// ([`Shard::stay`]).
+    Stays(Box<Shard>),
 }
 
 /// One shard, what it talks to, and the loop's own state.
@@ -157,6 +164,9 @@ pub(crate) struct ShardLoop<F: Frontend> {
     progress_us: u64,
     /// Whether the run has no other shard (nothing to spin for).
     alone: bool,
+    /// `Some(this node)`: if the shard stops for a handover and stays on
+    /// this node, it is kept as it is (see [`Departed`]).
+    keep_on: Option<u16>,
     /// Called on this thread once the shard has been quiet for
     /// `QUIET_COLLECT_US` after progress (see [`crate::Options::on_quiet`]).
     on_quiet: Option<fn()>,
@@ -212,6 +222,7 @@ impl<F: Frontend> ShardLoop<F> {
         clock: Clock,
         spin_us: u64,
         on_quiet: Option<fn()>,
+        keep_on: Option<u16>,
     ) -> ShardLoop<F> {
         let me = usize::from(shard.id());
         let has_io = frontend.does_io() || durable.is_some() || mesh.remote.is_some();
@@ -231,6 +242,7 @@ impl<F: Frontend> ShardLoop<F> {
             has_io,
             pump_after_local_work,
             alone,
+            keep_on,
             on_quiet,
             busy_since_quiet: true,
             counted: false,
@@ -257,7 +269,7 @@ impl<F: Frontend> ShardLoop<F> {
     /// cluster lost a node, or every shard stopped for a handover), then
     /// closes its log and links and returns the frontend's output — and,
     /// after a handover, the shard's hand-off.
-    pub(crate) async fn run(mut self) -> (F::Output, Option<Handoff>) {
+    pub(crate) async fn run(mut self) -> (F::Output, Option<Departed>) {
         loop {
             self.iterations += 1;
             let started = self.clock.now_us();
@@ -620,7 +632,7 @@ impl<F: Frontend> ShardLoop<F> {
 
     /// Reports the profile, closes the links to other nodes and the log,
     /// and hands back the frontend's output.
-    async fn finish(mut self) -> (F::Output, Option<Handoff>) {
+    async fn finish(mut self) -> (F::Output, Option<Departed>) {
         if let Some(p) = &self.profile {
             p.report(&self.shard, self.iterations, self.clock.now_us());
         }
@@ -630,15 +642,20 @@ impl<F: Frontend> ShardLoop<F> {
             d.close().await;
         }
         let output = self.frontend.finish(&self.shard);
-        let handoff = self.shard.is_departing().then(|| {
-            let handoff = self.shard.hand_off();
-            // A snapshot it was copying finishes in `hand_off`: its chunks
-            // have no log to go to (handovers run in memory only so far).
-            self.shard.drain(&mut self.out);
-            handoff
-        });
-        crate::settle().await;
-        (output, handoff)
+        if !self.shard.is_departing() {
+            return (output, None);
+        }
+        if self
+            .keep_on
+            .is_some_and(|node| self.shard.layout().node_of(self.shard.id()) == node)
+        {
+            return (output, Some(Departed::Stays(Box::new(self.shard))));
+        }
+        let handoff = self.shard.hand_off();
+        // A snapshot it was copying finishes in `hand_off`: its chunks
+        // have no log to go to (handovers run in memory only so far).
+        self.shard.drain(&mut self.out);
+        (output, Some(Departed::Leaves(Box::new(handoff))))
     }
 }
 

@@ -363,7 +363,9 @@ fn handed_over(threads: usize, named: bool) {
 /// Three nodes of two shards (0, 1 | 2, 3 | 4, 5), driven by
 /// `run_rounds`: shard 1 goes to node 1, then on to node 2, then shard 5
 /// to node 0 — each node in turn sends, receives and only keeps shards,
-/// and a round's end waits on batch counts from two peers.
+/// and a round's end waits on batch counts from two peers. Two executors
+/// per node: a shard arriving runs beside one kept from the last round,
+/// and an executor whose shard left runs none until one arrives.
 #[test]
 fn three_nodes_pass_shards_around() {
     const PASSES: [(u64, ShardId, u16); 3] = [(600, 1, 1), (1_200, 1, 2), (1_800, 5, 0)];
@@ -401,7 +403,7 @@ fn three_nodes_pass_shards_around() {
                 };
                 let options = |run: Arc<styx_runtime::cluster::Run>| Options {
                     pin: false,
-                    threads: Some(1),
+                    threads: Some(2),
                     cluster: Some(run),
                     engine: Config {
                         pause_at_handover: true,
@@ -445,6 +447,11 @@ fn three_nodes_pass_shards_around() {
                 "node {node}"
             );
             assert!(c.sent.iter().all(|(_, e)| *e > 0), "node {node}: {:?}", c.sent);
+            // And kept those staying in memory.
+            let staying: Vec<ShardId> = (0..6)
+                .filter(|s| before.node_of(*s) == node && c.layout.node_of(*s) == node)
+                .collect();
+            assert_eq!(c.kept, staying, "node {node}");
             assert!(c.joined >= c.ended, "node {node}");
             before = c.layout.clone();
         }

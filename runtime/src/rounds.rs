@@ -1,0 +1,864 @@
+//! A node's executors and the rounds they run: [`run_round`] runs one and
+//! stops them, [`run_rounds`] keeps them across the handovers of a run.
+//!
+//! An executor is a thread (glommio's `LocalExecutor`) that runs a block of
+//! the node's shards as tasks. A [`Shard`] lives on the thread that built it
+//! (it is not `Send`), so a shard that keeps its node at a handover can go
+//! on in memory only if its executor outlives the round: the executors take
+//! their rounds from the driver over a channel, keep the shards staying on
+//! this node ([`Shard::stay`] at the next round's start) and report the
+//! others' hand-offs. A round's links, counters and doorbells are its own
+//! (nothing is in flight between rounds: every shard stopped and received
+//! all that was sent to it); the shards and the threads are not.
+
+use crate::link::Links;
+use crate::shard_loop::{Departed, Mesh, ShardLoop};
+use crate::{
+    Clock, DOORBELLS_MAX, Error, Frontend, MESH_CAPACITY, Options, Waiter, cluster, durable, executor_of, remote,
+    settle, threads_default, wake,
+};
+use glommio::channels::channel_mesh::{MeshBuilder, Senders};
+use glommio::channels::shared_channel::ConnectedReceiver;
+use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::Duration;
+use styx_engine::{App, Epoch, Handoff, Layout, Shard, ShardId};
+
+/// How a round of [`run_round`] ended.
+pub struct Round<O> {
+    /// Each local shard's frontend output, in shard order.
+    pub outputs: Vec<O>,
+    /// `Some((epoch, layout))` if every shard of the cluster stopped at the
+    /// end of `epoch` for a handover (`Config::pause_at_handover`);
+    /// `layout` places them from the next epoch on.
+    pub paused: Option<(Epoch, Layout)>,
+    /// Then, every local shard's hand-off, in shard order: the driver
+    /// sends each to the node `layout` puts it on
+    /// ([`cluster::Run::hand_over`]) and starts the next round there with
+    /// it ([`run_round`]'s `resume`).
+    pub handoffs: Vec<Handoff>,
+}
+
+/// A round change of [`run_rounds`]: a handover at the end of `epoch`.
+#[derive(Clone, Debug)]
+pub struct RoundChange {
+    pub epoch: Epoch,
+    /// Where the shards run from the next epoch on.
+    pub layout: Layout,
+    /// When this node's round ended, and when it joined the next one.
+    pub ended: std::time::Instant,
+    pub joined: std::time::Instant,
+    /// The shards this node handed to other nodes, with their entities.
+    pub sent: Vec<(ShardId, usize)>,
+    /// The shards that stayed on this node: kept in memory as they were,
+    /// on their executors (nothing copied, nothing rebuilt).
+    pub kept: Vec<ShardId>,
+}
+
+/// How a node's [`run_rounds`] ended: the last round's outputs, and every
+/// round change on the way.
+pub struct Rounds<O> {
+    pub outputs: Vec<O>,
+    pub changes: Vec<RoundChange>,
+    /// Why the last round's run failed, if it did: the frontends may have
+    /// finished first (a node that leaves closes its links), or not — the
+    /// caller's frontends know.
+    pub failed: Option<String>,
+}
+
+/// This node's part of an in-memory cluster, across handovers: joins with
+/// `layout`, runs rounds (`options` gives each round's [`Options`] for its
+/// [`cluster::Run`] — `cluster` and `engine.pause_at_handover` are set
+/// here, and `metrics`, if any, must be of that run's local shards; the
+/// executors' `pin`, `threads`, `spin_before_park` and `io_memory` are the
+/// first round's), and at each handover sends the shards leaving this node
+/// to theirs (as bytes over the control connections:
+/// [`cluster::Run::hand_over`]), keeps those staying in memory on their
+/// executors (they go on where they stopped: nothing is copied), joins the
+/// next round with the new layout and resumes them. Returns once a round
+/// ends without a handover; a run that failed in that last round is
+/// reported in [`Rounds::failed`] (a node that finishes first closes its
+/// links, so whether that lost anything is for the caller's frontends to
+/// say). A failure during a handover is an error: the shards live only in
+/// memory.
+pub fn run_rounds<F, M>(
+    app: Arc<App>,
+    control: &mut cluster::Control,
+    layout: Layout,
+    options: impl Fn(Arc<cluster::Run>) -> Options,
+    make: M,
+    stop: &std::sync::atomic::AtomicBool,
+    timeout: Duration,
+) -> Result<Rounds<F::Output>, Error>
+where
+    F: Frontend,
+    M: Fn(&mut Shard) -> F + Clone + Send + Sync + 'static,
+{
+    let mut layout = layout;
+    let mut resume: Vec<Handoff> = Vec::new();
+    let mut changes: Vec<RoundChange> = Vec::new();
+    let mut executors: Option<Executors<F, M>> = None;
+    loop {
+        let run = match control.join(cluster::Survey::default(), &layout, stop) {
+            Ok(Some(run)) => Arc::new(run),
+            Ok(None) => return Err(Error::Handover("stopped while joining".into())),
+            Err(e) => return Err(Error::Handover(format!("joining: {e}"))),
+        };
+        if let Some(c) = changes.last_mut() {
+            c.joined = std::time::Instant::now();
+        }
+        let mut opts = options(run.clone());
+        opts.cluster = Some(run.clone());
+        opts.engine.pause_at_handover = true;
+        let ex = match &mut executors {
+            Some(ex) => ex,
+            None => executors.insert(Executors::start(&opts)?),
+        };
+        let round = ex.round(app.clone(), opts, std::mem::take(&mut resume), make.clone(), true)?;
+        let Some((epoch, next)) = round.paused else {
+            executors.take().expect("started").stop()?;
+            return Ok(Rounds {
+                outputs: round.outputs,
+                changes,
+                failed: run.failure.reason(),
+            });
+        };
+        let ended = std::time::Instant::now();
+        // Those staying stayed on their executors: only the shards changing
+        // nodes are handed off, and cross as bytes.
+        let sent = round.handoffs.iter().map(|h| (h.shard(), h.entities())).collect();
+        let outgoing = round
+            .handoffs
+            .iter()
+            .map(|h| (next.node_of(h.shard()), h.shard(), h.encode()))
+            .collect();
+        drop(round.handoffs);
+        let incoming = run.hand_over(epoch, outgoing, timeout).map_err(Error::Handover)?;
+        for bytes in incoming {
+            let h = Handoff::decode(&bytes, &app).map_err(|e| Error::Handover(format!("a hand-off: {e}")))?;
+            resume.push(h);
+        }
+        let mut kept: Vec<ShardId> = ex.kept.iter().flatten().map(|k| k.0).collect();
+        kept.sort_unstable();
+        changes.push(RoundChange {
+            epoch,
+            layout: next.clone(),
+            ended,
+            joined: ended,
+            sent,
+            kept,
+        });
+        layout = next;
+    }
+}
+
+/// [`run`](crate::run), one round of handovers at a time: with
+/// `opts.engine.pause_at_handover` (an in-memory cluster run), the shards
+/// hold the run's layout, so a `__handover` to another node is decided
+/// like any other, and at the end of the epoch where the layout changed
+/// every shard of the cluster stops; once every node's shards have
+/// stopped (nothing of that epoch in flight, nothing of the next begun)
+/// the round ends with every local shard's hand-off. `resume` holds the
+/// shards this node runs from a hand-off (every one it runs, after the
+/// first round): they are rebuilt from it instead of started empty, and
+/// `make` sees them with their state (a shard with `epoch() > 0`: load
+/// nothing into it). The executors stop with the round ([`run_rounds`]
+/// keeps them, and the shards staying on this node with them).
+pub fn run_round<F, M>(app: Arc<App>, opts: Options, resume: Vec<Handoff>, make: M) -> Result<Round<F::Output>, Error>
+where
+    F: Frontend,
+    M: Fn(&mut Shard) -> F + Send + Sync + 'static,
+{
+    let mut executors = Executors::<F, M>::start(&opts)?;
+    let round = executors.round(app, opts, resume, make, false);
+    executors.stop()?;
+    round
+}
+
+/// A shard the driver gives an executor for a round.
+enum Start {
+    /// Started empty (the run's first round).
+    New(ShardId),
+    /// Rebuilt from its hand-off.
+    Resume(Box<Handoff>),
+}
+
+/// Where a shard of a round comes from.
+enum Begin {
+    Start(Start),
+    /// Kept by its executor from the last round: it goes on in place.
+    Kept(Box<Shard>),
+}
+
+impl Begin {
+    fn id(&self) -> ShardId {
+        match self {
+            Begin::Start(Start::New(id)) => *id,
+            Begin::Start(Start::Resume(h)) => h.shard(),
+            Begin::Kept(s) => s.id(),
+        }
+    }
+}
+
+/// What an executor tells the driver.
+enum Report<O> {
+    /// It joined the channel mesh as executor `peer` (doorbells are
+    /// addressed by it).
+    Joined { spawned: usize, peer: usize },
+    /// Its shards' round ended: each one's output and, if it stopped for a
+    /// handover, either its hand-off (it leaves this node, or the round's
+    /// shards are not kept) or its epoch (kept: it stays).
+    Ended {
+        peer: usize,
+        outputs: Vec<(ShardId, Result<O, Error>)>,
+        handoffs: Vec<Handoff>,
+        kept: Vec<(ShardId, Epoch, Layout)>,
+    },
+    /// It panicked.
+    Died { peer: usize },
+}
+
+/// Sends [`Report::Died`] if its executor unwinds.
+struct Reporter<O: Send> {
+    tx: mpsc::Sender<Report<O>>,
+    peer: usize,
+}
+
+impl<O: Send> Drop for Reporter<O> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.tx.send(Report::Died { peer: self.peer });
+        }
+    }
+}
+
+/// A round for one executor: the round's shared part, and the shards it
+/// starts besides those it kept.
+type Plan<M> = (Arc<Node<M>>, Vec<Start>);
+
+/// A node's executor threads, across the rounds of a run.
+struct Executors<F: Frontend, M> {
+    /// Per executor (by its id in the channel mesh), where its rounds go.
+    plans: Vec<mpsc::Sender<Plan<M>>>,
+    reports: mpsc::Receiver<Report<F::Output>>,
+    /// By spawn order: each one, its id in the mesh, and the first shard
+    /// it ran (errors name it).
+    handles: Vec<(ExecutorJoinHandle<()>, usize, ShardId)>,
+    /// Per executor, the shards it keeps from the last round.
+    kept: Vec<Vec<(ShardId, Epoch, Layout)>>,
+    /// The first round's local shards (executor `e` runs a contiguous
+    /// block of them).
+    n_first: usize,
+    clock: Clock,
+}
+
+impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M> {
+    /// Starts the executors for the first round's options: one per shard up
+    /// to `threads`, pinned as the cluster file numbers this node's shards.
+    fn start(opts: &Options) -> Result<Executors<F, M>, Error> {
+        let local = local_of(opts)?.1;
+        let n_local = local.len();
+        // CPUs and executor names as if the node's shards were numbered in
+        // order, as the cluster file numbers them: nodes sharing a machine
+        // spread over its CPUs whatever the layout.
+        let pin_base = match &opts.cluster {
+            Some(run) => usize::from(run.spec.shards_of(run.node).start),
+            None => 0,
+        };
+        let n_exec = opts
+            .threads
+            .unwrap_or_else(|| threads_default(n_local))
+            .clamp(1, n_local);
+        let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let mesh: MeshBuilder<u16, _> = MeshBuilder::full(n_exec, DOORBELLS_MAX);
+        let (report_tx, reports) = mpsc::channel();
+        let mut plan_rx = Vec::with_capacity(n_exec);
+        let mut plan_tx = Vec::with_capacity(n_exec);
+        for _ in 0..n_exec {
+            let (tx, rx) = mpsc::channel::<Plan<M>>();
+            plan_tx.push(tx);
+            plan_rx.push(Some(rx));
+        }
+        // Until the executors joined the mesh, the channels are by spawn
+        // order; once they did, by mesh id.
+        let mut spawned = Vec::with_capacity(n_exec);
+        for (e, rx) in plan_rx.iter_mut().enumerate() {
+            let placement = if opts.pin && n_exec <= cpus {
+                // Numbered across the cluster as if every node ran as many
+                // shards per thread as this one: nodes sharing a machine (a
+                // test, a benchmark) spread over its CPUs instead of all
+                // pinning their first executor to CPU 0.
+                Placement::Fixed((pin_base * n_exec / n_local + e) % cpus)
+            } else {
+                Placement::Unbound
+            };
+            let (mesh, rx, tx) = (mesh.clone(), rx.take().expect("once"), report_tx.clone());
+            let handle = LocalExecutorBuilder::new(placement)
+                .name(&format!(
+                    "shards-{}",
+                    local[crate::first_of_executor(e, n_exec, n_local)]
+                ))
+                .spin_before_park(opts.spin_before_park)
+                .io_memory(opts.io_memory)
+                .spawn(move || executor::<F, M>(e, mesh, rx, tx))
+                .map_err(|source| Error::Executor { executor: e, source })?;
+            spawned.push(handle);
+        }
+        drop(report_tx);
+        let mut peers = vec![usize::MAX; n_exec];
+        for _ in 0..n_exec {
+            match reports.recv() {
+                Ok(Report::Joined { spawned, peer }) => peers[spawned] = peer,
+                _ => {
+                    return Err(Error::Shard {
+                        shard: usize::from(local[0]),
+                        message: "an executor stopped before joining the others".into(),
+                    });
+                }
+            }
+        }
+        let mut plans: Vec<Option<mpsc::Sender<Plan<M>>>> = (0..n_exec).map(|_| None).collect();
+        for (e, tx) in plan_tx.into_iter().enumerate() {
+            plans[peers[e]] = Some(tx);
+        }
+        Ok(Executors {
+            plans: plans.into_iter().map(|p| p.expect("every mesh id")).collect(),
+            reports,
+            handles: spawned
+                .into_iter()
+                .zip(peers)
+                .enumerate()
+                .map(|(e, (h, p))| (h, p, local[crate::first_of_executor(e, n_exec, n_local)]))
+                .collect(),
+            kept: vec![Vec::new(); n_exec],
+            n_first: n_local,
+            clock: Clock::new(),
+        })
+    }
+
+    /// Runs one round: this run's local shards, those kept from the last
+    /// round on their executors, those of `resume` rebuilt from their
+    /// hand-offs, and (first round) new ones. With `keep`, a shard that
+    /// stops for a handover and stays on this node is kept for the next
+    /// round instead of handed off.
+    fn round(
+        &mut self,
+        app: Arc<App>,
+        mut opts: Options,
+        resume: Vec<Handoff>,
+        make: M,
+        keep: bool,
+    ) -> Result<Round<F::Output>, Error> {
+        let (n, local) = local_of(&opts)?;
+        let n_local = local.len();
+        if let Some(m) = &opts.metrics {
+            assert_eq!(m.ids, local, "metrics of other shards than this node's");
+        }
+        if opts.engine.pause_at_handover && (opts.durable.is_some() || opts.cluster.is_none()) {
+            return Err(Error::Handover(
+                "handovers between nodes run in memory, in a cluster run, so far (docs/nodes.md)".into(),
+            ));
+        }
+        if opts.engine.pause_at_handover {
+            // No node may be left without shards: this runtime runs no spare.
+            opts.engine.spare_nodes = false;
+        }
+        let kept: Vec<(ShardId, Epoch, Layout)> = self.kept.iter().flatten().cloned().collect();
+        if !resume.is_empty() || !kept.is_empty() {
+            // After a handover every shard goes on from where it stopped
+            // (kept, or its hand-off): all of this node's, from one epoch,
+            // placed by this run's layout.
+            let layout = opts.cluster.as_ref().map(|r| r.layout().clone());
+            let mut ids: Vec<ShardId> = resume
+                .iter()
+                .map(|h| h.shard())
+                .chain(kept.iter().map(|k| k.0))
+                .collect();
+            ids.sort_unstable();
+            let epochs: Vec<Epoch> = resume
+                .iter()
+                .map(|h| h.epoch())
+                .chain(kept.iter().map(|k| k.1))
+                .collect();
+            let layouts = resume.iter().map(|h| h.layout()).chain(kept.iter().map(|k| &k.2));
+            if ids != local
+                || epochs.iter().any(|e| *e != epochs[0])
+                || layouts.map(|l| l.placed()).any(|l| Some(l) != layout)
+            {
+                return Err(Error::Handover(format!(
+                    "hand-offs of shards {ids:?} at epochs {epochs:?} for a node running {local:?} by layout {layout:?}"
+                )));
+            }
+        }
+        // Where each shard runs: kept ones where they are; in the first
+        // round contiguous blocks by mesh id; arriving ones on the executor
+        // with the fewest shards.
+        let n_exec = self.plans.len();
+        let mut exec_of = vec![u16::MAX; n];
+        let mut load = vec![0usize; n_exec];
+        for (peer, shards) in self.kept.iter().enumerate() {
+            for k in shards {
+                exec_of[usize::from(k.0)] = peer as u16;
+                load[peer] += 1;
+            }
+        }
+        let mut begins: Vec<Vec<Start>> = (0..n_exec).map(|_| Vec::new()).collect();
+        let first = kept.is_empty() && self.n_first == n_local;
+        let mut place = |id: ShardId, exec_of: &mut Vec<u16>| {
+            let peer = if first {
+                let l = local.iter().position(|s| *s == id).expect("a local shard");
+                executor_of(l, n_exec, n_local)
+            } else {
+                (0..n_exec).min_by_key(|p| (load[*p], *p)).expect("an executor")
+            };
+            exec_of[usize::from(id)] = peer as u16;
+            load[peer] += 1;
+            peer
+        };
+        let mut resumed: Vec<Option<Handoff>> = local.iter().map(|_| None).collect();
+        for h in resume {
+            match local.iter().position(|s| *s == h.shard()) {
+                Some(l) if resumed[l].is_none() => resumed[l] = Some(h),
+                _ => {
+                    return Err(Error::Handover(format!(
+                        "a hand-off of shard {}, which this node does not run (or twice)",
+                        h.shard()
+                    )));
+                }
+            }
+        }
+        for (l, h) in resumed.into_iter().enumerate() {
+            let id = local[l];
+            if exec_of[usize::from(id)] != u16::MAX {
+                continue;
+            }
+            let peer = place(id, &mut exec_of);
+            begins[peer].push(match h {
+                Some(h) => Start::Resume(Box::new(h)),
+                None => Start::New(id),
+            });
+        }
+        let node = Arc::new(Node {
+            app,
+            links: Arc::new(Links::new(n, MESH_CAPACITY)),
+            make,
+            done: Arc::new(AtomicUsize::new(0)),
+            paused: Arc::new(AtomicUsize::new(0)),
+            paused_layout: Mutex::new(None),
+            clock: self.clock,
+            n,
+            local: local.clone(),
+            exec_of: exec_of.into(),
+            keep_on: keep.then(|| opts.cluster.as_ref().map(|r| r.node)).flatten(),
+            opts,
+        });
+        for (peer, b) in begins.into_iter().enumerate() {
+            if self.plans[peer].send((node.clone(), b)).is_err() {
+                return Err(self.died(peer));
+            }
+        }
+        for k in &mut self.kept {
+            k.clear();
+        }
+        let mut outputs: Vec<Option<F::Output>> = (0..n_local).map(|_| None).collect();
+        let mut handoffs: Vec<Option<Handoff>> = (0..n_local).map(|_| None).collect();
+        let mut stopped: Vec<Option<Epoch>> = vec![None; n_local];
+        let mut error = None;
+        for _ in 0..n_exec {
+            match self.reports.recv() {
+                Ok(Report::Ended {
+                    peer,
+                    outputs: o,
+                    handoffs: h,
+                    kept,
+                }) => {
+                    for (id, output) in o {
+                        let l = local.iter().position(|s| *s == id).expect("a local shard");
+                        match output {
+                            Ok(o) => outputs[l] = Some(o),
+                            Err(e) => {
+                                error.get_or_insert(e);
+                            }
+                        }
+                    }
+                    for h in h {
+                        let l = local.iter().position(|s| *s == h.shard()).expect("a local shard");
+                        stopped[l] = Some(h.epoch());
+                        handoffs[l] = Some(h);
+                    }
+                    for k in &kept {
+                        let l = local.iter().position(|s| *s == k.0).expect("a local shard");
+                        stopped[l] = Some(k.1);
+                    }
+                    self.kept[peer] = kept;
+                }
+                Ok(Report::Died { peer }) => return Err(self.died(peer)),
+                Ok(Report::Joined { .. }) | Err(_) => {
+                    return Err(Error::Shard {
+                        shard: usize::from(local[0]),
+                        message: "an executor stopped".into(),
+                    });
+                }
+            }
+        }
+        if let Some(e) = error {
+            return Err(e);
+        }
+        let outputs = outputs.into_iter().map(|o| o.expect("every shard reported")).collect();
+        let failed = node.opts.cluster.as_ref().is_some_and(|r| r.failure.is_failed());
+        let paused = match stopped.iter().filter(|s| s.is_some()).count() {
+            0 => None,
+            k if k == n_local => {
+                let layout = node.paused_layout.lock().expect("layout lock").clone();
+                let epoch = stopped[0].expect("counted");
+                Some((epoch, layout.expect("a stopped shard left its layout")))
+            }
+            // Some stopped and others saw the run fail first: the stopped
+            // ones' state would be lost with the round.
+            k if failed => {
+                return Err(Error::Handover(format!(
+                    "the cluster failed while {k} of {n_local} shards stopped for a handover: {}",
+                    node.opts
+                        .cluster
+                        .as_ref()
+                        .and_then(|r| r.failure.reason())
+                        .unwrap_or_default()
+                )));
+            }
+            k => {
+                return Err(Error::Handover(format!(
+                    "{k} of {n_local} shards stopped, the others ended otherwise"
+                )));
+            }
+        };
+        Ok(Round {
+            outputs,
+            paused,
+            handoffs: handoffs.into_iter().flatten().collect(),
+        })
+    }
+
+    /// Executor `peer` is gone: why, from its thread.
+    fn died(&mut self, peer: usize) -> Error {
+        self.plans.clear();
+        let i = self
+            .handles
+            .iter()
+            .position(|(_, p, _)| *p == peer)
+            .expect("every executor has a handle");
+        let (handle, _, shard) = self.handles.swap_remove(i);
+        Error::Shard {
+            shard: usize::from(shard),
+            message: match handle.join() {
+                Err(err) => err.to_string(),
+                Ok(()) => "its executor stopped".into(),
+            },
+        }
+    }
+
+    /// Stops the executors (dropping what they kept) and waits for them.
+    fn stop(mut self) -> Result<(), Error> {
+        self.plans.clear();
+        let mut result = Ok(());
+        for (handle, _, shard) in self.handles.drain(..) {
+            if let Err(err) = handle.join() {
+                result = Err(Error::Shard {
+                    shard: usize::from(shard),
+                    message: err.to_string(),
+                });
+            }
+        }
+        result
+    }
+}
+
+impl<F: Frontend, M> Drop for Executors<F, M> {
+    /// After an error: closed channels end the loops of the executors
+    /// waiting for a round; one whose shards wait on a peer that died is
+    /// left behind, as the process is about to report the error.
+    fn drop(&mut self) {
+        self.plans.clear();
+    }
+}
+
+/// The shards of the whole run and this node's, in order.
+fn local_of(opts: &Options) -> Result<(usize, Vec<ShardId>), Error> {
+    let (n, local): (usize, Vec<ShardId>) = match &opts.cluster {
+        Some(run) => (usize::from(run.spec.n_shards()), run.local_shards().to_vec()),
+        None => (opts.shards as usize, (0..opts.shards).collect()),
+    };
+    if n == 0 || n > styx_engine::SHARDS_MAX {
+        return Err(Error::Shards(n));
+    }
+    if local.is_empty() {
+        // A spare would have to take part in the control plane's rounds
+        // and snapshot commits without shards: not built (docs/nodes.md).
+        return Err(Error::NoLocalShards);
+    }
+    Ok((n, local))
+}
+
+/// An executor's life: joins the channel mesh, then runs the rounds the
+/// driver sends until it closes the channel, keeping the shards that stay.
+async fn executor<F, M>(
+    spawned: usize,
+    mesh: MeshBuilder<u16, glommio::channels::channel_mesh::Full>,
+    plans: mpsc::Receiver<Plan<M>>,
+    reports: mpsc::Sender<Report<F::Output>>,
+) where
+    F: Frontend,
+    M: Fn(&mut Shard) -> F + Send + Sync + 'static,
+{
+    let (senders, mut receivers) = mesh.join().await.expect("channel mesh");
+    let peer = senders.peer_id();
+    let reporter = Reporter { tx: reports, peer };
+    // Per shard of the run, the waker of this executor's loops (rounds
+    // set them): doorbells ring by shard.
+    let waiters: Rc<RefCell<Vec<Option<Waiter>>>> = Rc::default();
+    for (_, rx) in receivers.streams() {
+        glommio::spawn_local(doorbell(rx, waiters.clone())).detach();
+    }
+    let senders = Rc::new(senders);
+    if reporter.tx.send(Report::Joined { spawned, peer }).is_err() {
+        return;
+    }
+    let mut kept: Vec<Box<Shard>> = Vec::new();
+    // Blocks the thread between rounds: nothing of this executor runs then
+    // (the links' tasks ended with the last round).
+    while let Ok((node, begins)) = plans.recv() {
+        let mut shards: Vec<Begin> = kept
+            .drain(..)
+            .map(Begin::Kept)
+            .chain(begins.into_iter().map(Begin::Start))
+            .collect();
+        shards.sort_by_key(Begin::id);
+        let ids: Vec<ShardId> = shards.iter().map(Begin::id).collect();
+        let mine: Vec<Waiter> = ids.iter().map(|_| Waiter::default()).collect();
+        {
+            let mut w = waiters.borrow_mut();
+            w.clear();
+            w.resize(node.n, None);
+            for (id, waiter) in ids.iter().zip(&mine) {
+                w[usize::from(*id)] = Some(waiter.clone());
+            }
+        }
+        let doorbells = Rc::new(Doorbells {
+            senders: senders.clone(),
+            exec_of: node.exec_of.clone(),
+            waiters: waiters.clone(),
+            shares: ids.len() > 1,
+        });
+        let tasks: Vec<_> = shards
+            .into_iter()
+            .zip(mine)
+            .map(|(begin, waiter)| {
+                glommio::spawn_local(run_shard::<F, M>(node.clone(), begin, waiter, doorbells.clone()))
+            })
+            .collect();
+        let any = !tasks.is_empty();
+        let mut outputs = Vec::with_capacity(tasks.len());
+        let mut handoffs = Vec::new();
+        let mut keeps = Vec::new();
+        for t in tasks {
+            let (id, output, departed) = t.await;
+            outputs.push((id, output));
+            match departed {
+                Some(Departed::Leaves(h)) => handoffs.push(*h),
+                Some(Departed::Stays(shard)) => {
+                    keeps.push((id, shard.epoch(), shard.layout().placed()));
+                    kept.push(shard);
+                }
+                None => {}
+            }
+        }
+        if any {
+            // Once for all of this executor's shards, after their links
+            // and logs closed.
+            settle().await;
+        }
+        drop(node);
+        let ended = Report::Ended {
+            peer,
+            outputs,
+            handoffs,
+            kept: keeps,
+        };
+        if reporter.tx.send(ended).is_err() {
+            return;
+        }
+    }
+}
+
+/// What every shard of a round on this node shares, whichever executor
+/// runs it.
+pub(crate) struct Node<M> {
+    app: Arc<App>,
+    opts: Options,
+    links: Arc<Links<crate::Envelope>>,
+    make: M,
+    /// Local shards that have nothing left to do.
+    done: Arc<AtomicUsize>,
+    /// Local shards stopped for a handover, their batches written.
+    paused: Arc<AtomicUsize>,
+    /// The layout the shards stopped at a handover with.
+    paused_layout: Mutex<Option<Layout>>,
+    clock: Clock,
+    /// Shards of the whole run (every node).
+    n: usize,
+    /// This node's shards, in order.
+    local: Vec<ShardId>,
+    /// Per shard of the run, the executor (its id in the channel mesh)
+    /// that runs it here; `u16::MAX` for a shard on another node.
+    exec_of: Arc<[u16]>,
+    /// `Some(this node)`: a shard that stops for a handover and stays here
+    /// is kept in memory for the next round, not handed off.
+    keep_on: Option<u16>,
+}
+
+/// Starts a shard of the round (its frontend, links to other nodes, log)
+/// and runs its loop as a task of the current executor; returns its
+/// frontend's output and, if it stopped for a handover, the shard kept or
+/// its hand-off.
+async fn run_shard<F, M>(
+    node: Arc<Node<M>>,
+    begin: Begin,
+    waiter: Waiter,
+    doorbells: Rc<Doorbells>,
+) -> (ShardId, Result<F::Output, Error>, Option<Departed>)
+where
+    F: Frontend,
+    M: Fn(&mut Shard) -> F + Send + Sync + 'static,
+{
+    let opts = &node.opts;
+    let mut shard = match begin {
+        Begin::Kept(mut shard) => {
+            // It stopped at the last round's end and stays on this node.
+            shard.stay();
+            *shard
+        }
+        Begin::Start(Start::Resume(h)) => {
+            let id = h.shard();
+            match Shard::take_over(node.app.clone(), opts.engine.clone(), *h) {
+                Ok(s) => s,
+                Err(e) => {
+                    let e = Error::Shard {
+                        shard: usize::from(id),
+                        message: format!("cannot rebuild it from its hand-off: {e}"),
+                    };
+                    return (id, Err(e), None);
+                }
+            }
+        }
+        Begin::Start(Start::New(id)) => {
+            let mut shard = Shard::new(node.app.clone(), opts.engine.clone(), id, node.n as u16);
+            if opts.engine.pause_at_handover
+                && let Some(run) = &opts.cluster
+            {
+                // The run's layout, so that a handover to another node is
+                // decided (a one-node layout refuses it).
+                shard.set_layout(run.layout().clone());
+            }
+            shard
+        }
+    };
+    let id = shard.id();
+    let frontend = (node.make)(&mut shard);
+    let metrics = opts.metrics.as_ref().map(|m| m.of(id).clone());
+    let remote = match &opts.cluster {
+        Some(run) if run.is_cluster() => {
+            match remote::Remote::connect(run.clone(), id, node.links.clone(), waiter.clone(), metrics.clone()).await {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    run.failure.fail(e);
+                    let output = frontend.finish(&shard);
+                    return (id, Ok(output), None);
+                }
+            }
+        }
+        _ => None,
+    };
+    let durable = match &opts.durable {
+        Some(d) => Some(durable::ShardDurable::start(d.clone(), &mut shard, waiter.clone(), metrics.clone()).await),
+        None => None,
+    };
+    let mesh = Mesh {
+        links: node.links.clone(),
+        n: node.n,
+        n_local: node.local.len(),
+        shares_executor: doorbells.shares,
+        doorbells,
+        done: node.done.clone(),
+        paused: node.paused.clone(),
+        remote,
+        run: opts.cluster.clone(),
+    };
+    let (output, departed) = ShardLoop::new(
+        shard,
+        frontend,
+        mesh,
+        durable,
+        metrics,
+        waiter,
+        node.clock,
+        opts.idle_poll_us,
+        opts.on_quiet,
+        node.keep_on,
+    )
+    .run()
+    .await;
+    if let Some(d) = &departed {
+        let layout = match d {
+            Departed::Leaves(h) => h.layout().placed(),
+            Departed::Stays(s) => s.layout().placed(),
+        };
+        node.paused_layout.lock().expect("layout lock").get_or_insert(layout);
+    }
+    (id, Ok(output), departed)
+}
+
+/// How a shard wakes a parked peer of this node: directly when both run on
+/// this executor, else by a doorbell to the peer's executor (glommio's
+/// channel mesh, which wakes a sleeping thread).
+pub(crate) struct Doorbells {
+    senders: Rc<Senders<u16>>,
+    /// Per shard of the run, its executor here (`u16::MAX`: another node).
+    exec_of: Arc<[u16]>,
+    /// Per shard of the run, the waker of this executor's loops.
+    waiters: Rc<RefCell<Vec<Option<Waiter>>>>,
+    /// Whether this executor runs more than one shard.
+    pub(crate) shares: bool,
+}
+
+impl Doorbells {
+    /// Wakes local shard `to` (known to be parked).
+    pub(crate) fn ring(&self, to: usize) {
+        let e = usize::from(self.exec_of[to]);
+        if e == self.senders.peer_id() {
+            if let Some(w) = &self.waiters.borrow()[to] {
+                wake(w);
+            }
+            return;
+        }
+        match self.senders.try_send_to(e, to as u16) {
+            // A full queue: the executor has a thousand rings unread (a ring
+            // is sent once per park); this shard re-checks its links at its
+            // park's timer at the latest.
+            Ok(()) | Err(glommio::GlommioError::WouldBlock(_)) => {}
+            // The peer's executor is gone: the engine cannot go on without it.
+            Err(err) => panic!("cannot wake local shard {to}: {err}"),
+        }
+    }
+}
+
+/// Wakes this executor's shard loops as their doorbells ring (a ring left
+/// from an earlier round may wake a loop for nothing).
+async fn doorbell(rx: ConnectedReceiver<u16>, waiters: Rc<RefCell<Vec<Option<Waiter>>>>) {
+    while let Some(s) = rx.recv().await {
+        if let Some(Some(w)) = waiters.borrow().get(usize::from(s)) {
+            wake(w);
+        }
+    }
+}
