@@ -5,7 +5,8 @@
 //! to node 0. At each handover every shard of the cluster stops at the same
 //! epoch's end, the nodes exchange the hand-offs over their control
 //! connections, and the next round runs on the new layout, the shards
-//! rebuilt from their hand-offs — with the requests they held. Checked:
+//! rebuilt from their hand-offs (by `run_round`; `run_rounds` keeps those
+//! staying in memory) — with the requests they held. Checked:
 //! every transfer is answered exactly once across the rounds, every
 //! balance is its start plus exactly the transfers that touched it, and
 //! each node ends running the shards the last layout gives it.
@@ -206,6 +207,63 @@ fn shards_handed_between_two_running_nodes_keep_every_transfer_once() {
     handed_over(2, false);
     handed_over(1, true);
     handed_over(2, true);
+    done.store(true, Ordering::SeqCst);
+}
+
+/// A frontend with nothing to send.
+struct Idle;
+
+impl Frontend for Idle {
+    type Output = ();
+    fn pump(&mut self, _: &mut Shard, _: u64) -> bool {
+        false
+    }
+    fn deliver(&mut self, _: &mut Vec<Reply>, _: u64) {}
+    fn is_done(&self) -> bool {
+        true
+    }
+    fn finish(self, _: &Shard) {}
+}
+
+/// A round given hand-offs that are not exactly this node's shards is
+/// refused before any shard starts, and its executors stop with it (none
+/// is left waiting for a round that never comes).
+#[test]
+fn a_round_refuses_hand_offs_that_are_not_its_shards() {
+    let done = watchdog("refused hand-offs", 60);
+    let (app, _) = bank("handover-refused");
+    let config = Config {
+        pause_at_handover: true,
+        ..Config::default()
+    };
+    // Shard 1's hand-off, from the simulator: two nodes, shard 1 to node 0.
+    let mut sim = styx_engine::sim::Sim::new(app.clone(), config, 2, 1);
+    sim.set_layout(styx_engine::Layout::contiguous(&[1, 1]));
+    sim.set_auto_hand_over(false);
+    sim.submit(0, 1, styx_engine::Handover { shard: 1, node: 0 }.request())
+        .unwrap();
+    for _ in 0..1_000 {
+        sim.step();
+    }
+    assert!(sim.shard(1).is_departing(), "shard 1 stopped");
+    let handoff = sim.shard_mut(1).hand_off();
+    let opts = || Options {
+        shards: 2,
+        pin: false,
+        threads: Some(2),
+        ..Options::default()
+    };
+    // A node running shards 0 and 1 given only shard 1's hand-off.
+    let e = run_round(app.clone(), opts(), vec![handoff], |_: &mut Shard| Idle)
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&e, styx_runtime::Error::Handover(m) if m.contains("hand-offs of shards [1]")),
+        "{e}"
+    );
+    // The executors stopped: a round after runs as usual.
+    let outputs = run_round(app, opts(), Vec::new(), |_: &mut Shard| Idle).expect("a round");
+    assert_eq!(outputs.outputs.len(), 2);
     done.store(true, Ordering::SeqCst);
 }
 
