@@ -123,7 +123,8 @@ pub struct Options {
     /// `None`: every shard is here.
     pub cluster: Option<Arc<cluster::Run>>,
     /// Executor threads for this node's shards, each running a contiguous
-    /// block of them as tasks; `None`: [`threads_default`]. Fewer threads
+    /// block of them as tasks (after a handover of [`run_rounds`], a shard
+    /// arriving runs on the one with the fewest); `None`: [`threads_default`]. Fewer threads
     /// than shards make a shard a unit of placement smaller than a core (a
     /// node can hand one over without the others); shards sharing a thread
     /// take turns at each iteration that made progress.

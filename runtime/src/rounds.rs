@@ -7,9 +7,11 @@
 //! on in memory only if its executor outlives the round: the executors take
 //! their rounds from the driver over a channel, keep the shards staying on
 //! this node ([`Shard::stay`] at the next round's start) and report the
-//! others' hand-offs. A round's links, counters and doorbells are its own
+//! others' hand-offs. A round's links, counters and wakers are its own
 //! (nothing is in flight between rounds: every shard stopped and received
-//! all that was sent to it); the shards and the threads are not.
+//! all that was sent to it); the shards, the threads and the channel mesh
+//! that carries doorbells between them are not (a ring left from the last
+//! round wakes a loop for nothing).
 
 use crate::link::Links;
 use crate::shard_loop::{Departed, Mesh, ShardLoop};
@@ -17,10 +19,12 @@ use crate::{
     Clock, DOORBELLS_MAX, Error, Frontend, MESH_CAPACITY, Options, Waiter, cluster, durable, executor_of, remote,
     settle, threads_default, wake,
 };
+use futures_lite::FutureExt;
 use glommio::channels::channel_mesh::{MeshBuilder, Senders};
 use glommio::channels::shared_channel::ConnectedReceiver;
 use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 use std::cell::RefCell;
+use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, mpsc};
@@ -74,7 +78,8 @@ pub struct Rounds<O> {
 /// [`cluster::Run`] — `cluster` and `engine.pause_at_handover` are set
 /// here, and `metrics`, if any, must be of that run's local shards; the
 /// executors' `pin`, `threads`, `spin_before_park` and `io_memory` are the
-/// first round's), and at each handover sends the shards leaving this node
+/// first round's, and a shard kept keeps the `engine` config it started
+/// with), and at each handover sends the shards leaving this node
 /// to theirs (as bytes over the control connections:
 /// [`cluster::Run::hand_over`]), keeps those staying in memory on their
 /// executors (they go on where they stopped: nothing is copied), joins the
@@ -117,7 +122,15 @@ where
             Some(ex) => ex,
             None => executors.insert(Executors::start(&opts)?),
         };
-        let round = ex.round(app.clone(), opts, std::mem::take(&mut resume), make.clone(), true)?;
+        let later = !changes.is_empty();
+        let round = ex.round(
+            app.clone(),
+            opts,
+            std::mem::take(&mut resume),
+            make.clone(),
+            true,
+            later,
+        )?;
         let Some((epoch, next)) = round.paused else {
             executors.take().expect("started").stop()?;
             return Ok(Rounds {
@@ -173,9 +186,12 @@ where
     M: Fn(&mut Shard) -> F + Send + Sync + 'static,
 {
     let mut executors = Executors::<F, M>::start(&opts)?;
-    let round = executors.round(app, opts, resume, make, false);
+    let later = !resume.is_empty();
+    // After an error the executors are dropped, not joined: one whose
+    // shards wait on a peer that died would never end.
+    let round = executors.round(app, opts, resume, make, false, later)?;
     executors.stop()?;
-    round
+    Ok(round)
 }
 
 /// A shard the driver gives an executor for a round.
@@ -217,21 +233,36 @@ enum Report<O> {
         handoffs: Vec<Handoff>,
         kept: Vec<(ShardId, Epoch, Layout)>,
     },
-    /// It panicked.
-    Died { peer: usize },
+    /// A shard of it panicked (its task caught it and the executor
+    /// ends), or the executor itself did while unwinding its main task.
+    Died { shard: Option<ShardId>, message: String },
 }
 
-/// Sends [`Report::Died`] if its executor unwinds.
+/// Sends [`Report::Died`] if its executor's main task unwinds (a panic in
+/// a shard's task is caught there instead: see [`executor`]).
 struct Reporter<O: Send> {
     tx: mpsc::Sender<Report<O>>,
-    peer: usize,
 }
 
 impl<O: Send> Drop for Reporter<O> {
     fn drop(&mut self) {
         if std::thread::panicking() {
-            let _ = self.tx.send(Report::Died { peer: self.peer });
+            let _ = self.tx.send(Report::Died {
+                shard: None,
+                message: "its executor panicked".into(),
+            });
         }
+    }
+}
+
+/// What a caught panic said.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    match panic.downcast_ref::<&str>() {
+        Some(s) => (*s).to_string(),
+        None => panic
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_else(|| "a panic".into()),
     }
 }
 
@@ -245,7 +276,7 @@ struct Executors<F: Frontend, M> {
     plans: Vec<mpsc::Sender<Plan<M>>>,
     reports: mpsc::Receiver<Report<F::Output>>,
     /// By spawn order: each one, its id in the mesh, and the first shard
-    /// it ran (errors name it).
+    /// it ran in the first round (errors name it).
     handles: Vec<(ExecutorJoinHandle<()>, usize, ShardId)>,
     /// Per executor, the shards it keeps from the last round.
     kept: Vec<Vec<(ShardId, Epoch, Layout)>>,
@@ -330,8 +361,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
             handles: spawned
                 .into_iter()
                 .zip(peers)
-                .enumerate()
-                .map(|(e, (h, p))| (h, p, local[crate::first_of_executor(e, n_exec, n_local)]))
+                .map(|(h, p)| (h, p, local[crate::first_of_executor(p, n_exec, n_local)]))
                 .collect(),
             kept: vec![Vec::new(); n_exec],
             n_first: n_local,
@@ -344,6 +374,8 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
     /// hand-offs, and (first round) new ones. With `keep`, a shard that
     /// stops for a handover and stays on this node is kept for the next
     /// round instead of handed off.
+    /// `later`: a round after a handover, whose every shard must be kept
+    /// or resumed (none starts empty).
     fn round(
         &mut self,
         app: Arc<App>,
@@ -351,6 +383,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
         resume: Vec<Handoff>,
         make: M,
         keep: bool,
+        later: bool,
     ) -> Result<Round<F::Output>, Error> {
         let (n, local) = local_of(&opts)?;
         let n_local = local.len();
@@ -367,7 +400,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
             opts.engine.spare_nodes = false;
         }
         let kept: Vec<(ShardId, Epoch, Layout)> = self.kept.iter().flatten().cloned().collect();
-        if !resume.is_empty() || !kept.is_empty() {
+        if later || !resume.is_empty() || !kept.is_empty() {
             // After a handover every shard goes on from where it stopped
             // (kept, or its hand-off): all of this node's, from one epoch,
             // placed by this run's layout.
@@ -457,7 +490,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
         });
         for (peer, b) in begins.into_iter().enumerate() {
             if self.plans[peer].send((node.clone(), b)).is_err() {
-                return Err(self.died(peer));
+                return Err(self.gone(peer));
             }
         }
         for k in &mut self.kept {
@@ -495,7 +528,12 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
                     }
                     self.kept[peer] = kept;
                 }
-                Ok(Report::Died { peer }) => return Err(self.died(peer)),
+                Ok(Report::Died { shard, message }) => {
+                    return Err(Error::Shard {
+                        shard: usize::from(shard.unwrap_or(local[0])),
+                        message,
+                    });
+                }
                 Ok(Report::Joined { .. }) | Err(_) => {
                     return Err(Error::Shard {
                         shard: usize::from(local[0]),
@@ -542,20 +580,15 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
     }
 
     /// Executor `peer` is gone: why, from its thread.
-    fn died(&mut self, peer: usize) -> Error {
-        self.plans.clear();
+    fn gone(&mut self, peer: usize) -> Error {
         let i = self
             .handles
             .iter()
             .position(|(_, p, _)| *p == peer)
             .expect("every executor has a handle");
-        let (handle, _, shard) = self.handles.swap_remove(i);
         Error::Shard {
-            shard: usize::from(shard),
-            message: match handle.join() {
-                Err(err) => err.to_string(),
-                Ok(()) => "its executor stopped".into(),
-            },
+            shard: usize::from(self.handles[i].2),
+            message: "its executor stopped".into(),
         }
     }
 
@@ -614,7 +647,7 @@ async fn executor<F, M>(
 {
     let (senders, mut receivers) = mesh.join().await.expect("channel mesh");
     let peer = senders.peer_id();
-    let reporter = Reporter { tx: reports, peer };
+    let reporter = Reporter { tx: reports };
     // Per shard of the run, the waker of this executor's loops (rounds
     // set them): doorbells ring by shard.
     let waiters: Rc<RefCell<Vec<Option<Waiter>>>> = Rc::default();
@@ -655,7 +688,25 @@ async fn executor<F, M>(
             .into_iter()
             .zip(mine)
             .map(|(begin, waiter)| {
-                glommio::spawn_local(run_shard::<F, M>(node.clone(), begin, waiter, doorbells.clone()))
+                let id = begin.id();
+                let shard = run_shard::<F, M>(node.clone(), begin, waiter, doorbells.clone());
+                let died = reporter.tx.clone();
+                glommio::spawn_local(async move {
+                    // Caught here, where it happened: the executor's main
+                    // task may be waiting on another shard, which may wait
+                    // on this one forever.
+                    match AssertUnwindSafe(shard).catch_unwind().await {
+                        Ok(ended) => Some(ended),
+                        Err(panic) => {
+                            let message = format!("panicked: {}", panic_message(&*panic));
+                            let _ = died.send(Report::Died {
+                                shard: Some(id),
+                                message,
+                            });
+                            None
+                        }
+                    }
+                })
             })
             .collect();
         let any = !tasks.is_empty();
@@ -663,7 +714,9 @@ async fn executor<F, M>(
         let mut handoffs = Vec::new();
         let mut keeps = Vec::new();
         for t in tasks {
-            let (id, output, departed) = t.await;
+            // A shard panicked: the driver knows; this executor ends (its
+            // other shards with it).
+            let Some((id, output, departed)) = t.await else { return };
             outputs.push((id, output));
             match departed {
                 Some(Departed::Leaves(h)) => handoffs.push(*h),

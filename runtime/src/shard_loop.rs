@@ -268,7 +268,7 @@ impl<F: Frontend> ShardLoop<F> {
     /// Runs the shard until the run ends (every local shard done, the
     /// cluster lost a node, or every shard stopped for a handover), then
     /// closes its log and links and returns the frontend's output — and,
-    /// after a handover, the shard's hand-off.
+    /// after a handover, the shard kept or its hand-off ([`Departed`]).
     pub(crate) async fn run(mut self) -> (F::Output, Option<Departed>) {
         loop {
             self.iterations += 1;
@@ -282,8 +282,8 @@ impl<F: Frontend> ShardLoop<F> {
                 })
             {
                 // Every node stopped and every batch sent here was handled:
-                // the round ends, and this shard goes on from its hand-off
-                // in the next one.
+                // the round ends, and this shard goes on in the next one
+                // (kept, or from its hand-off).
                 break;
             }
             if self.mesh.failed() {

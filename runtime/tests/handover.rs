@@ -267,6 +267,51 @@ fn a_round_refuses_hand_offs_that_are_not_its_shards() {
     done.store(true, Ordering::SeqCst);
 }
 
+/// A frontend that panics on shard `on`, and on the others never ends.
+struct Panics {
+    on: bool,
+}
+
+impl Frontend for Panics {
+    type Output = ();
+    fn pump(&mut self, _: &mut Shard, _: u64) -> bool {
+        assert!(!self.on, "probe panic");
+        false
+    }
+    fn deliver(&mut self, _: &mut Vec<Reply>, _: u64) {}
+    fn is_done(&self) -> bool {
+        false
+    }
+    fn finish(self, _: &Shard) {}
+}
+
+/// A shard that panics ends its run with an error naming it — whether it
+/// shares its executor with a shard that waits on it forever or not —
+/// instead of hanging the driver.
+#[test]
+fn a_panicking_shard_is_an_error_not_a_hang() {
+    let done = watchdog("a panicking shard", 60);
+    let (app, _) = bank("handover-panic");
+    for threads in [1, 2] {
+        let opts = Options {
+            shards: 2,
+            pin: false,
+            threads: Some(threads),
+            ..Options::default()
+        };
+        let e = run_round(app.clone(), opts, Vec::new(), |s: &mut Shard| Panics {
+            on: s.id() == 1,
+        })
+        .err()
+        .expect("an error");
+        assert!(
+            matches!(&e, styx_runtime::Error::Shard { shard: 1, message } if message.contains("probe panic")),
+            "threads {threads}: {e}"
+        );
+    }
+    done.store(true, Ordering::SeqCst);
+}
+
 /// A cluster that stops making progress hangs rather than fails: aborts
 /// the process unless the returned flag is set within `secs` (tests of
 /// this file run side by side: each has its own).

@@ -10,9 +10,10 @@
 //! one was due, written whole: the new node holds no earlier file of the
 //! shard). Messages of S + 1 that peers sent meanwhile wait in the links.
 //! With `Config::pause_at_handover` every shard stops so at a change of the
-//! layout, those staying on their node too (rebuilt there from their own
-//! hand-off): then no shard starts S + 1 until its driver lets it, and a
-//! runtime can re-point its links between nodes with nothing in flight.
+//! layout, those staying on their node too (they go on in place,
+//! [`Shard::stay`], or are rebuilt there from their own hand-off): then no
+//! shard starts S + 1 until its driver lets it, and a runtime can re-point
+//! its links between nodes with nothing in flight.
 //!
 //! What crosses: the entities (the live ones), the machine state a
 //! snapshot carries (epoch, sequencer counter, client table, partition map,
@@ -27,8 +28,10 @@
 //!
 //! Invariants: a departing shard is idle and has no task; it never starts
 //! an epoch; `take_over` of its hand-off is the same shard, state for state
-//! (the simulator swaps every handed shard for its rebuilt self and its
-//! runs stay serializable, exactly-once and recoverable).
+//! (the simulator swaps every handed shard for its rebuilt self — a shard
+//! that keeps its node stays in place on half the seeds — and its runs
+//! stay serializable, exactly-once and recoverable); `stay` is the same
+//! shard too, its snapshots incremental.
 
 use super::clients::Clients;
 use super::release::{Release, ReplyTo};
