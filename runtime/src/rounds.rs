@@ -659,6 +659,7 @@ async fn executor<F, M>(
         return;
     }
     let mut kept: Vec<Box<Shard>> = Vec::new();
+    let mut ran = false;
     // Blocks the thread between rounds: nothing of this executor runs then
     // (the links' tasks ended with the last round).
     while let Ok((node, begins)) = plans.recv() {
@@ -728,9 +729,13 @@ async fn executor<F, M>(
             }
         }
         if any {
-            // Once for all of this executor's shards, after their links
-            // and logs closed.
-            settle().await;
+            // The link tasks the shards cancelled (their sockets) are
+            // dropped as the executor runs them once more: at once, not
+            // at the next round's first pass.
+            for _ in 0..CANCELLED_PASSES {
+                futures_lite::future::yield_now().await;
+            }
+            ran = true;
         }
         drop(node);
         let ended = Report::Ended {
@@ -743,7 +748,16 @@ async fn executor<F, M>(
             return;
         }
     }
+    if ran {
+        // Before the thread ends, once: what a cancelled task held (a
+        // socket, a listener) is closed by the time the driver joined it.
+        settle().await;
+    }
 }
+
+/// Passes an executor makes after its round's shards ended, so that the
+/// tasks they cancelled run once more and drop what they held.
+const CANCELLED_PASSES: usize = 4;
 
 /// What every shard of a round on this node shares, whichever executor
 /// runs it.
