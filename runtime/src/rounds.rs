@@ -26,7 +26,7 @@ use glommio::{ExecutorJoinHandle, LocalExecutorBuilder, Placement};
 use std::cell::RefCell;
 use std::panic::AssertUnwindSafe;
 use std::rc::Rc;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 use styx_engine::{App, Epoch, Handoff, Layout, Shard, ShardId};
@@ -486,6 +486,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
             local: local.clone(),
             exec_of: exec_of.into(),
             keep_on: keep.then(|| opts.cluster.as_ref().map(|r| r.node)).flatten(),
+            aborted: Arc::new(AtomicBool::new(false)),
             opts,
         });
         for (peer, b) in begins.into_iter().enumerate() {
@@ -581,6 +582,15 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
 
     /// Executor `peer` is gone: why, from its thread.
     fn gone(&mut self, peer: usize) -> Error {
+        // It may have said why.
+        while let Ok(report) = self.reports.try_recv() {
+            if let Report::Died { shard, message } = report {
+                return Error::Shard {
+                    shard: usize::from(shard.unwrap_or(self.handles[0].2)),
+                    message,
+                };
+            }
+        }
         let i = self
             .handles
             .iter()
@@ -662,7 +672,7 @@ async fn executor<F, M>(
     let mut ran = false;
     // Blocks the thread between rounds: nothing of this executor runs then
     // (the links' tasks ended with the last round).
-    while let Ok((node, begins)) = plans.recv() {
+    'rounds: while let Ok((node, begins)) = plans.recv() {
         let mut shards: Vec<Begin> = kept
             .drain(..)
             .map(Begin::Kept)
@@ -692,6 +702,7 @@ async fn executor<F, M>(
                 let id = begin.id();
                 let shard = run_shard::<F, M>(node.clone(), begin, waiter, doorbells.clone());
                 let died = reporter.tx.clone();
+                let (node, doorbells) = (node.clone(), doorbells.clone());
                 glommio::spawn_local(async move {
                     // Caught here, where it happened: the executor's main
                     // task may be waiting on another shard, which may wait
@@ -704,20 +715,29 @@ async fn executor<F, M>(
                                 shard: Some(id),
                                 message,
                             });
+                            // Every other shard of the node stops too (one
+                            // may wait on this one forever), so that their
+                            // executors end.
+                            node.aborted.store(true, Ordering::SeqCst);
+                            for s in &node.local {
+                                doorbells.wake_quietly(usize::from(*s));
+                            }
                             None
                         }
                     }
                 })
             })
             .collect();
-        let any = !tasks.is_empty();
+        ran |= !tasks.is_empty();
         let mut outputs = Vec::with_capacity(tasks.len());
         let mut handoffs = Vec::new();
         let mut keeps = Vec::new();
         for t in tasks {
-            // A shard panicked: the driver knows; this executor ends (its
-            // other shards with it).
-            let Some((id, output, departed)) = t.await else { return };
+            // A shard panicked: the driver knows, and every shard of the
+            // node stops (`Node::aborted`); this executor ends.
+            let Some((id, output, departed)) = t.await else {
+                break 'rounds;
+            };
             outputs.push((id, output));
             match departed {
                 Some(Departed::Leaves(h)) => handoffs.push(*h),
@@ -728,14 +748,12 @@ async fn executor<F, M>(
                 None => {}
             }
         }
-        if any {
-            // The link tasks the shards cancelled (their sockets) are
-            // dropped as the executor runs them once more: at once, not
-            // at the next round's first pass.
-            for _ in 0..CANCELLED_PASSES {
-                futures_lite::future::yield_now().await;
-            }
-            ran = true;
+        // The tasks the shards cancelled (their links) are dropped as the
+        // executor runs them once more: their sockets close then (a read
+        // or write parked in the ring is cancelled at the next round's
+        // first pass of the reactor; nothing of this round reads them).
+        for _ in 0..CANCELLED_PASSES {
+            futures_lite::future::yield_now().await;
         }
         drop(node);
         let ended = Report::Ended {
@@ -745,7 +763,7 @@ async fn executor<F, M>(
             kept: keeps,
         };
         if reporter.tx.send(ended).is_err() {
-            return;
+            break;
         }
     }
     if ran {
@@ -783,6 +801,8 @@ pub(crate) struct Node<M> {
     /// `Some(this node)`: a shard that stops for a handover and stays here
     /// is kept in memory for the next round, not handed off.
     keep_on: Option<u16>,
+    /// A shard of the round panicked: every other one stops.
+    aborted: Arc<AtomicBool>,
 }
 
 /// Starts a shard of the round (its frontend, links to other nodes, log)
@@ -861,6 +881,7 @@ where
         paused: node.paused.clone(),
         remote,
         run: opts.cluster.clone(),
+        aborted: node.aborted.clone(),
     };
     let (output, departed) = ShardLoop::new(
         shard,
@@ -916,6 +937,21 @@ impl Doorbells {
             Ok(()) | Err(glommio::GlommioError::WouldBlock(_)) => {}
             // The peer's executor is gone: the engine cannot go on without it.
             Err(err) => panic!("cannot wake local shard {to}: {err}"),
+        }
+    }
+}
+
+impl Doorbells {
+    /// Wakes local shard `to` whether parked or not, and whatever became
+    /// of its executor (a shard's panic stops the others).
+    fn wake_quietly(&self, to: usize) {
+        let e = usize::from(self.exec_of[to]);
+        if e == self.senders.peer_id() {
+            if let Some(w) = &self.waiters.borrow()[to] {
+                wake(w);
+            }
+        } else {
+            let _ = self.senders.try_send_to(e, to as u16);
         }
     }
 }

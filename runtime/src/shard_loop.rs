@@ -24,7 +24,7 @@ use crate::{Doorbells, Waiter};
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::task::Poll;
 use std::time::Duration;
 use styx_engine::{Handoff, Message, Outputs, Shard, ShardId, Stage};
@@ -97,6 +97,8 @@ pub(crate) struct Mesh {
     pub(crate) paused: Arc<AtomicUsize>,
     pub(crate) remote: Option<remote::Remote>,
     pub(crate) run: Option<Arc<cluster::Run>>,
+    /// Another shard of this node panicked: stop.
+    pub(crate) aborted: Arc<AtomicBool>,
 }
 
 impl Mesh {
@@ -117,7 +119,7 @@ impl Mesh {
     }
 
     fn failed(&self) -> bool {
-        self.run.as_ref().is_some_and(|r| r.failure.is_failed())
+        self.aborted.load(Ordering::Relaxed) || self.run.as_ref().is_some_and(|r| r.failure.is_failed())
     }
 }
 
@@ -287,7 +289,8 @@ impl<F: Frontend> ShardLoop<F> {
                 break;
             }
             if self.mesh.failed() {
-                // A node of the cluster is gone: stop here, recover from the logs.
+                // A node of the cluster is gone (or a shard of this one
+                // panicked): stop here, recover from the logs.
                 break;
             }
             let mut why = self.receive(started);

@@ -267,9 +267,11 @@ fn a_round_refuses_hand_offs_that_are_not_its_shards() {
     done.store(true, Ordering::SeqCst);
 }
 
-/// A frontend that panics on shard `on`, and on the others never ends.
+/// A frontend that panics on shard `on`, and on the others never ends
+/// (counting in `ended` those that were stopped).
 struct Panics {
     on: bool,
+    ended: Arc<AtomicUsize>,
 }
 
 impl Frontend for Panics {
@@ -282,12 +284,15 @@ impl Frontend for Panics {
     fn is_done(&self) -> bool {
         false
     }
-    fn finish(self, _: &Shard) {}
+    fn finish(self, _: &Shard) {
+        self.ended.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// A shard that panics ends its run with an error naming it — whether it
 /// shares its executor with a shard that waits on it forever or not —
-/// instead of hanging the driver.
+/// instead of hanging the driver, and the node's other shards stop (their
+/// executors can end).
 #[test]
 fn a_panicking_shard_is_an_error_not_a_hang() {
     let done = watchdog("a panicking shard", 60);
@@ -299,8 +304,11 @@ fn a_panicking_shard_is_an_error_not_a_hang() {
             threads: Some(threads),
             ..Options::default()
         };
-        let e = run_round(app.clone(), opts, Vec::new(), |s: &mut Shard| Panics {
+        let ended = Arc::new(AtomicUsize::new(0));
+        let counted = ended.clone();
+        let e = run_round(app.clone(), opts, Vec::new(), move |s: &mut Shard| Panics {
             on: s.id() == 1,
+            ended: counted.clone(),
         })
         .err()
         .expect("an error");
@@ -308,6 +316,11 @@ fn a_panicking_shard_is_an_error_not_a_hang() {
             matches!(&e, styx_runtime::Error::Shard { shard: 1, message } if message.contains("probe panic")),
             "threads {threads}: {e}"
         );
+        let until = std::time::Instant::now() + Duration::from_secs(10);
+        while ended.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(ended.load(Ordering::SeqCst), 1, "threads {threads}: shard 0 stopped");
     }
     done.store(true, Ordering::SeqCst);
 }
