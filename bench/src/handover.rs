@@ -249,14 +249,19 @@ fn interval_ns(rate: u64) -> u64 {
     (u64::from(SHARDS) * 1_000_000_000 / rate.max(1)).max(1)
 }
 
-/// A base port whose `len` ports are free now, below the ephemeral range.
+/// A base port whose `len` ports are free now, below the kernel's
+/// ephemeral range (32768 and up on Linux: an outgoing connection may take
+/// a port there before a node binds it — a shard arriving at a handover
+/// listens on its port only then).
 fn free_port_block(len: u16) -> u16 {
-    let mut base = 41_000 + (std::process::id() % 9_000) as u16;
+    const FIRST: u16 = 20_000;
+    const SPAN: u16 = 12_000;
+    let mut base = FIRST + (std::process::id() % u32::from(SPAN)) as u16;
     loop {
-        if (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+        if base + len < FIRST + SPAN && (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
             return base;
         }
-        base = 41_000 + (base - 41_000 + len) % 9_000;
+        base = FIRST + (base - FIRST + len) % SPAN;
     }
 }
 

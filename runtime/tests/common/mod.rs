@@ -29,19 +29,24 @@ pub fn bank(name: &str) -> (Arc<App>, FnId) {
     (Arc::new(app), transfer)
 }
 
-/// A base port whose `len` ports are free now, below the ephemeral range.
-/// Blocks handed out are disjoint within the process (tests run side by
-/// side and bind their ports only later).
+/// A base port whose `len` ports are free now, below the kernel's
+/// ephemeral range (32768 and up on Linux: an outgoing connection may take
+/// any port there, and a node binding it later — a shard arriving at a
+/// handover listens on its port then — would find it in use). Blocks
+/// handed out are disjoint within the process (tests run side by side
+/// and bind their ports only later).
 pub fn free_port_block(len: u16) -> u16 {
+    const FIRST: u16 = 25_000;
+    const SPAN: u16 = 7_500;
     static NEXT: std::sync::Mutex<Option<u16>> = std::sync::Mutex::new(None);
     let mut next = NEXT.lock().unwrap();
-    let mut base = next.unwrap_or(31_000 + (std::process::id() % 9_000) as u16);
+    let mut base = next.unwrap_or(FIRST + (std::process::id() % u32::from(SPAN)) as u16);
     loop {
-        if base + len < 40_000 && (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+        if base + len < FIRST + SPAN && (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
             *next = Some(base + len);
             return base;
         }
-        base = 31_000 + (base - 31_000 + len) % 9_000;
+        base = FIRST + (base - FIRST + len) % SPAN;
     }
 }
 
