@@ -438,11 +438,13 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
                 load[peer] += 1;
             }
         }
+        // A local shard's index in `local` (and in the round's outputs).
+        let at = |id: ShardId| local.iter().position(|s| *s == id);
         let mut begins: Vec<Vec<Start>> = (0..n_exec).map(|_| Vec::new()).collect();
         let first = kept.is_empty() && self.n_first == n_local;
         let mut place = |id: ShardId, exec_of: &mut Vec<u16>| {
             let peer = if first {
-                let l = local.iter().position(|s| *s == id).expect("a local shard");
+                let l = at(id).expect("a local shard");
                 executor_of(l, n_exec, n_local)
             } else {
                 (0..n_exec).min_by_key(|p| (load[*p], *p)).expect("an executor")
@@ -453,7 +455,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
         };
         let mut resumed: Vec<Option<Handoff>> = local.iter().map(|_| None).collect();
         for h in resume {
-            match local.iter().position(|s| *s == h.shard()) {
+            match at(h.shard()) {
                 Some(l) if resumed[l].is_none() => resumed[l] = Some(h),
                 _ => {
                     return Err(Error::Handover(format!(
@@ -510,7 +512,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
                     kept,
                 }) => {
                     for (id, output) in o {
-                        let l = local.iter().position(|s| *s == id).expect("a local shard");
+                        let l = at(id).expect("a local shard");
                         match output {
                             Ok(o) => outputs[l] = Some(o),
                             Err(e) => {
@@ -519,12 +521,12 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
                         }
                     }
                     for h in h {
-                        let l = local.iter().position(|s| *s == h.shard()).expect("a local shard");
+                        let l = at(h.shard()).expect("a local shard");
                         stopped[l] = Some(h.epoch());
                         handoffs[l] = Some(h);
                     }
                     for k in &kept {
-                        let l = local.iter().position(|s| *s == k.0).expect("a local shard");
+                        let l = at(k.0).expect("a local shard");
                         stopped[l] = Some(k.1);
                     }
                     self.kept[peer] = kept;
@@ -923,35 +925,33 @@ pub(crate) struct Doorbells {
 impl Doorbells {
     /// Wakes local shard `to` (known to be parked).
     pub(crate) fn ring(&self, to: usize) {
+        // The peer's executor is gone: the engine cannot go on without it.
+        if let Err(err) = self.try_ring(to) {
+            panic!("cannot wake local shard {to}: {err}");
+        }
+    }
+
+    /// Wakes local shard `to` whether parked or not, and whatever became
+    /// of its executor (a shard's panic stops the others).
+    fn wake_quietly(&self, to: usize) {
+        let _ = self.try_ring(to);
+    }
+
+    /// Wakes local shard `to`: an error if its executor is gone.
+    fn try_ring(&self, to: usize) -> Result<(), glommio::GlommioError<u16>> {
         let e = usize::from(self.exec_of[to]);
         if e == self.senders.peer_id() {
             if let Some(w) = &self.waiters.borrow()[to] {
                 wake(w);
             }
-            return;
+            return Ok(());
         }
         match self.senders.try_send_to(e, to as u16) {
             // A full queue: the executor has a thousand rings unread (a ring
             // is sent once per park); this shard re-checks its links at its
             // park's timer at the latest.
-            Ok(()) | Err(glommio::GlommioError::WouldBlock(_)) => {}
-            // The peer's executor is gone: the engine cannot go on without it.
-            Err(err) => panic!("cannot wake local shard {to}: {err}"),
-        }
-    }
-}
-
-impl Doorbells {
-    /// Wakes local shard `to` whether parked or not, and whatever became
-    /// of its executor (a shard's panic stops the others).
-    fn wake_quietly(&self, to: usize) {
-        let e = usize::from(self.exec_of[to]);
-        if e == self.senders.peer_id() {
-            if let Some(w) = &self.waiters.borrow()[to] {
-                wake(w);
-            }
-        } else {
-            let _ = self.senders.try_send_to(e, to as u16);
+            Ok(()) | Err(glommio::GlommioError::WouldBlock(_)) => Ok(()),
+            Err(err) => Err(err),
         }
     }
 }
