@@ -7,6 +7,12 @@
 //! restart the client resends every unanswered request with its seq (each
 //! either ran before the crash, and its recorded outcome comes back, or runs
 //! now) and re-asks some answered ones (their first outcome must come back).
+//!
+//! With moves, each cycle also asks (on the same client, exactly-once) for
+//! partitions to move while a copy spans tens of epochs, so the kill falls
+//! in the middle of copies: after it, every shard's map agrees, each
+//! partition is where its last committed move put it, and no entity of a
+//! moved partition is lost or doubled.
 
 mod common;
 
@@ -14,7 +20,7 @@ use common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 use styx_engine::rng::Rng;
-use styx_engine::{Key, Outcome, Payload, Tid};
+use styx_engine::{Address, Key, MOVE_FUNCTION, Outcome, Payload, Tid};
 use styx_net::Body;
 
 const CYCLES: usize = 20;
@@ -23,27 +29,55 @@ const KEYS: u64 = 40;
 const START: i64 = 100;
 const CLIENT: u64 = 4242;
 
+/// Accounts (after the first `KEYS`) that only sit in their partitions,
+/// so that a partition's copy takes an epoch per entity for tens of epochs.
+const BALLAST: u64 = 3_200;
+/// Partitions of `account` (`styx_tools::apps::PARTITIONS`).
+const PARTITIONS: u32 = styx_tools::apps::PARTITIONS;
+
 #[derive(Clone, Copy)]
-struct Transfer {
-    debtor: u64,
-    creditor: u64,
-    amount: i64,
+enum Req {
+    Transfer {
+        debtor: u64,
+        creditor: u64,
+        amount: i64,
+    },
+    /// `__move` of a partition of `account` to a shard.
+    Move {
+        partition: u32,
+        to: u16,
+    },
 }
 
-fn send(c: &mut Conn, seq: u64, t: Transfer) -> u32 {
-    c.send(request(
-        CLIENT,
-        seq,
-        "account",
-        "transfer",
-        Key::from(t.debtor),
-        Payload::encode(&(t.creditor, t.amount)),
-    ))
+fn send(c: &mut Conn, seq: u64, r: Req) -> u32 {
+    match r {
+        Req::Transfer {
+            debtor,
+            creditor,
+            amount,
+        } => c.send(request(
+            CLIENT,
+            seq,
+            "account",
+            "transfer",
+            Key::from(debtor),
+            Payload::encode(&(creditor, amount)),
+        )),
+        Req::Move { partition, to } => c.send(Body::Request(styx_net::Request {
+            client: CLIENT,
+            seq,
+            ack: 0,
+            operator: "account".into(),
+            function: MOVE_FUNCTION.into(),
+            target: Address::Partition(partition),
+            args: Payload::encode(&to),
+        })),
+    }
 }
 
 #[test]
 fn kill_9_loop_under_load_loses_nothing_acknowledged_and_applies_nothing_twice() {
-    kill_9_loop("crash", &["--shards", "2"], CYCLES);
+    kill_9_loop("crash", &["--shards", "2"], CYCLES, 0);
 }
 
 /// The same with three shards as tasks of one thread: their logs, snapshot
@@ -51,14 +85,44 @@ fn kill_9_loop_under_load_loses_nothing_acknowledged_and_applies_nothing_twice()
 /// recovers them one after another on it.
 #[test]
 fn kill_9_loop_with_shards_sharing_a_thread() {
-    kill_9_loop("crash-shared-thread", &["--shards", "3", "--threads", "1"], CYCLES / 2);
+    kill_9_loop(
+        "crash-shared-thread",
+        &["--shards", "3", "--threads", "1"],
+        CYCLES / 2,
+        0,
+    );
 }
 
-fn kill_9_loop(name: &str, layout: &[&str], cycles: usize) {
+/// The kill falls in the middle of partition moves: a copy sends one
+/// entity per epoch (`--move-share-entities 1`) and epochs start at most
+/// every millisecond, so a move of a partition of ~50 entities spans ~50
+/// ms, and each cycle asks for two before its burst.
+#[test]
+fn kill_9_loop_while_partitions_move() {
+    kill_9_loop(
+        "crash-moving",
+        &[
+            "--shards",
+            "3",
+            "--move-share-entities",
+            "1",
+            "--epoch-gather-us",
+            "1000",
+        ],
+        CYCLES / 2,
+        2,
+    );
+}
+
+/// `moves`: partitions asked to move at the start of each cycle.
+fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
     let dir = data_dir(name);
     let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
     let mut args = layout.to_vec();
     args.extend_from_slice(&["--snapshot-interval-ms", "150"]);
+    let shards: u16 = layout[layout.iter().position(|a| *a == "--shards").expect("--shards") + 1]
+        .parse()
+        .expect("a shard count");
     let mut d = Daemon::start(bin, &dir, &args);
     // Load: one deposit per account, exactly-once client 1.
     {
@@ -67,9 +131,26 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize) {
             let f = c.call(1, k + 1, "account", "deposit", Key::from(k), Payload::encode(&START));
             assert!(matches!(outcome(&f).1, Outcome::Committed(_)));
         }
+        if moves > 0 {
+            // Pipelined: a call each would wait for an epoch's fsync.
+            for k in KEYS..KEYS + BALLAST {
+                c.send(request(
+                    1,
+                    k + 1,
+                    "account",
+                    "deposit",
+                    Key::from(k),
+                    Payload::encode(&START),
+                ));
+            }
+            for _ in 0..BALLAST {
+                let f = c.recv().expect("an answer");
+                assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+            }
+        }
     }
     let mut rng = Rng::new(7);
-    let mut sent: BTreeMap<u64, Transfer> = BTreeMap::new();
+    let mut sent: BTreeMap<u64, Req> = BTreeMap::new();
     let mut answered: BTreeMap<u64, (Tid, Outcome)> = BTreeMap::new();
     let mut next_seq = 1;
     for cycle in 0..cycles {
@@ -80,9 +161,18 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize) {
         for seq in unanswered {
             corr_seq.insert(send(&mut c, seq, sent[&seq]), seq);
         }
+        for _ in 0..moves {
+            let m = Req::Move {
+                partition: rng.below(u64::from(PARTITIONS)) as u32,
+                to: rng.below(u64::from(shards)) as u16,
+            };
+            sent.insert(next_seq, m);
+            corr_seq.insert(send(&mut c, next_seq, m), next_seq);
+            next_seq += 1;
+        }
         for _ in 0..BURST {
             let debtor = rng.below(KEYS);
-            let t = Transfer {
+            let t = Req::Transfer {
                 debtor,
                 creditor: (debtor + 1 + rng.below(KEYS - 1)) % KEYS,
                 amount: 1 + rng.below(30) as i64,
@@ -129,12 +219,58 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize) {
     assert_eq!(answered.len(), sent.len(), "every request has exactly one outcome");
     // Balances: start plus every committed transfer, once.
     let mut expected: BTreeMap<u64, i64> = (0..KEYS).map(|k| (k, START)).collect();
-    for (seq, (_, o)) in &answered {
-        if matches!(o, Outcome::Committed(_)) {
-            let t = sent[seq];
-            *expected.get_mut(&t.debtor).unwrap() -= t.amount;
-            *expected.get_mut(&t.creditor).unwrap() += t.amount;
+    // Where each partition is: moved by its last committed move (in
+    // serial order, by tid), else by the default rule.
+    let mut owner: Vec<u16> = (0..PARTITIONS)
+        .map(|p| styx_engine::partition_owner(p, shards))
+        .collect();
+    let mut committed_moves: Vec<(Tid, u32, u16)> = Vec::new();
+    for (seq, (tid, o)) in &answered {
+        if !matches!(o, Outcome::Committed(_)) {
+            continue;
         }
+        match sent[seq] {
+            Req::Transfer {
+                debtor,
+                creditor,
+                amount,
+            } => {
+                *expected.get_mut(&debtor).unwrap() -= amount;
+                *expected.get_mut(&creditor).unwrap() += amount;
+            }
+            Req::Move { partition, to } => committed_moves.push((*tid, partition, to)),
+        }
+    }
+    committed_moves.sort_unstable();
+    for (_, partition, to) in &committed_moves {
+        owner[*partition as usize] = *to;
+    }
+    if moves > 0 {
+        assert!(!committed_moves.is_empty(), "some moves committed");
+        // Copies go on after the restart; once they all switched, every
+        // shard's map (from the metrics, published every 100 ms) says what
+        // the committed moves say, and so does PLACEMENT.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let maps = partition_owners(&d, shards);
+            if maps.iter().all(|m| *m == owner) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the shards' maps {maps:?} never became the committed moves' {owner:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let moved: Vec<(u32, u16)> = (0..PARTITIONS)
+            .filter(|p| owner[*p as usize] != styx_engine::partition_owner(*p, shards))
+            .map(|p| (p, owner[p as usize]))
+            .collect();
+        assert!(
+            !moved.is_empty(),
+            "the committed moves left partitions off the default rule"
+        );
+        assert_eq!(placement(&d), moved, "PLACEMENT after the moves");
     }
     let balances = |d: &Daemon| {
         let mut c = d.connect();
@@ -151,6 +287,22 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize) {
             .collect::<BTreeMap<u64, i64>>()
     };
     let got = balances(&d);
+    if moves > 0 {
+        // Nothing of the moved partitions was lost or doubled.
+        let mut c = d.connect();
+        for k in KEYS..KEYS + BALLAST {
+            c.send(Body::Get {
+                operator: "account".into(),
+                key: Key::from(k),
+            });
+        }
+        for k in KEYS..KEYS + BALLAST {
+            let f = c.recv().unwrap();
+            let Body::State { value } = f.body else { panic!("{f:?}") };
+            let balance = value.map(|v| i64::from_le_bytes(v.try_into().unwrap()));
+            assert_eq!(balance, Some(START), "account {k}, which only sat in its partition");
+        }
+    }
     assert_eq!(
         got, expected,
         "balances equal the acknowledged history, each transfer once"
@@ -161,4 +313,32 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize) {
     assert!(d.terminate().success());
     let d = d.restart();
     assert_eq!(balances(&d,), got, "state after replay equals the state before");
+}
+
+/// Each shard's owner of every partition of `account`, from `d`'s metrics.
+fn partition_owners(d: &Daemon, shards: u16) -> Vec<Vec<u16>> {
+    let text = d.http_get("/metrics");
+    let mut maps = vec![vec![u16::MAX; PARTITIONS as usize]; usize::from(shards)];
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("styx_partition_owner{shard=\"") else {
+            continue;
+        };
+        let (shard, rest) = rest
+            .split_once("\",operator=\"account\",partition=\"")
+            .expect("a sample");
+        let (partition, value) = rest.split_once("\"} ").expect("a sample");
+        let (shard, partition): (usize, usize) = (shard.parse().unwrap(), partition.parse().unwrap());
+        maps[shard][partition] = value.trim().parse().unwrap();
+    }
+    maps
+}
+
+/// The partitions of `account` PLACEMENT says are off the default rule.
+fn placement(d: &Daemon) -> Vec<(u32, u16)> {
+    let mut c = d.connect();
+    c.send(Body::Placement);
+    match c.recv().expect("an answer").body {
+        Body::PlacementReply(p) => p.moved.first().cloned().unwrap_or_default(),
+        other => panic!("PLACEMENT answered {other:?}"),
+    }
 }
