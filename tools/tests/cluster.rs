@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use styx_engine::rng::Rng;
-use styx_engine::{Key, Outcome, Payload, Tid};
+use styx_engine::{Address, Key, MOVE_FUNCTION, Outcome, Payload, Tid};
 use styx_net::Body;
 
 const NODES: usize = 3;
@@ -147,21 +147,43 @@ fn connect(addr: &str, within: Duration) -> Option<Conn> {
 }
 
 #[derive(Clone, Copy)]
-struct Transfer {
-    debtor: u64,
-    creditor: u64,
-    amount: i64,
+enum Req {
+    Transfer {
+        debtor: u64,
+        creditor: u64,
+        amount: i64,
+    },
+    /// `__move` of a partition of `account` to a shard.
+    Move {
+        partition: u32,
+        to: u16,
+    },
 }
 
-fn send(c: &mut Conn, seq: u64, t: Transfer) -> u32 {
-    c.send(request(
-        CLIENT,
-        seq,
-        "account",
-        "transfer",
-        Key::from(t.debtor),
-        Payload::encode(&(t.creditor, t.amount)),
-    ))
+fn send(c: &mut Conn, seq: u64, r: Req) -> u32 {
+    match r {
+        Req::Transfer {
+            debtor,
+            creditor,
+            amount,
+        } => c.send(request(
+            CLIENT,
+            seq,
+            "account",
+            "transfer",
+            Key::from(debtor),
+            Payload::encode(&(creditor, amount)),
+        )),
+        Req::Move { partition, to } => c.send(Body::Request(styx_net::Request {
+            client: CLIENT,
+            seq,
+            ack: 0,
+            operator: "account".into(),
+            function: MOVE_FUNCTION.into(),
+            target: Address::Partition(partition),
+            args: Payload::encode(&to),
+        })),
+    }
 }
 
 /// Every answer to `corrs` that arrives in `within` (an answer may be a
@@ -186,15 +208,43 @@ fn collect(c: &mut Conn, corrs: &BTreeMap<u32, u64>, answered: &mut BTreeMap<u64
 
 #[test]
 fn three_nodes_survive_kill_9_of_one_under_load() {
-    let root = data_dir("cluster");
+    kill_9_loop_of_nodes("cluster", &[], 0);
+}
+
+/// The same while partitions move between the nodes: a copy sends one
+/// entity per epoch and epochs start at most every millisecond, so a move
+/// of a partition (~50 entities) spans ~50 ms and each kill falls in the
+/// middle of copies across nodes. After the loop every node's map says
+/// what the committed moves say, and no entity of a moved partition is
+/// lost or doubled.
+#[test]
+fn three_nodes_survive_kill_9_in_the_middle_of_moves() {
+    kill_9_loop_of_nodes(
+        "cluster-moving",
+        &["--move-share-entities", "1", "--epoch-gather-us", "1000"],
+        2,
+    );
+}
+
+/// Accounts preloaded past the first `KEYS` when partitions move: they
+/// only sit in their partitions, so that a copy takes tens of epochs.
+const BALLAST: u64 = 3_200;
+
+/// `moves`: partitions asked to move (to any node's shard) each cycle.
+fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
+    let root = data_dir(name);
     let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
-    let keys = KEYS.to_string();
-    let (_, mut nodes) = cluster(&root, &["--preload", "ycsbt", "--keys", &keys]);
+    let keys = (if moves > 0 { KEYS + BALLAST } else { KEYS }).to_string();
+    let mut preload = vec!["--preload", "ycsbt", "--keys", &keys];
+    preload.extend_from_slice(knobs);
+    let (_, mut nodes) = cluster(&root, &preload);
     for n in &mut nodes {
         n.spawn(bin);
     }
+    let shards = NODES as u16;
+    let partitions = styx_tools::apps::PARTITIONS;
     let mut rng = Rng::new(11);
-    let mut sent: BTreeMap<u64, Transfer> = BTreeMap::new();
+    let mut sent: BTreeMap<u64, Req> = BTreeMap::new();
     let mut answered: BTreeMap<u64, (Tid, Outcome)> = BTreeMap::new();
     let mut next_seq = 1;
     let mut recoveries = Vec::new();
@@ -206,9 +256,18 @@ fn three_nodes_survive_kill_9_of_one_under_load() {
         for seq in unanswered {
             corrs.insert(send(&mut c, seq, sent[&seq]), seq);
         }
+        for _ in 0..moves {
+            let m = Req::Move {
+                partition: rng.below(u64::from(partitions)) as u32,
+                to: rng.below(u64::from(shards)) as u16,
+            };
+            sent.insert(next_seq, m);
+            corrs.insert(send(&mut c, next_seq, m), next_seq);
+            next_seq += 1;
+        }
         for _ in 0..BURST {
             let debtor = rng.below(KEYS);
-            let t = Transfer {
+            let t = Req::Transfer {
                 debtor,
                 creditor: (debtor + 1 + rng.below(KEYS - 1)) % KEYS,
                 amount: 1 + rng.below(30) as i64,
@@ -263,17 +322,77 @@ fn three_nodes_survive_kill_9_of_one_under_load() {
         let want = corrs.len();
         collect(&mut c, &corrs, &mut answered, want);
     }
-    // Balances: start plus every committed transfer, once.
+    // Balances: start plus every committed transfer, once; partitions
+    // where their last committed move (in serial order) put them.
     let mut expected: BTreeMap<u64, i64> = (0..KEYS).map(|k| (k, START)).collect();
-    for (seq, (_, o)) in &answered {
-        if matches!(o, Outcome::Committed(_)) {
-            let t = sent[seq];
-            *expected.get_mut(&t.debtor).unwrap() -= t.amount;
-            *expected.get_mut(&t.creditor).unwrap() += t.amount;
+    let mut committed_moves: Vec<(Tid, u32, u16)> = Vec::new();
+    for (seq, (tid, o)) in &answered {
+        if !matches!(o, Outcome::Committed(_)) {
+            continue;
+        }
+        match sent[seq] {
+            Req::Transfer {
+                debtor,
+                creditor,
+                amount,
+            } => {
+                *expected.get_mut(&debtor).unwrap() -= amount;
+                *expected.get_mut(&creditor).unwrap() += amount;
+            }
+            Req::Move { partition, to } => committed_moves.push((*tid, partition, to)),
+        }
+    }
+    if moves > 0 {
+        committed_moves.sort_unstable();
+        let mut owner: Vec<u16> = (0..partitions)
+            .map(|p| styx_engine::partition_owner(p, shards))
+            .collect();
+        for (_, partition, to) in &committed_moves {
+            owner[*partition as usize] = *to;
+        }
+        let moved: Vec<(u32, u16)> = (0..partitions)
+            .filter(|p| owner[*p as usize] != styx_engine::partition_owner(*p, shards))
+            .map(|p| (p, owner[p as usize]))
+            .collect();
+        assert!(
+            !moved.is_empty(),
+            "the committed moves left partitions off the default rule"
+        );
+        // Copies go on after the recoveries; once they all switched, every
+        // node's shard names the committed moves' map.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for n in &nodes {
+            let mut c = connect(&n.client, Duration::from_secs(60)).expect("serving");
+            loop {
+                c.send(Body::Placement);
+                match c.recv().expect("an answer").body {
+                    Body::PlacementReply(p) if p.moved.first().cloned().unwrap_or_default() == moved => break,
+                    Body::PlacementReply(p) => {
+                        assert!(Instant::now() < deadline, "{}: {p:?}, not {moved:?}", n.client)
+                    }
+                    other => panic!("PLACEMENT answered {other:?}"),
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
         }
     }
     let mut c = connect(&nodes[0].client, Duration::from_secs(60)).expect("serving");
     c.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    if moves > 0 {
+        // Nothing of the moved partitions was lost or doubled.
+        for k in KEYS..KEYS + BALLAST {
+            c.send(Body::Get {
+                operator: "account".into(),
+                key: Key::from(k),
+            });
+        }
+        for k in KEYS..KEYS + BALLAST {
+            let f = c.recv().unwrap();
+            let Body::State { value } = f.body else { panic!("{f:?}") };
+            let balance = value.map(|v| i64::from_le_bytes(v.try_into().unwrap()));
+            assert_eq!(balance, Some(START), "account {k}, which only sat in its partition");
+        }
+    }
     let got: BTreeMap<u64, i64> = (0..KEYS)
         .map(|k| {
             c.send(Body::Get {
@@ -563,7 +682,7 @@ fn a_node_back_without_its_data_directory_is_refused() {
             "no snapshot completed everywhere"
         );
         seq += 1;
-        let t = Transfer {
+        let t = Req::Transfer {
             debtor: seq % KEYS,
             creditor: (seq + 1) % KEYS,
             amount: 1,
