@@ -66,6 +66,44 @@ impl ClusterFile {
             failure_timeout: Duration::from_millis(file.failure_timeout_ms.unwrap_or(500)),
         };
         spec.validate().map_err(|e| format!("{}: {e}", path.display()))?;
+        if let Some(n) = spec.nodes.iter().find(|n| n.shards == 0) {
+            return Err(format!(
+                "{}: node {} has no shards: a daemon does not run a spare node yet (docs/nodes.md)",
+                path.display(),
+                n.id
+            ));
+        }
         Ok(spec)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ClusterFile;
+
+    fn file(shards: [u16; 2]) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("styx-cluster-file-{}-{shards:?}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cluster.toml");
+        let mut text = String::new();
+        for (i, s) in shards.iter().enumerate() {
+            text.push_str(&format!(
+                "[[nodes]]\nid = {i}\npeer = \"127.0.0.1:{}\"\nclient = \"127.0.0.1:{}\"\nshards = {s}\n",
+                21_000 + 10 * i,
+                22_000 + i
+            ));
+        }
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_node_without_shards_is_refused_by_name() {
+        let spec = ClusterFile::load(&file([2, 1])).unwrap();
+        assert_eq!(spec.n_shards(), 3);
+        // The runtime runs spares (`run_rounds`); a daemon does not yet.
+        let err = ClusterFile::load(&file([2, 0])).unwrap_err();
+        assert!(err.contains("node 1 has no shards"), "{err}");
+        assert!(err.contains("spare"), "{err}");
     }
 }

@@ -58,7 +58,7 @@ const DIAL_RETRY_MIN: Duration = Duration::from_micros(200);
 /// A connection that says nothing for this long during the join is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Version of the control protocol (3: a hello carries the layout).
-const CONTROL_VERSION: u16 = 3;
+const CONTROL_VERSION: u16 = 4;
 const CONTROL_MAGIC: u64 = 0x5354_5958_4354_524c; // "STYXCTRL"
 
 const HELLO: u8 = 1;
@@ -115,8 +115,9 @@ impl Spec {
         }
     }
 
-    /// Checks the layout: ids in order, shards within bounds, addresses
-    /// distinct, the failure timeout above the heartbeat.
+    /// Checks the layout: ids in order, shards within bounds (a node may
+    /// start with none: a spare, which joins the rounds and may be handed
+    /// shards), addresses distinct, the failure timeout above the heartbeat.
     pub fn validate(&self) -> Result<(), String> {
         if self.nodes.is_empty() || self.nodes.len() > NODES_MAX {
             return Err(format!("{} nodes; between 1 and {NODES_MAX}", self.nodes.len()));
@@ -128,11 +129,11 @@ impl Spec {
                     n.id
                 ));
             }
-            if n.shards == 0 {
-                return Err(format!("node {i} has no shards"));
-            }
         }
         let total: usize = self.nodes.iter().map(|n| usize::from(n.shards)).sum();
+        if total == 0 {
+            return Err("no node has shards".into());
+        }
         if total > SHARDS_MAX {
             return Err(format!("{total} shards in the cluster; at most {SHARDS_MAX}"));
         }
@@ -308,6 +309,9 @@ struct RunState {
     received: Vec<AtomicU64>,
     /// Hand-offs coming in: pieces per (sending node, shard), then whole.
     incoming: Mutex<Incoming>,
+    /// The layout the shards stopped for, as the first node that ended
+    /// told it (every node's shards decide the same one).
+    next_layout: Mutex<Option<Layout>>,
 }
 
 #[derive(Debug, Default)]
@@ -317,6 +321,18 @@ struct Incoming {
 }
 
 impl RunState {
+    /// A node's shards stopped for `next`: every node's must agree.
+    fn stopped_for(&self, next: Layout, failure: &Failure) {
+        let mut known = self.next_layout.lock().expect("layout lock");
+        match &*known {
+            Some(k) if *k != next => {
+                failure.fail(format!("nodes stopped for different layouts: {k:?} and {next:?}"));
+            }
+            Some(_) => {}
+            None => *known = Some(next),
+        }
+    }
+
     fn new(nodes: usize, n_shards: usize) -> RunState {
         let zeros = |k: usize| (0..k).map(|_| AtomicU64::new(0)).collect();
         RunState {
@@ -327,6 +343,7 @@ impl RunState {
             handed: zeros(nodes),
             received: zeros(nodes),
             incoming: Mutex::new(Incoming::default()),
+            next_layout: Mutex::new(None),
         }
     }
 }
@@ -409,11 +426,13 @@ impl Run {
     }
 
     /// Every shard of this node stopped at the end of `epoch` for a
-    /// handover ([`Run::stopped`]), its batches all written: tell the
-    /// others, with how many batches each sent each shard. From here on a
-    /// data link of this run closing is its end, not a failure.
-    pub fn ended_locally(&self, epoch: Epoch) {
+    /// handover ([`Run::stopped`]) to `next` (the layout from the next
+    /// epoch on), its batches all written: tell the others, with how many
+    /// batches each sent each shard. From here on a data link of this run
+    /// closing is its end, not a failure.
+    pub fn ended_locally(&self, epoch: Epoch, next: &Layout) {
         assert!(epoch > 0, "a handover ends an epoch after the first");
+        self.state.stopped_for(next.placed(), &self.failure);
         let n = self.state.n_shards;
         let rows: Vec<(ShardId, Vec<u64>)> = self
             .local
@@ -426,7 +445,35 @@ impl Run {
             })
             .collect();
         self.state.ended[usize::from(self.node)].store(epoch, Ordering::SeqCst);
-        self.tell_all(&control_frame(ENDED, &(epoch, rows)));
+        let next = (next.version(), next.nodes(), placement(next));
+        self.tell_all(&control_frame(ENDED, &(epoch, rows, next)));
+    }
+
+    /// A spare's part of a round (this node runs no shard in it): waits
+    /// until another node's shards stopped for a handover, says it ended
+    /// the same epoch (it sent no batch), and returns that epoch and the
+    /// layout from the next one on; `None` if the run ended first (the
+    /// other nodes finished, or failed: [`Run::failure`] says which) or
+    /// `stop` was set.
+    pub fn spare_round(&self, stop: &AtomicBool) -> Option<(Epoch, Layout)> {
+        assert!(self.local.is_empty(), "a spare runs no shard");
+        loop {
+            if self.failure.is_failed() || stop.load(Ordering::SeqCst) {
+                return None;
+            }
+            let ended = self
+                .state
+                .ended
+                .iter()
+                .map(|e| e.load(Ordering::SeqCst))
+                .find(|e| *e != 0);
+            let next = self.state.next_layout.lock().expect("layout lock").clone();
+            if let (Some(epoch), Some(next)) = (ended, next) {
+                self.ended_locally(epoch, &next);
+                return Some((epoch, next));
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
     }
 
     /// Whether this node's shards all stopped for a handover.
@@ -849,24 +896,32 @@ fn watch(
                         }
                         Err(e) => f.fail(format!("node {peer} sent a bad commit notice: {e}")),
                     },
-                    Ok((ENDED, body)) => match Payload::from_bytes(&body).decode::<(Epoch, Vec<(ShardId, Vec<u64>)>)>()
-                    {
-                        // Rows of the sender's own shards only.
-                        Ok((e, rows))
-                            if e > 0
-                                && rows.iter().all(|(s, row)| {
-                                    usize::from(*s) < n && layout.node_of(*s) == peer && row.len() == n
-                                }) =>
+                    Ok((ENDED, body)) => {
+                        match Payload::from_bytes(&body)
+                            .decode::<(Epoch, Vec<(ShardId, Vec<u64>)>, (u64, u16, Vec<u16>))>()
                         {
-                            for (shard, row) in rows {
-                                for (to, count) in row.into_iter().enumerate() {
-                                    state.sent[usize::from(shard) * n + to].store(count, Ordering::SeqCst);
+                            // Rows of the sender's own shards only, and a layout
+                            // of this cluster.
+                            Ok((e, rows, (version, nodes, node_of)))
+                                if e > 0
+                                    && rows.iter().all(|(s, row)| {
+                                        usize::from(*s) < n && layout.node_of(*s) == peer && row.len() == n
+                                    })
+                                    && nodes == layout.nodes()
+                                    && node_of.len() == n
+                                    && let Ok(next) = Layout::placed_on(nodes, node_of.clone()) =>
+                            {
+                                state.stopped_for(next.with_version(version), &f);
+                                for (shard, row) in rows {
+                                    for (to, count) in row.into_iter().enumerate() {
+                                        state.sent[usize::from(shard) * n + to].store(count, Ordering::SeqCst);
+                                    }
                                 }
+                                state.ended[p].store(e, Ordering::SeqCst);
                             }
-                            state.ended[p].store(e, Ordering::SeqCst);
+                            _ => f.fail(format!("node {peer} sent a bad end notice")),
                         }
-                        _ => f.fail(format!("node {peer} sent a bad end notice")),
-                    },
+                    }
                     Ok((HANDED, body)) => match epoch(&body) {
                         Ok(e) if e > 0 => state.handed[p].store(e, Ordering::SeqCst),
                         _ => f.fail(format!("node {peer} sent a bad hand-off notice")),
@@ -1075,6 +1130,17 @@ mod tests {
         order.nodes[2].id = 5;
         assert!(order.validate().is_err());
         assert_ne!(spec.fingerprint(), clash.fingerprint());
+        // A spare (no shards at first) is a node of the cluster; a cluster
+        // of spares is not.
+        let mut spare = spec.clone();
+        spare.nodes[1].shards = 0;
+        spare.validate().unwrap();
+        assert_eq!(spare.shards_of(1), 2..2);
+        assert_eq!(spare.layout().shards_of(1).count(), 0);
+        for n in &mut spare.nodes {
+            n.shards = 0;
+        }
+        assert_eq!(spare.validate().unwrap_err(), "no node has shards");
     }
 
     #[test]

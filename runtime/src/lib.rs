@@ -53,7 +53,7 @@ pub enum Error {
     Shard { shard: usize, message: String },
     #[error("{0} shards requested; between 1 and {max} are supported", max = styx_engine::SHARDS_MAX)]
     Shards(usize),
-    #[error("this node runs no shard in this run's layout: a spare is not supported by the runtime yet")]
+    #[error("this node runs no shard in this run's layout: only `run_rounds` runs a spare")]
     NoLocalShards,
     #[error("cannot listen on {addr}: {reason}")]
     Listen { addr: std::net::SocketAddr, reason: String },

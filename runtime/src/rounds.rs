@@ -89,6 +89,13 @@ pub struct Rounds<O> {
 /// links, so whether that lost anything is for the caller's frontends to
 /// say). A failure during a handover is an error: the shards live only in
 /// memory.
+///
+/// A node may run no shard (a **spare**: one the layout gives none, or one
+/// that handed all of its shards away): it joins every round, ends each
+/// handover with the others and takes the shards handed to it — a node
+/// added to the cluster, or drained of its shards before it is removed.
+/// A spare's run ends when the others' does (their connections close:
+/// [`Rounds::failed`] says so, and its `outputs` are empty).
 pub fn run_rounds<F, M>(
     app: Arc<App>,
     control: &mut cluster::Control,
@@ -114,6 +121,35 @@ where
         };
         if let Some(c) = changes.last_mut() {
             c.joined = std::time::Instant::now();
+        }
+        if run.local_shards().is_empty() {
+            // A spare this round (it starts as one, or handed all its
+            // shards away): it takes part in the handovers only.
+            let Some((epoch, next)) = run.spare_round(stop) else {
+                if let Some(ex) = executors.take() {
+                    ex.stop()?;
+                }
+                return Ok(Rounds {
+                    outputs: Vec::new(),
+                    changes,
+                    failed: run.failure.reason(),
+                });
+            };
+            let ended = std::time::Instant::now();
+            for bytes in run.hand_over(epoch, Vec::new(), timeout).map_err(Error::Handover)? {
+                let h = Handoff::decode(&bytes, &app).map_err(|e| Error::Handover(format!("a hand-off: {e}")))?;
+                resume.push(h);
+            }
+            changes.push(RoundChange {
+                epoch,
+                layout: next.clone(),
+                ended,
+                joined: ended,
+                sent: Vec::new(),
+                kept: Vec::new(),
+            });
+            layout = next;
+            continue;
         }
         let mut opts = options(run.clone());
         opts.cluster = Some(run.clone());
@@ -396,8 +432,9 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
             ));
         }
         if opts.engine.pause_at_handover {
-            // No node may be left without shards: this runtime runs no spare.
-            opts.engine.spare_nodes = false;
+            // A node may be left without shards only where it goes on as
+            // a spare: in `run_rounds` (a single round has no next one).
+            opts.engine.spare_nodes = keep;
         }
         let kept: Vec<(ShardId, Epoch, Layout)> = self.kept.iter().flatten().cloned().collect();
         if later || !resume.is_empty() || !kept.is_empty() {
@@ -639,8 +676,9 @@ fn local_of(opts: &Options) -> Result<(usize, Vec<ShardId>), Error> {
         return Err(Error::Shards(n));
     }
     if local.is_empty() {
-        // A spare would have to take part in the control plane's rounds
-        // and snapshot commits without shards: not built (docs/nodes.md).
+        // A spare takes part in the control plane's rounds without
+        // executors (`run_rounds`); a durable one would also have to take
+        // part in snapshot commits: not built (docs/nodes.md).
         return Err(Error::NoLocalShards);
     }
     Ok((n, local))

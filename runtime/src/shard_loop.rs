@@ -377,7 +377,7 @@ impl<F: Frontend> ShardLoop<F> {
         run.stopped(self.shard.id(), &self.sent_to);
         if self.mesh.paused.fetch_add(1, Ordering::AcqRel) + 1 == self.mesh.n_local {
             tracing::info!(epoch, layout = ?self.shard.layout().placed(), "every shard of this node stopped for a handover");
-            run.ended_locally(epoch);
+            run.ended_locally(epoch, self.shard.layout());
         }
     }
 

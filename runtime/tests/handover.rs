@@ -13,7 +13,7 @@
 
 mod common;
 
-use common::{bank, load_accounts, local_cluster};
+use common::{bank, load_accounts, local_cluster, local_cluster_of};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -485,12 +485,38 @@ fn handed_over(threads: usize, named: bool) {
 #[test]
 fn three_nodes_pass_shards_around() {
     const PASSES: [(u64, ShardId, u16); 3] = [(600, 1, 1), (1_200, 1, 2), (1_800, 5, 0)];
+    pass_around(
+        "handover-three",
+        &[2, 2, 2],
+        &PASSES,
+        &[vec![0, 1, 1, 1, 2, 2], vec![0, 2, 1, 1, 2, 2], vec![0, 2, 1, 1, 2, 0]],
+    );
+}
+
+/// A node added and a node drained: node 2 starts as a spare (no shards)
+/// and is handed two, then node 1 hands its last one away and goes on as
+/// a spare until the run ends.
+#[test]
+fn a_spare_node_takes_shards_and_a_drained_node_becomes_one() {
+    const PASSES: [(u64, ShardId, u16); 3] = [(600, 1, 2), (1_200, 3, 2), (1_800, 2, 0)];
+    pass_around(
+        "handover-spare",
+        &[2, 2, 0],
+        &PASSES,
+        &[vec![0, 2, 1, 1], vec![0, 2, 1, 2], vec![0, 2, 0, 2]],
+    );
+}
+
+/// Three nodes running `counts[i]` shards each at first, shard 0's client
+/// asking for `passes`; every node must go through the `layouts`.
+fn pass_around(name: &str, counts: &[u16], passes: &'static [(u64, ShardId, u16)], layouts: &[Vec<u16>]) {
     let done = watchdog("the three-node cluster", 240);
-    let (app, transfer) = bank("handover-three");
-    let spec = local_cluster(3, 2);
+    let (app, transfer) = bank(name);
+    let spec = local_cluster_of(counts);
+    let n = spec.n_shards();
     let finished = Arc::new(AtomicUsize::new(0));
-    let clients: Clients = Arc::new(Mutex::new(vec![None; 6]));
-    let nodes: Vec<_> = (0..3u16)
+    let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+    let nodes: Vec<_> = (0..counts.len() as u16)
         .map(|node| {
             let (app, spec, finished, clients) = (app.clone(), spec.clone(), finished.clone(), clients.clone());
             std::thread::spawn(move || {
@@ -501,7 +527,7 @@ fn three_nodes_pass_shards_around() {
                 let make = move |shard: &mut Shard| {
                     let id = shard.id();
                     if shard.epoch() == 0 {
-                        load_accounts(&app2, shard, 6, ACCOUNTS, START);
+                        load_accounts(&app2, shard, n, ACCOUNTS, START);
                     }
                     let client = clients.lock().unwrap()[usize::from(id)]
                         .take()
@@ -510,8 +536,8 @@ fn three_nodes_pass_shards_around() {
                         transfer,
                         shard: id,
                         named: true,
-                        shards: 6,
-                        handovers: &PASSES,
+                        shards: n,
+                        handovers: passes,
                         client,
                         clients: clients.clone(),
                         finished: finished.clone(),
@@ -538,7 +564,7 @@ fn three_nodes_pass_shards_around() {
                 )
                 .unwrap_or_else(|e| panic!("node {node}: {e}"));
                 assert!(
-                    rounds.failed.is_none() || all_finished.load(Ordering::SeqCst) == 12,
+                    rounds.failed.is_none() || all_finished.load(Ordering::SeqCst) == 2 * usize::from(n),
                     "node {node}: the run failed before every shard finished: {:?}",
                     rounds.failed
                 );
@@ -547,14 +573,13 @@ fn three_nodes_pass_shards_around() {
         })
         .collect();
     let mut seen = Vec::new();
-    let mut placements = Vec::new();
     for t in nodes {
         let (node, outputs, changes) = t.join().expect("a node");
         // Each change sent exactly the shards leaving this node, with
         // their accounts.
         let mut before = spec.layout();
         for c in &changes {
-            let leaving: Vec<ShardId> = (0..6)
+            let leaving: Vec<ShardId> = (0..n)
                 .filter(|s| before.node_of(*s) == node && c.layout.node_of(*s) != node)
                 .collect();
             assert_eq!(
@@ -564,34 +589,27 @@ fn three_nodes_pass_shards_around() {
             );
             assert!(c.sent.iter().all(|(_, e)| *e > 0), "node {node}: {:?}", c.sent);
             // And kept those staying in memory.
-            let staying: Vec<ShardId> = (0..6)
+            let staying: Vec<ShardId> = (0..n)
                 .filter(|s| before.node_of(*s) == node && c.layout.node_of(*s) == node)
                 .collect();
             assert_eq!(c.kept, staying, "node {node}");
             assert!(c.joined >= c.ended, "node {node}");
             before = c.layout.clone();
         }
-        let layouts: Vec<Vec<u16>> = changes
+        let went: Vec<Vec<u16>> = changes
             .iter()
-            .map(|c| (0..6).map(|s| c.layout.node_of(s)).collect())
+            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
             .collect();
+        assert_eq!(went, layouts, "node {node} went through every handover");
         let last = &changes.last().expect("round changes").layout;
         assert_eq!(
             outputs.iter().map(|o: &Seen| o.shard).collect::<Vec<_>>(),
             last.shards_of(node).collect::<Vec<_>>(),
             "node {node} ends with the last layout's shards"
         );
-        placements.push(layouts);
         seen.extend(outputs);
     }
-    for p in &placements {
-        assert_eq!(
-            *p,
-            [vec![0, 1, 1, 1, 2, 2], vec![0, 2, 1, 1, 2, 2], vec![0, 2, 1, 1, 2, 0]],
-            "every node went through the three handovers"
-        );
-    }
-    check(&seen, &clients, 6, PASSES.len());
+    check(&seen, &clients, u64::from(n), passes.len());
     done.store(true, Ordering::SeqCst);
 }
 

@@ -54,7 +54,13 @@ pub fn free_port_block(len: u16) -> u16 {
 /// node a control port, a data-link port per shard of the cluster and a
 /// client port (unused by the in-process tests).
 pub fn local_cluster(nodes: u16, shards: u16) -> styx_runtime::cluster::Spec {
-    let total = nodes * shards;
+    local_cluster_of(&vec![shards; usize::from(nodes)])
+}
+
+/// The same with `shards[i]` shards on node `i` (0: a spare).
+pub fn local_cluster_of(shards: &[u16]) -> styx_runtime::cluster::Spec {
+    let nodes = shards.len() as u16;
+    let total: u16 = shards.iter().sum();
     let stride = 2 + total;
     let base = free_port_block(nodes * stride);
     let addr = |port: u16| std::net::SocketAddr::from(([127, 0, 0, 1], port));
@@ -64,7 +70,7 @@ pub fn local_cluster(nodes: u16, shards: u16) -> styx_runtime::cluster::Spec {
                 id: i,
                 peer: addr(base + i * stride),
                 client: addr(base + i * stride + 1 + total),
-                shards,
+                shards: shards[usize::from(i)],
             })
             .collect(),
         heartbeat: std::time::Duration::from_millis(50),
