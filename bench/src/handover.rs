@@ -12,6 +12,10 @@
 //! the drivers: how long each round change took (the round's end to the
 //! next round's start). Checked: every transfer answered once, money
 //! conserved.
+//!
+//! With `spare`, node 1 starts with no shard (shards 0–3 on node 0): each
+//! handover of shard 1 to it is a node added to a loaded cluster, each
+//! one back drains it again (`run_rounds` runs the spare).
 
 use crate::ycsbt;
 use std::net::SocketAddr;
@@ -45,6 +49,8 @@ pub struct Params {
     /// counted from each one's scheduled time (a gap's backlog shows in
     /// the tail); `None`: closed loop.
     pub rate: Option<u64>,
+    /// Node 1 starts as a spare: node 0 runs the four shards.
+    pub spare: bool,
 }
 
 /// What a run measured.
@@ -256,9 +262,14 @@ fn interval_ns(rate: u64) -> u64 {
 fn free_port_block(len: u16) -> u16 {
     const FIRST: u16 = 20_000;
     const SPAN: u16 = 12_000;
-    let mut base = FIRST + (std::process::id() % u32::from(SPAN)) as u16;
+    // Runs in one process (the tests) take disjoint blocks: a block is
+    // free when checked, not yet bound by the run that took it.
+    static NEXT: Mutex<Option<u16>> = Mutex::new(None);
+    let mut next = NEXT.lock().expect("port lock");
+    let mut base = next.unwrap_or(FIRST + (std::process::id() % u32::from(SPAN)) as u16);
     loop {
         if base + len < FIRST + SPAN && (0..len).all(|i| std::net::TcpListener::bind(("127.0.0.1", base + i)).is_ok()) {
+            *next = Some(base + len);
             return base;
         }
         base = FIRST + (base - FIRST + len) % SPAN;
@@ -272,13 +283,14 @@ pub fn run(params: Params) -> Report {
     let functions = Arc::new(ycsbt::Functions::of(&app));
     let base = free_port_block(2 * (2 + SHARDS));
     let addr = |port: u16| SocketAddr::from(([127, 0, 0, 1], port));
+    let counts = if params.spare { [SHARDS, 0] } else { [2, 2] };
     let spec = Spec {
         nodes: (0..2)
             .map(|i| Node {
                 id: i,
                 peer: addr(base + i * (2 + SHARDS)),
                 client: addr(base + i * (2 + SHARDS) + 1 + SHARDS),
-                shards: 2,
+                shards: counts[usize::from(i)],
             })
             .collect(),
         heartbeat: Duration::from_millis(100),
@@ -451,7 +463,15 @@ fn drive(
     )
     .unwrap_or_else(|e| panic!("node {node}: {e}"));
     let total: usize = rounds.outputs.iter().sum();
-    assert!(total > 0, "node {node} ended with its accounts");
+    let last = rounds
+        .changes
+        .last()
+        .map_or_else(|| spec.layout(), |c| c.layout.clone());
+    assert_eq!(
+        total > 0,
+        last.shards_of(node).count() > 0,
+        "node {node} ended with the accounts of its shards"
+    );
     rounds
         .changes
         .iter()
@@ -475,12 +495,24 @@ mod tests {
     /// once (checked in `run`), and commits go on after each.
     #[test]
     fn shards_change_nodes_under_load() {
+        shards_change_nodes(false);
+    }
+
+    /// The same with node 1 a spare at first: handed shard 1 and drained
+    /// of it again.
+    #[test]
+    fn a_spare_node_takes_a_shard_under_load() {
+        shards_change_nodes(true);
+    }
+
+    fn shards_change_nodes(spare: bool) {
         let r = super::run(super::Params {
             accounts: 2_000,
             handovers: 2,
             every: std::time::Duration::from_millis(300),
             in_flight: 50,
             rate: None,
+            spare,
         });
         assert!(r.committed > 1_000, "{r:?}");
         assert_eq!(r.handovers.len(), 2);

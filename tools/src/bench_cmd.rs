@@ -110,6 +110,10 @@ struct HandoverArgs {
     /// latency from each one's scheduled time; without it, closed loop.
     #[arg(long)]
     rate: Option<u64>,
+    /// Node 1 starts as a spare (node 0 runs the four shards): each
+    /// handover of shard 1 to it adds a node, each one back drains it.
+    #[arg(long)]
+    spare: bool,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -542,6 +546,7 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
         every: std::time::Duration::from_millis(args.every_ms),
         in_flight: args.in_flight,
         rate: args.rate,
+        spare: args.spare,
     });
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -572,6 +577,7 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
             "handovers": args.handovers,
             "in_flight": args.in_flight,
             "rate": args.rate,
+            "spare": args.spare,
             "unsent": r.unsent,
             "committed": r.committed,
             "seconds": r.seconds,
@@ -592,8 +598,9 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
         println!("{out}");
     } else {
         println!(
-            "handover · {} accounts on 4 shards, 2 nodes · {} handovers of shard 1 ({} entities) · {}",
+            "handover · {} accounts on 4 shards, 2 nodes{} · {} handovers of shard 1 ({} entities) · {}",
             args.accounts,
+            if args.spare { " (node 1 a spare at first)" } else { "" },
             args.handovers,
             r.entities,
             match args.rate {
