@@ -55,9 +55,13 @@ const HELLO_SNAPSHOTS_MAX: usize = 1 << 12;
 /// a peer being restarted may take seconds), and how long a dial waits.
 const DIAL_RETRY: Duration = Duration::from_millis(50);
 const DIAL_RETRY_MIN: Duration = Duration::from_micros(200);
+/// A connection accepted before the join is greeted if it is younger than
+/// this (its peer waits `HELLO_TIMEOUT` for the answer), else dropped.
+const EARLY_CONNECTION_KEPT: Duration = Duration::from_secs(1);
 /// A connection that says nothing for this long during the join is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
-/// Version of the control protocol (3: a hello carries the layout).
+/// Version of the control protocol (3: a hello carries the layout; 4:
+/// `ENDED` carries the layout the shards stopped for, `FINISHED`).
 const CONTROL_VERSION: u16 = 4;
 const CONTROL_MAGIC: u64 = 0x5354_5958_4354_524c; // "STYXCTRL"
 
@@ -73,6 +77,9 @@ const HANDED: u8 = 6;
 /// The sender holds every hand-off sent to it: it writes nothing more on
 /// this run's connections.
 const RECEIVED: u8 = 7;
+/// The sender's run ended without a failure (its shards finished): it
+/// writes nothing more, and its connections closing is not a failure.
+const FINISHED: u8 = 8;
 /// Bytes of a hand-off in one control frame.
 const HANDOFF_CHUNK_BYTES: usize = CONTROL_FRAME_BYTES_MAX - 16;
 /// A hand-off is at most this long (its shard's entities and tables).
@@ -312,6 +319,11 @@ struct RunState {
     /// The layout the shards stopped for, as the first node that ended
     /// told it (every node's shards decide the same one).
     next_layout: Mutex<Option<Layout>>,
+    /// Nodes whose run ended without a failure (`FINISHED`).
+    finished: Vec<AtomicBool>,
+    /// Signalled (under `next_layout`'s lock) when a node ends or
+    /// finishes: a spare waits on it.
+    changed: std::sync::Condvar,
 }
 
 #[derive(Debug, Default)]
@@ -321,8 +333,9 @@ struct Incoming {
 }
 
 impl RunState {
-    /// A node's shards stopped for `next`: every node's must agree.
-    fn stopped_for(&self, next: Layout, failure: &Failure) {
+    /// A node's shards stopped at the end of `epoch` for `next` (`node`'s
+    /// own, or as its `ENDED` said): every node's must agree.
+    fn stopped_for(&self, node: usize, epoch: Epoch, next: Layout, failure: &Failure) {
         let mut known = self.next_layout.lock().expect("layout lock");
         match &*known {
             Some(k) if *k != next => {
@@ -331,6 +344,8 @@ impl RunState {
             Some(_) => {}
             None => *known = Some(next),
         }
+        self.ended[node].store(epoch, Ordering::SeqCst);
+        self.changed.notify_all();
     }
 
     fn new(nodes: usize, n_shards: usize) -> RunState {
@@ -344,6 +359,8 @@ impl RunState {
             received: zeros(nodes),
             incoming: Mutex::new(Incoming::default()),
             next_layout: Mutex::new(None),
+            finished: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            changed: std::sync::Condvar::new(),
         }
     }
 }
@@ -432,7 +449,6 @@ impl Run {
     /// closing is its end, not a failure.
     pub fn ended_locally(&self, epoch: Epoch, next: &Layout) {
         assert!(epoch > 0, "a handover ends an epoch after the first");
-        self.state.stopped_for(next.placed(), &self.failure);
         let n = self.state.n_shards;
         let rows: Vec<(ShardId, Vec<u64>)> = self
             .local
@@ -444,35 +460,70 @@ impl Run {
                 (*s, row)
             })
             .collect();
-        self.state.ended[usize::from(self.node)].store(epoch, Ordering::SeqCst);
+        self.state
+            .stopped_for(usize::from(self.node), epoch, next.placed(), &self.failure);
         let next = (next.version(), next.nodes(), placement(next));
         self.tell_all(&control_frame(ENDED, &(epoch, rows, next)));
     }
 
+    /// This node's run ended without a failure (its shards finished, no
+    /// handover): tells the others, then writes nothing more — a spare
+    /// waiting for a handover learns that the run is over, not failed.
+    pub fn finish(&self) {
+        if self.failure.is_failed() {
+            return;
+        }
+        let frame = control_frame(FINISHED, &());
+        for (_, w) in &self.peers {
+            let mut w = w.lock().expect("writer lock");
+            let _ = w.write(&frame);
+            w.closed = true;
+        }
+    }
+
     /// A spare's part of a round (this node runs no shard in it): waits
     /// until another node's shards stopped for a handover, says it ended
-    /// the same epoch (it sent no batch), and returns that epoch and the
-    /// layout from the next one on; `None` if the run ended first (the
-    /// other nodes finished, or failed: [`Run::failure`] says which) or
-    /// `stop` was set.
-    pub fn spare_round(&self, stop: &AtomicBool) -> Option<(Epoch, Layout)> {
+    /// the same epoch (it sent no batch) and returns [`Spare::Handover`]
+    /// with that epoch and the layout from the next one on; or until every
+    /// other node finished its run ([`Spare::Finished`]), the run failed
+    /// ([`Spare::Failed`]) or `stop` was set ([`Spare::Stopped`]).
+    pub fn spare_round(&self, stop: &AtomicBool) -> Spare {
         assert!(self.local.is_empty(), "a spare runs no shard");
+        let me = usize::from(self.node);
+        let mut known = self.state.next_layout.lock().expect("layout lock");
         loop {
-            if self.failure.is_failed() || stop.load(Ordering::SeqCst) {
-                return None;
-            }
-            let ended = self
-                .state
-                .ended
-                .iter()
-                .map(|e| e.load(Ordering::SeqCst))
-                .find(|e| *e != 0);
-            let next = self.state.next_layout.lock().expect("layout lock").clone();
-            if let (Some(epoch), Some(next)) = (ended, next) {
+            if let Some(next) = known.clone() {
+                let epoch = self
+                    .state
+                    .ended
+                    .iter()
+                    .map(|e| e.load(Ordering::SeqCst))
+                    .find(|e| *e != 0)
+                    .expect("a layout comes with its epoch");
+                drop(known);
                 self.ended_locally(epoch, &next);
-                return Some((epoch, next));
+                return Spare::Handover(epoch, next);
             }
-            std::thread::sleep(Duration::from_micros(200));
+            // Woken by ENDED and FINISHED; a failure or a stop is seen
+            // within a tick.
+            if self.failure.is_failed() {
+                return Spare::Failed(self.failure.reason().unwrap_or_default());
+            }
+            if stop.load(Ordering::SeqCst) {
+                return Spare::Stopped;
+            }
+            if (0..self.state.finished.len())
+                .filter(|n| *n != me)
+                .all(|n| self.state.finished[n].load(Ordering::SeqCst))
+            {
+                return Spare::Finished;
+            }
+            known = self
+                .state
+                .changed
+                .wait_timeout(known, SPARE_TICK)
+                .expect("layout lock")
+                .0;
         }
     }
 
@@ -618,6 +669,22 @@ impl Drop for Run {
     }
 }
 
+/// How a spare's round ended ([`Run::spare_round`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Spare {
+    /// The other nodes' shards stopped at the end of this epoch for this
+    /// layout: the spare takes part in the handover.
+    Handover(Epoch, Layout),
+    /// Every other node's run ended without a failure.
+    Finished,
+    Failed(String),
+    Stopped,
+}
+
+/// How often a spare waiting for a handover looks at the run's failure
+/// and its stop flag.
+const SPARE_TICK: Duration = Duration::from_millis(10);
+
 /// A node's control plane: its listener, and the joins it makes.
 pub struct Control {
     spec: Spec,
@@ -625,7 +692,8 @@ pub struct Control {
     incarnation: u64,
     round: u64,
     app_fingerprint: u64,
-    accepted: mpsc::Receiver<TcpStream>,
+    /// Peers' connections, with when each was accepted.
+    accepted: mpsc::Receiver<(Instant, TcpStream)>,
 }
 
 impl std::fmt::Debug for Control {
@@ -665,7 +733,7 @@ impl Control {
                 for stream in listener.incoming() {
                     match stream {
                         Ok(s) => {
-                            if tx.try_send(s).is_err() {
+                            if tx.try_send((Instant::now(), s)).is_err() {
                                 // A join that nobody runs, or a flood: drop it.
                             }
                         }
@@ -713,8 +781,10 @@ impl Control {
             survey,
         };
         let n = self.spec.nodes.len();
-        // Drop connections accepted for an earlier join.
-        while self.accepted.try_recv().is_ok() {}
+        // Connections accepted before this join are greeted like the
+        // others if recent: a peer that went on to the next round first
+        // (a handover) dialed before this node got here, and waits for
+        // its hello. Older ones are from an earlier join.
         let mut peers: BTreeMap<u16, (TcpStream, Hello)> = BTreeMap::new();
         let mut last_log = Instant::now();
         let mut wait = DIAL_RETRY_MIN;
@@ -738,7 +808,8 @@ impl Control {
                 }
             }
             match self.accepted.recv_timeout(wait) {
-                Ok(s) => match self.greet(s, &me, None) {
+                Ok((at, _)) if at.elapsed() > EARLY_CONNECTION_KEPT => {}
+                Ok((_, s)) => match self.greet(s, &me, None) {
                     Ok((s, h)) if h.node < self.node => {
                         peers.insert(h.node, (s, h));
                     }
@@ -900,24 +971,24 @@ fn watch(
                         match Payload::from_bytes(&body)
                             .decode::<(Epoch, Vec<(ShardId, Vec<u64>)>, (u64, u16, Vec<u16>))>()
                         {
-                            // Rows of the sender's own shards only, and a layout
-                            // of this cluster.
+                            // A row for each of the sender's shards, in order (a
+                            // spare sends none), and a layout of this cluster
+                            // past this run's.
                             Ok((e, rows, (version, nodes, node_of)))
                                 if e > 0
-                                    && rows.iter().all(|(s, row)| {
-                                        usize::from(*s) < n && layout.node_of(*s) == peer && row.len() == n
-                                    })
+                                    && rows.iter().map(|(s, _)| *s).eq(layout.shards_of(peer))
+                                    && rows.iter().all(|(_, row)| row.len() == n)
                                     && nodes == layout.nodes()
                                     && node_of.len() == n
+                                    && version > layout.version()
                                     && let Ok(next) = Layout::placed_on(nodes, node_of.clone()) =>
                             {
-                                state.stopped_for(next.with_version(version), &f);
                                 for (shard, row) in rows {
                                     for (to, count) in row.into_iter().enumerate() {
                                         state.sent[usize::from(shard) * n + to].store(count, Ordering::SeqCst);
                                     }
                                 }
-                                state.ended[p].store(e, Ordering::SeqCst);
+                                state.stopped_for(p, e, next.with_version(version), &f);
                             }
                             _ => f.fail(format!("node {peer} sent a bad end notice")),
                         }
@@ -952,11 +1023,18 @@ fn watch(
                             incoming.whole.push(whole);
                         }
                     }
+                    Ok((FINISHED, _)) => {
+                        let _known = state.next_layout.lock().expect("layout lock");
+                        state.finished[p].store(true, Ordering::SeqCst);
+                        state.changed.notify_all();
+                    }
                     Ok((tag, _)) => f.fail(format!("node {peer} sent control frame {tag}")),
                     // A peer that holds every hand-off of a handover writes
                     // nothing more and closes its connections next: its
                     // end, not a failure.
                     Err(_) if state.received[p].load(Ordering::SeqCst) != 0 => break,
+                    // Nor is a peer's close after its run finished.
+                    Err(_) if state.finished[p].load(Ordering::SeqCst) => break,
                     Err(e) => f.fail(format!("node {peer}: {e}")),
                 }
             }
@@ -1334,6 +1412,75 @@ mod tests {
     /// millisecond (a heartbeat written into a long frame would break its
     /// checksum), the node with less to send finishes first and closes
     /// (its peer must still get everything), and rounds follow each other.
+    /// A spare's rounds: it ends a handover with the node that has the
+    /// shard (the layout from its `ENDED`), learns that a run finished
+    /// rather than failed, and an `ENDED` missing a row of the sender's
+    /// shards fails the run.
+    #[test]
+    fn a_spare_follows_handovers_and_ends() {
+        let base = 26_000 + (std::process::id() % 200) as u16 * 10;
+        let node = |id: u16, shards: u16| Node {
+            id,
+            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 4)),
+            client: SocketAddr::from(([127, 0, 0, 1], base + 8 + id)),
+            shards,
+        };
+        let spec = Spec {
+            nodes: vec![node(0, 1), node(1, 0)],
+            heartbeat: Duration::from_millis(5),
+            failure_timeout: Duration::from_secs(2),
+        };
+        let moved = Layout::placed_on(2, vec![1]).unwrap().with_version(1);
+        let threads: Vec<_> = (0..2u16)
+            .map(|i| {
+                let (spec, moved) = (spec.clone(), moved.clone());
+                std::thread::spawn(move || {
+                    let mut c = Control::start(spec.clone(), i, 42).unwrap();
+                    let stop = AtomicBool::new(false);
+                    let join =
+                        |c: &mut Control, layout: &Layout| c.join(survey(&[], 0), layout, &stop).unwrap().unwrap();
+                    // Round 1: shard 0 goes from node 0 to node 1, a spare.
+                    let run = join(&mut c, &spec.layout());
+                    if i == 0 {
+                        run.ended_locally(7, &moved);
+                    } else {
+                        assert_eq!(run.spare_round(&stop), Spare::Handover(7, moved.clone()));
+                    }
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while !run.all_ended(7) {
+                        assert!(Instant::now() < deadline, "node {i}: the spare never ended");
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    run.hand_over(7, Vec::new(), Duration::from_secs(10)).unwrap();
+                    drop(run);
+                    // Round 2: node 0 is the spare; node 1's run finishes.
+                    let run = join(&mut c, &moved);
+                    if i == 1 {
+                        run.finish();
+                    } else {
+                        assert_eq!(run.spare_round(&stop), Spare::Finished);
+                    }
+                    drop(run);
+                    // Round 3: node 1 says it ended without its shard's row.
+                    let run = join(&mut c, &moved);
+                    if i == 1 {
+                        let next = (2u64, 2u16, vec![0u16]);
+                        run.tell_all(&control_frame(ENDED, &(9u64, Vec::<(ShardId, Vec<u64>)>::new(), next)));
+                        std::thread::sleep(Duration::from_millis(200));
+                    } else {
+                        match run.spare_round(&stop) {
+                            Spare::Failed(why) => assert!(why.contains("bad end notice"), "{why}"),
+                            other => panic!("{other:?}"),
+                        }
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
     #[test]
     fn large_hand_offs_cross_between_heartbeats_and_rounds() {
         let base = 23_300 + (std::process::id() % 200) as u16 * 10;

@@ -125,15 +125,22 @@ where
         if run.local_shards().is_empty() {
             // A spare this round (it starts as one, or handed all its
             // shards away): it takes part in the handovers only.
-            let Some((epoch, next)) = run.spare_round(stop) else {
-                if let Some(ex) = executors.take() {
-                    ex.stop()?;
+            let (epoch, next) = match run.spare_round(stop) {
+                cluster::Spare::Handover(epoch, next) => (epoch, next),
+                cluster::Spare::Stopped => return Err(Error::Handover("stopped while a spare".into())),
+                ended => {
+                    if let Some(ex) = executors.take() {
+                        ex.stop()?;
+                    }
+                    return Ok(Rounds {
+                        outputs: Vec::new(),
+                        changes,
+                        failed: match ended {
+                            cluster::Spare::Failed(why) => Some(why),
+                            _ => None,
+                        },
+                    });
                 }
-                return Ok(Rounds {
-                    outputs: Vec::new(),
-                    changes,
-                    failed: run.failure.reason(),
-                });
             };
             let ended = std::time::Instant::now();
             for bytes in run.hand_over(epoch, Vec::new(), timeout).map_err(Error::Handover)? {
@@ -156,7 +163,9 @@ where
         opts.engine.pause_at_handover = true;
         let ex = match &mut executors {
             Some(ex) => ex,
-            None => executors.insert(Executors::start(&opts)?),
+            // A spare's first shards: it may be handed more, each on the
+            // executor with the fewest, so as many as the node may use.
+            None => executors.insert(Executors::start(&opts, !changes.is_empty())?),
         };
         let later = !changes.is_empty();
         let round = ex.round(
@@ -169,6 +178,8 @@ where
         )?;
         let Some((epoch, next)) = round.paused else {
             executors.take().expect("started").stop()?;
+            // A spare learns that the run is over, not failed.
+            run.finish();
             return Ok(Rounds {
                 outputs: round.outputs,
                 changes,
@@ -221,7 +232,7 @@ where
     F: Frontend,
     M: Fn(&mut Shard) -> F + Send + Sync + 'static,
 {
-    let mut executors = Executors::<F, M>::start(&opts)?;
+    let mut executors = Executors::<F, M>::start(&opts, false)?;
     let later = !resume.is_empty();
     // After an error the executors are dropped, not joined: one whose
     // shards wait on a peer that died would never end.
@@ -325,7 +336,10 @@ struct Executors<F: Frontend, M> {
 impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M> {
     /// Starts the executors for the first round's options: one per shard up
     /// to `threads`, pinned as the cluster file numbers this node's shards.
-    fn start(opts: &Options) -> Result<Executors<F, M>, Error> {
+    /// `later`: the node starts running shards after a handover (a spare
+    /// handed its first): as many executors as `threads`, or a core each,
+    /// however few shards it has now.
+    fn start(opts: &Options, later: bool) -> Result<Executors<F, M>, Error> {
         let local = local_of(opts)?.1;
         let n_local = local.len();
         // CPUs and executor names as if the node's shards were numbered in
@@ -335,10 +349,14 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
             Some(run) => usize::from(run.spec.shards_of(run.node).start),
             None => 0,
         };
-        let n_exec = opts
-            .threads
-            .unwrap_or_else(|| threads_default(n_local))
-            .clamp(1, n_local);
+        let n_exec = if later {
+            let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+            opts.threads.unwrap_or(cores).max(1)
+        } else {
+            opts.threads
+                .unwrap_or_else(|| threads_default(n_local))
+                .clamp(1, n_local)
+        };
         let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
         let mesh: MeshBuilder<u16, _> = MeshBuilder::full(n_exec, DOORBELLS_MAX);
         let (report_tx, reports) = mpsc::channel();

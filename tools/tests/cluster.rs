@@ -245,6 +245,9 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
     let partitions = styx_tools::apps::PARTITIONS;
     let mut rng = Rng::new(11);
     let mut sent: BTreeMap<u64, Req> = BTreeMap::new();
+    // Per kill with moves: the victim's map version, the newest committed
+    // move.
+    let mut kills: Vec<(u64, Option<Tid>)> = Vec::new();
     let mut answered: BTreeMap<u64, (Tid, Outcome)> = BTreeMap::new();
     let mut next_seq = 1;
     let mut recoveries = Vec::new();
@@ -257,9 +260,13 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
             corrs.insert(send(&mut c, seq, sent[&seq]), seq);
         }
         for _ in 0..moves {
+            // Never to the partition's first owner: its first move changes
+            // the map (a move to the owner is dropped).
+            let partition = rng.below(u64::from(partitions)) as u32;
+            let first = styx_engine::partition_owner(partition, shards);
             let m = Req::Move {
-                partition: rng.below(u64::from(partitions)) as u32,
-                to: rng.below(u64::from(shards)) as u16,
+                partition,
+                to: (first + 1 + rng.below(u64::from(shards) - 1) as u16) % shards,
             };
             sent.insert(next_seq, m);
             corrs.insert(send(&mut c, next_seq, m), next_seq);
@@ -281,6 +288,17 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
         // Kill a node with requests in flight, restart it at once (its
         // supervisor would); the others notice and recover with it.
         let victim = (cycle + 1) % NODES;
+        if moves > 0 {
+            // The map's version (a switch each) and the newest move known
+            // committed, to count the kills that left a decided move
+            // unswitched (at the end).
+            let newest = answered
+                .iter()
+                .filter(|(seq, (_, o))| matches!(sent[*seq], Req::Move { .. }) && matches!(o, Outcome::Committed(_)))
+                .map(|(_, (tid, _))| *tid)
+                .max();
+            kills.push((placement(&nodes[victim].client).0, newest));
+        }
         let killed = Instant::now();
         nodes[victim].kill9();
         nodes[victim].spawn(bin);
@@ -347,7 +365,12 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
         let mut owner: Vec<u16> = (0..partitions)
             .map(|p| styx_engine::partition_owner(p, shards))
             .collect();
-        for (_, partition, to) in &committed_moves {
+        // Those that change the map, each a switch, in serial order.
+        let mut switching: Vec<Tid> = Vec::new();
+        for (tid, partition, to) in &committed_moves {
+            if owner[*partition as usize] != *to {
+                switching.push(*tid);
+            }
             owner[*partition as usize] = *to;
         }
         let moved: Vec<(u32, u16)> = (0..partitions)
@@ -366,7 +389,14 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
             loop {
                 c.send(Body::Placement);
                 match c.recv().expect("an answer").body {
-                    Body::PlacementReply(p) if p.moved.first().cloned().unwrap_or_default() == moved => break,
+                    Body::PlacementReply(p) if p.moved.first().cloned().unwrap_or_default() == moved => {
+                        assert_eq!(
+                            p.version,
+                            switching.len() as u64,
+                            "a switch per move that changed the map"
+                        );
+                        break;
+                    }
                     Body::PlacementReply(p) => {
                         assert!(Instant::now() < deadline, "{}: {p:?}, not {moved:?}", n.client)
                     }
@@ -375,6 +405,17 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
+        let mid_move = kills
+            .iter()
+            .filter(|(version, newest)| {
+                newest.is_some_and(|t| switching.iter().filter(|s| **s <= t).count() as u64 > *version)
+            })
+            .count();
+        eprintln!("{mid_move} of {} kills with a decided move unswitched", kills.len());
+        assert!(
+            mid_move > 0,
+            "no kill fell while a move was copied or queued: {kills:?}"
+        );
     }
     let mut c = connect(&nodes[0].client, Duration::from_secs(60)).expect("serving");
     c.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -723,5 +764,16 @@ fn a_node_back_without_its_data_directory_is_refused() {
             .unwrap()
             .count();
         assert!(kept > 0, "node {i} lost its snapshots");
+    }
+}
+
+/// PLACEMENT at `addr`: the map's version and the partitions of `account`
+/// off the default rule.
+fn placement(addr: &str) -> (u64, Vec<(u32, u16)>) {
+    let mut c = connect(addr, Duration::from_secs(60)).expect("serving");
+    c.send(Body::Placement);
+    match c.recv().expect("an answer").body {
+        Body::PlacementReply(p) => (p.version, p.moved.first().cloned().unwrap_or_default()),
+        other => panic!("PLACEMENT answered {other:?}"),
     }
 }

@@ -151,6 +151,8 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
     }
     let mut rng = Rng::new(7);
     let mut sent: BTreeMap<u64, Req> = BTreeMap::new();
+    // Per kill with moves: PLACEMENT's version, the newest committed move.
+    let mut kills: Vec<(u64, Option<Tid>)> = Vec::new();
     let mut answered: BTreeMap<u64, (Tid, Outcome)> = BTreeMap::new();
     let mut next_seq = 1;
     for cycle in 0..cycles {
@@ -162,9 +164,13 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
             corr_seq.insert(send(&mut c, seq, sent[&seq]), seq);
         }
         for _ in 0..moves {
+            // Never to the partition's first owner: its first move changes
+            // the map (a move to the owner is dropped).
+            let partition = rng.below(u64::from(PARTITIONS)) as u32;
+            let first = styx_engine::partition_owner(partition, shards);
             let m = Req::Move {
-                partition: rng.below(u64::from(PARTITIONS)) as u32,
-                to: rng.below(u64::from(shards)) as u16,
+                partition,
+                to: (first + 1 + rng.below(u64::from(shards) - 1) as u16) % shards,
             };
             sent.insert(next_seq, m);
             corr_seq.insert(send(&mut c, next_seq, m), next_seq);
@@ -203,6 +209,17 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
             }
         }
         drop(c);
+        if moves > 0 {
+            // The map's version (a switch each) and the newest move known
+            // committed: a kill in the middle of a copy, or before a queued
+            // one, leaves a decided move unswitched (counted at the end).
+            let newest = answered
+                .iter()
+                .filter(|(seq, (_, o))| matches!(sent[*seq], Req::Move { .. }) && matches!(o, Outcome::Committed(_)))
+                .map(|(_, (tid, _))| *tid)
+                .max();
+            kills.push((placement(&d).0, newest));
+        }
         d.kill9();
         d = d.restart();
     }
@@ -242,7 +259,13 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
         }
     }
     committed_moves.sort_unstable();
-    for (_, partition, to) in &committed_moves {
+    // Those that change the map (a move to the owner is dropped), each a
+    // switch, in serial order.
+    let mut switching: Vec<Tid> = Vec::new();
+    for (tid, partition, to) in &committed_moves {
+        if owner[*partition as usize] != *to {
+            switching.push(*tid);
+        }
         owner[*partition as usize] = *to;
     }
     if moves > 0 {
@@ -270,7 +293,24 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
             !moved.is_empty(),
             "the committed moves left partitions off the default rule"
         );
-        assert_eq!(placement(&d), moved, "PLACEMENT after the moves");
+        assert_eq!(
+            placement(&d),
+            (switching.len() as u64, moved),
+            "PLACEMENT after the moves: a switch per move that changed the map"
+        );
+        // Every move decided up to the newest known committed one had
+        // switched at the kill unless the map's version was behind them.
+        let mid_move = kills
+            .iter()
+            .filter(|(version, newest)| {
+                newest.is_some_and(|t| switching.iter().filter(|s| **s <= t).count() as u64 > *version)
+            })
+            .count();
+        eprintln!("{mid_move} of {} kills with a decided move unswitched", kills.len());
+        assert!(
+            mid_move > 0,
+            "no kill fell while a move was copied or queued: {kills:?}"
+        );
     }
     let balances = |d: &Daemon| {
         let mut c = d.connect();
@@ -333,12 +373,13 @@ fn partition_owners(d: &Daemon, shards: u16) -> Vec<Vec<u16>> {
     maps
 }
 
-/// The partitions of `account` PLACEMENT says are off the default rule.
-fn placement(d: &Daemon) -> Vec<(u32, u16)> {
+/// What PLACEMENT says: the map's version, the partitions of `account`
+/// off the default rule.
+fn placement(d: &Daemon) -> (u64, Vec<(u32, u16)>) {
     let mut c = d.connect();
     c.send(Body::Placement);
     match c.recv().expect("an answer").body {
-        Body::PlacementReply(p) => p.moved.first().cloned().unwrap_or_default(),
+        Body::PlacementReply(p) => (p.version, p.moved.first().cloned().unwrap_or_default()),
         other => panic!("PLACEMENT answered {other:?}"),
     }
 }
