@@ -473,6 +473,8 @@ impl Run {
         if self.failure.is_failed() {
             return;
         }
+        // From here a peer closing is the end of the run here too.
+        self.state.finished[usize::from(self.node)].store(true, Ordering::SeqCst);
         let frame = control_frame(FINISHED, &());
         for (_, w) in &self.peers {
             let mut w = w.lock().expect("writer lock");
@@ -512,10 +514,15 @@ impl Run {
             if stop.load(Ordering::SeqCst) {
                 return Spare::Stopped;
             }
-            if (0..self.state.finished.len())
-                .filter(|n| *n != me)
-                .all(|n| self.state.finished[n].load(Ordering::SeqCst))
+            // Every node that runs shards finished (other spares wait
+            // like this one): over; the other spares learn it from this
+            // one's FINISHED too, so its close fails none of them.
+            if (0..self.layout.nodes())
+                .filter(|n| usize::from(*n) != me && self.layout.shards_of(*n).next().is_some())
+                .all(|n| self.state.finished[usize::from(n)].load(Ordering::SeqCst))
             {
+                drop(known);
+                self.finish();
                 return Spare::Finished;
             }
             known = self
@@ -859,6 +866,7 @@ impl Control {
                 .map_err(|e| format!("control connection: {e}"))?;
             let writer = Arc::new(Mutex::new(Writer { stream, closed: false }));
             watch(
+                usize::from(self.node),
                 peer,
                 s,
                 writer.clone(),
@@ -941,6 +949,7 @@ impl Control {
 /// and one that sends our heartbeats.
 #[allow(clippy::too_many_arguments)]
 fn watch(
+    me: usize,
     peer: u16,
     s: TcpStream,
     writer: Arc<Mutex<Writer>>,
@@ -1033,8 +1042,11 @@ fn watch(
                     // nothing more and closes its connections next: its
                     // end, not a failure.
                     Err(_) if state.received[p].load(Ordering::SeqCst) != 0 => break,
-                    // Nor is a peer's close after its run finished.
-                    Err(_) if state.finished[p].load(Ordering::SeqCst) => break,
+                    // Nor is a peer's close after its run, or this node's,
+                    // finished.
+                    Err(_) if state.finished[p].load(Ordering::SeqCst) || state.finished[me].load(Ordering::SeqCst) => {
+                        break;
+                    }
                     Err(e) => f.fail(format!("node {peer}: {e}")),
                 }
             }
@@ -1408,10 +1420,6 @@ mod tests {
         }
     }
 
-    /// Hand-offs of many megabytes cross while heartbeats run every
-    /// millisecond (a heartbeat written into a long frame would break its
-    /// checksum), the node with less to send finishes first and closes
-    /// (its peer must still get everything), and rounds follow each other.
     /// A spare's rounds: it ends a handover with the node that has the
     /// shard (the layout from its `ENDED`), learns that a run finished
     /// rather than failed, and an `ENDED` missing a row of the sender's
@@ -1481,6 +1489,50 @@ mod tests {
         }
     }
 
+    /// Two spares and a node running the shard: once it finishes, both
+    /// spares end (neither waits for the other), and nobody's run failed
+    /// (the spares closing after its FINISHED is not a failure to it).
+    #[test]
+    fn spares_end_when_the_node_with_shards_finishes() {
+        let base = 28_200 + (std::process::id() % 200) as u16 * 12;
+        let node = |id: u16, shards: u16| Node {
+            id,
+            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 3)),
+            client: SocketAddr::from(([127, 0, 0, 1], base + 9 + id)),
+            shards,
+        };
+        let spec = Spec {
+            nodes: vec![node(0, 1), node(1, 0), node(2, 0)],
+            heartbeat: Duration::from_millis(5),
+            failure_timeout: Duration::from_secs(2),
+        };
+        let threads: Vec<_> = (0..3u16)
+            .map(|i| {
+                let spec = spec.clone();
+                std::thread::spawn(move || {
+                    let mut c = Control::start(spec.clone(), i, 42).unwrap();
+                    let stop = AtomicBool::new(false);
+                    let run = c.join(survey(&[], 0), &spec.layout(), &stop).unwrap().unwrap();
+                    if i == 0 {
+                        run.finish();
+                        // The spares close once they heard it.
+                        std::thread::sleep(Duration::from_millis(300));
+                    } else {
+                        assert_eq!(run.spare_round(&stop), Spare::Finished, "node {i}");
+                    }
+                    assert!(!run.failure.is_failed(), "node {i}: {:?}", run.failure.reason());
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+    }
+
+    /// Hand-offs of many megabytes cross while heartbeats run every
+    /// millisecond (a heartbeat written into a long frame would break its
+    /// checksum), the node with less to send finishes first and closes
+    /// (its peer must still get everything), and rounds follow each other.
     #[test]
     fn large_hand_offs_cross_between_heartbeats_and_rounds() {
         let base = 23_300 + (std::process::id() % 200) as u16 * 10;

@@ -178,12 +178,14 @@ where
         )?;
         let Some((epoch, next)) = round.paused else {
             executors.take().expect("started").stop()?;
+            // Before saying FINISHED: once a spare hears it, it closes.
+            let failed = run.failure.reason();
             // A spare learns that the run is over, not failed.
             run.finish();
             return Ok(Rounds {
                 outputs: round.outputs,
                 changes,
-                failed: run.failure.reason(),
+                failed,
             });
         };
         let ended = std::time::Instant::now();

@@ -389,16 +389,21 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
             loop {
                 c.send(Body::Placement);
                 match c.recv().expect("an answer").body {
-                    Body::PlacementReply(p) if p.moved.first().cloned().unwrap_or_default() == moved => {
-                        assert_eq!(
-                            p.version,
-                            switching.len() as u64,
-                            "a switch per move that changed the map"
-                        );
+                    // The version too: a partition moved a → b → a looks
+                    // settled before its last switches.
+                    Body::PlacementReply(p)
+                        if p.moved.first().cloned().unwrap_or_default() == moved
+                            && p.version == switching.len() as u64 =>
+                    {
                         break;
                     }
                     Body::PlacementReply(p) => {
-                        assert!(Instant::now() < deadline, "{}: {p:?}, not {moved:?}", n.client)
+                        assert!(
+                            Instant::now() < deadline,
+                            "{}: {p:?}, not {moved:?} at version {}",
+                            n.client,
+                            switching.len()
+                        )
                     }
                     other => panic!("PLACEMENT answered {other:?}"),
                 }

@@ -274,9 +274,11 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
         // shard's map (from the metrics, published every 100 ms) says what
         // the committed moves say, and so does PLACEMENT.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        // (A partition moved a → b → a looks settled before its last
+        // switches: wait for the version too.)
         loop {
             let maps = partition_owners(&d, shards);
-            if maps.iter().all(|m| *m == owner) {
+            if maps.iter().all(|m| *m == owner) && placement(&d).0 == switching.len() as u64 {
                 break;
             }
             assert!(
