@@ -97,10 +97,10 @@ pub struct RebalanceArgs {
     /// The operator whose partition moves, e.g. `account`.
     operator: String,
     /// The partition's number.
-    #[arg(required_unless_present = "auto")]
+    #[arg(required_unless_present_any = ["auto", "drain_node"])]
     partition: Option<u32>,
     /// The shard it moves to.
-    #[arg(required_unless_present = "auto")]
+    #[arg(required_unless_present_any = ["auto", "drain_node"])]
     shard: Option<u16>,
     /// Instead of one named move: move the operator's partitions so that
     /// the invocations each shard ran even out (`styx_engine::balance::plan`
@@ -108,6 +108,13 @@ pub struct RebalanceArgs {
     /// node of the engine).
     #[arg(long, conflicts_with_all = ["partition", "shard"])]
     auto: bool,
+    /// Instead of one named move: move every partition of the operator
+    /// off this node's shards, each to the other nodes' shard with the
+    /// least invocations so far (a node emptied before maintenance; its
+    /// shards keep taking part in every epoch, and `--auto` fills it
+    /// again).
+    #[arg(long, conflicts_with_all = ["partition", "shard", "auto"])]
+    drain_node: Option<u16>,
     /// With --auto: count the invocations of this many seconds (two reads
     /// of the metrics); 0 counts those since the daemon started.
     #[arg(long, default_value_t = 2.0)]
@@ -121,7 +128,7 @@ pub struct RebalanceArgs {
     /// each node's client port + 1, the nodes listed by MAP].
     #[arg(long)]
     metrics: Option<String>,
-    /// With --auto: print the plan, move nothing.
+    /// With --auto or --drain-node: print the plan, move nothing.
     #[arg(long)]
     dry_run: bool,
     /// Return once the move is decided and durable, without waiting for
@@ -463,6 +470,9 @@ pub fn rebalance(a: RebalanceArgs) -> ExitCode {
     if a.auto {
         return rebalance_auto(a);
     }
+    if let Some(node) = a.drain_node {
+        return drain_node(a, node);
+    }
     let (partition, shard) = (
         a.partition.expect("clap requires it"),
         a.shard.expect("clap requires it"),
@@ -618,6 +628,64 @@ fn rebalance_auto(a: RebalanceArgs) -> ExitCode {
                 // One at a time: each waits for its switch (unless
                 // --no-wait), so the next is planned against a settled map.
                 move_partition(&client, &a.operator, m.partition, m.to, watch.as_ref()).await?;
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }))
+}
+
+/// `styx rebalance --drain-node N`: moves every partition of the operator
+/// off node N's shards, the heaviest first, each to the shard of another
+/// node that carries the least (invocations since start, by the
+/// per-partition counts), one at a time.
+fn drain_node(a: RebalanceArgs, node: u16) -> ExitCode {
+    finish(on_client(move || async move {
+        let client = client(&a.connect)?;
+        let map = client.map().await.map_err(|e| format!("MAP: {e}"))?;
+        let Some(n) = map.nodes.get(usize::from(node)) else {
+            return Err(format!("no node {node} (the engine has {})", map.nodes.len()));
+        };
+        let draining = n.first_shard..n.first_shard + n.shards;
+        if draining.len() == usize::from(map.shards) {
+            return Err(format!(
+                "node {node} runs every shard: there is nowhere to move its partitions"
+            ));
+        }
+        let metrics = a.metrics(&client).await?;
+        let watch = (!a.no_wait).then(|| (metrics.clone(), Duration::from_secs_f64(a.wait_s)));
+        let loads = partition_loads(&metrics_of(&metrics)?, None, &a.operator)?;
+        let mut carried = vec![0u64; usize::from(map.shards)];
+        for l in &loads {
+            carried[usize::from(l.owner)] += l.load;
+        }
+        let mut leaving: Vec<&styx_engine::balance::Load> =
+            loads.iter().filter(|l| draining.contains(&l.owner)).collect();
+        leaving.sort_by_key(|l| (std::cmp::Reverse(l.load), l.partition));
+        let mut moves = Vec::with_capacity(leaving.len());
+        for l in leaving {
+            let to = (0..map.shards)
+                .filter(|s| !draining.contains(s))
+                .min_by_key(|s| (carried[usize::from(*s)], *s))
+                .expect("a shard on another node");
+            carried[usize::from(l.owner)] -= l.load;
+            carried[usize::from(to)] += l.load;
+            moves.push((l.partition, to, l.load));
+        }
+        println!(
+            "node {node} (shards {}..{}) holds {} partitions of {}: moving them off, invocations per shard after {carried:?}",
+            draining.start,
+            draining.end,
+            moves.len(),
+            a.operator
+        );
+        for (partition, to, load) in moves {
+            if a.dry_run {
+                println!(
+                    "would move partition {partition} of {} to shard {to} ({load} invocations)",
+                    a.operator
+                );
+            } else {
+                move_partition(&client, &a.operator, partition, to, watch.as_ref()).await?;
             }
         }
         Ok(ExitCode::SUCCESS)

@@ -674,6 +674,70 @@ fn rebalance_auto_reads_every_nodes_counts() {
     assert!(counts.iter().all(|c| *c > 0), "a node's shard was not counted: {text}");
 }
 
+/// `styx rebalance --drain-node 2` under load: every partition leaves node
+/// 2's shard, the load goes on (every transfer exactly once, money
+/// conserved, by the bench's own check), and every node's PLACEMENT says
+/// so.
+#[test]
+fn drain_node_moves_every_partition_off_it_under_load() {
+    let (nodes, addrs) = ycsbt_cluster("cluster-drain", true);
+    let load = std::thread::spawn(move || short_ycsbt(&addrs, "4"));
+    std::thread::sleep(Duration::from_millis(500));
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "rebalance",
+            "--connect",
+            &nodes[0].client,
+            "account",
+            "--drain-node",
+            "2",
+        ])
+        .output()
+        .expect("styx runs");
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    let partitions = styx_tools::apps::PARTITIONS;
+    let on_node_2 = (0..partitions)
+        .filter(|p| styx_engine::partition_owner(*p, 3) == 2)
+        .count();
+    assert!(
+        text.contains(&format!("holds {on_node_2} partitions of account")),
+        "{text}"
+    );
+    assert_eq!(text.matches("switched within").count(), on_node_2, "{text}");
+    for n in &nodes {
+        let (version, moved) = placement(&n.client);
+        assert_eq!(version, on_node_2 as u64, "{}: a switch per partition", n.client);
+        let owner = |p: u32| {
+            moved
+                .iter()
+                .find(|(q, _)| *q == p)
+                .map_or(styx_engine::partition_owner(p, 3), |(_, o)| *o)
+        };
+        assert!(
+            (0..partitions).all(|p| owner(p) != 2),
+            "{}: node 2 still holds partitions: {moved:?}",
+            n.client
+        );
+    }
+    let report = load.join().unwrap();
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    // Nothing to drain from a node that holds nothing, and no node 7.
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "rebalance",
+            "--connect",
+            &nodes[0].client,
+            "account",
+            "--drain-node",
+            "7",
+        ])
+        .output()
+        .expect("styx runs");
+    assert!(!out.status.success());
+    assert!(output_text(&out).contains("no node 7"), "{}", output_text(&out));
+}
+
 #[test]
 fn status_shows_every_node() {
     let root = data_dir("cluster-status");
