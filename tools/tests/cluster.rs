@@ -677,7 +677,7 @@ fn rebalance_auto_reads_every_nodes_counts() {
 /// `styx rebalance --drain-node 2` under load: every partition leaves node
 /// 2's shard, the load goes on (every transfer exactly once, money
 /// conserved, by the bench's own check), and every node's PLACEMENT says
-/// so.
+/// so; then `--auto` under load gives node 2 partitions again.
 #[test]
 fn drain_node_moves_every_partition_off_it_under_load() {
     let (nodes, addrs) = ycsbt_cluster("cluster-drain", true);
@@ -722,7 +722,27 @@ fn drain_node_moves_every_partition_off_it_under_load() {
     }
     let report = load.join().unwrap();
     assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
-    // Nothing to drain from a node that holds nothing, and no node 7.
+    // Under load again, `--auto` by the last second's counts fills the
+    // emptied node: it carries none of them, the others all.
+    let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
+    let load = std::thread::spawn(move || short_ycsbt(&addrs, "4"));
+    std::thread::sleep(Duration::from_millis(500));
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["rebalance", "--connect", &nodes[1].client, "account", "--auto"])
+        .args(["--window-s", "1"])
+        .output()
+        .expect("styx runs");
+    let text = output_text(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("switched within"), "{text}");
+    let (_, moved) = placement(&nodes[0].client);
+    assert!(
+        moved.iter().any(|(_, o)| *o == 2),
+        "node 2 was given partitions again: {moved:?}\n{text}"
+    );
+    let report = load.join().unwrap();
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    // A node the engine does not have is refused by name.
     let out = Command::new(env!("CARGO_BIN_EXE_styx"))
         .args([
             "rebalance",
