@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 use styx_engine::rng::Rng;
-use styx_engine::{Address, Key, MOVE_FUNCTION, Outcome, Payload, Tid};
+use styx_engine::{Key, Outcome, Tid};
 use styx_net::Body;
 
 const NODES: usize = 3;
@@ -146,44 +146,9 @@ fn connect(addr: &str, within: Duration) -> Option<Conn> {
     None
 }
 
-#[derive(Clone, Copy)]
-enum Req {
-    Transfer {
-        debtor: u64,
-        creditor: u64,
-        amount: i64,
-    },
-    /// `__move` of a partition of `account` to a shard.
-    Move {
-        partition: u32,
-        to: u16,
-    },
-}
-
+/// A request of the exactly-once client `CLIENT`, numbered `seq`.
 fn send(c: &mut Conn, seq: u64, r: Req) -> u32 {
-    match r {
-        Req::Transfer {
-            debtor,
-            creditor,
-            amount,
-        } => c.send(request(
-            CLIENT,
-            seq,
-            "account",
-            "transfer",
-            Key::from(debtor),
-            Payload::encode(&(creditor, amount)),
-        )),
-        Req::Move { partition, to } => c.send(Body::Request(styx_net::Request {
-            client: CLIENT,
-            seq,
-            ack: 0,
-            operator: "account".into(),
-            function: MOVE_FUNCTION.into(),
-            target: Address::Partition(partition),
-            args: Payload::encode(&to),
-        })),
-    }
+    send_as(c, CLIENT, seq, r)
 }
 
 /// Every answer to `corrs` that arrives in `within` (an answer may be a

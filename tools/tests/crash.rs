@@ -20,7 +20,7 @@ use common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 use styx_engine::rng::Rng;
-use styx_engine::{Address, Key, MOVE_FUNCTION, Outcome, Payload, Tid};
+use styx_engine::{Key, Outcome, Payload, Tid};
 use styx_net::Body;
 
 const CYCLES: usize = 20;
@@ -35,44 +35,9 @@ const BALLAST: u64 = 3_200;
 /// Partitions of `account` (`styx_tools::apps::PARTITIONS`).
 const PARTITIONS: u32 = styx_tools::apps::PARTITIONS;
 
-#[derive(Clone, Copy)]
-enum Req {
-    Transfer {
-        debtor: u64,
-        creditor: u64,
-        amount: i64,
-    },
-    /// `__move` of a partition of `account` to a shard.
-    Move {
-        partition: u32,
-        to: u16,
-    },
-}
-
+/// A request of the exactly-once client `CLIENT`, numbered `seq`.
 fn send(c: &mut Conn, seq: u64, r: Req) -> u32 {
-    match r {
-        Req::Transfer {
-            debtor,
-            creditor,
-            amount,
-        } => c.send(request(
-            CLIENT,
-            seq,
-            "account",
-            "transfer",
-            Key::from(debtor),
-            Payload::encode(&(creditor, amount)),
-        )),
-        Req::Move { partition, to } => c.send(Body::Request(styx_net::Request {
-            client: CLIENT,
-            seq,
-            ack: 0,
-            operator: "account".into(),
-            function: MOVE_FUNCTION.into(),
-            target: Address::Partition(partition),
-            args: Payload::encode(&to),
-        })),
-    }
+    send_as(c, CLIENT, seq, r)
 }
 
 #[test]

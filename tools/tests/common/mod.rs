@@ -269,6 +269,49 @@ pub fn request(client: u64, seq: u64, op: &str, function: &str, key: Key, args: 
     })
 }
 
+/// A request of the kill -9 loops: a transfer of `account`, or a move of
+/// one of its partitions.
+#[derive(Clone, Copy, Debug)]
+pub enum Req {
+    Transfer {
+        debtor: u64,
+        creditor: u64,
+        amount: i64,
+    },
+    /// `__move` of a partition of `account` to a shard.
+    Move {
+        partition: u32,
+        to: u16,
+    },
+}
+
+/// Sends `r` as request `seq` of exactly-once client `client`.
+pub fn send_as(c: &mut Conn, client: u64, seq: u64, r: Req) -> u32 {
+    match r {
+        Req::Transfer {
+            debtor,
+            creditor,
+            amount,
+        } => c.send(request(
+            client,
+            seq,
+            "account",
+            "transfer",
+            Key::from(debtor),
+            Payload::encode(&(creditor, amount)),
+        )),
+        Req::Move { partition, to } => c.send(Body::Request(Request {
+            client,
+            seq,
+            ack: 0,
+            operator: "account".into(),
+            function: styx_engine::MOVE_FUNCTION.into(),
+            target: Address::Partition(partition),
+            args: Payload::encode(&to),
+        })),
+    }
+}
+
 /// The outcome an answer carries (panics on anything else).
 pub fn outcome(f: &Frame) -> (Tid, Outcome) {
     f.body.outcome().unwrap_or_else(|| panic!("not an outcome: {f:?}"))
