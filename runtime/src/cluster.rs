@@ -413,6 +413,16 @@ impl Run {
         self.tell_all(&control_frame(COMMITTED, &epoch));
     }
 
+    /// Writes `frame` to every peer as this run's last (no heartbeat
+    /// after it): written, and the writer closed, under one lock.
+    fn tell_all_last(&self, frame: &[u8]) {
+        for (_, w) in &self.peers {
+            let mut w = w.lock().expect("writer lock");
+            let _ = w.write(frame);
+            w.closed = true;
+        }
+    }
+
     /// Writes `frame` to every peer (a broken connection fails the run
     /// through its reader).
     fn tell_all(&self, frame: &[u8]) {
@@ -475,12 +485,7 @@ impl Run {
         }
         // From here a peer closing is the end of the run here too.
         self.state.finished[usize::from(self.node)].store(true, Ordering::SeqCst);
-        let frame = control_frame(FINISHED, &());
-        for (_, w) in &self.peers {
-            let mut w = w.lock().expect("writer lock");
-            let _ = w.write(&frame);
-            w.closed = true;
-        }
+        self.tell_all_last(&control_frame(FINISHED, &()));
     }
 
     /// A spare's part of a round (this node runs no shard in it): waits
@@ -626,12 +631,7 @@ impl Run {
         // its connections only once every node said RECEIVED, so none
         // still reads what it needs when they close.
         self.state.received[me].store(epoch, Ordering::SeqCst);
-        let frame = control_frame(RECEIVED, &epoch);
-        for (_, w) in &self.peers {
-            let mut w = w.lock().expect("writer lock");
-            let _ = w.write(&frame);
-            w.closed = true;
-        }
+        self.tell_all_last(&control_frame(RECEIVED, &epoch));
         self.wait_all(&self.state.received, epoch, timeout, "the nodes' receipts")?;
         Ok(mine)
     }

@@ -122,11 +122,21 @@ where
         if let Some(c) = changes.last_mut() {
             c.joined = std::time::Instant::now();
         }
-        if run.local_shards().is_empty() {
+        // The handover that ended the round: its epoch, the next layout,
+        // when this node's round ended, and the shards it sends (as bytes)
+        // and keeps.
+        let (epoch, next, ended, outgoing, sent, kept) = if run.local_shards().is_empty() {
             // A spare this round (it starts as one, or handed all its
             // shards away): it takes part in the handovers only.
-            let (epoch, next) = match run.spare_round(stop) {
-                cluster::Spare::Handover(epoch, next) => (epoch, next),
+            match run.spare_round(stop) {
+                cluster::Spare::Handover(epoch, next) => (
+                    epoch,
+                    next,
+                    std::time::Instant::now(),
+                    Vec::new(),
+                    Vec::new(),
+                    Vec::new(),
+                ),
                 cluster::Spare::Stopped => return Err(Error::Handover("stopped while a spare".into())),
                 ended => {
                     if let Some(ex) = executors.take() {
@@ -141,70 +151,55 @@ where
                         },
                     });
                 }
+            }
+        } else {
+            let mut opts = options(run.clone());
+            opts.cluster = Some(run.clone());
+            opts.engine.pause_at_handover = true;
+            let ex = match &mut executors {
+                Some(ex) => ex,
+                // A spare's first shards: it may be handed more, each on the
+                // executor with the fewest, so as many as the node may use.
+                None => executors.insert(Executors::start(&opts, !changes.is_empty())?),
+            };
+            let later = !changes.is_empty();
+            let round = ex.round(
+                app.clone(),
+                opts,
+                std::mem::take(&mut resume),
+                make.clone(),
+                true,
+                later,
+            )?;
+            let Some((epoch, next)) = round.paused else {
+                executors.take().expect("started").stop()?;
+                // Before saying FINISHED: once a spare hears it, it closes.
+                let failed = run.failure.reason();
+                // A spare learns that the run is over, not failed.
+                run.finish();
+                return Ok(Rounds {
+                    outputs: round.outputs,
+                    changes,
+                    failed,
+                });
             };
             let ended = std::time::Instant::now();
-            for bytes in run.hand_over(epoch, Vec::new(), timeout).map_err(Error::Handover)? {
-                let h = Handoff::decode(&bytes, &app).map_err(|e| Error::Handover(format!("a hand-off: {e}")))?;
-                resume.push(h);
-            }
-            changes.push(RoundChange {
-                epoch,
-                layout: next.clone(),
-                ended,
-                joined: ended,
-                sent: Vec::new(),
-                kept: Vec::new(),
-            });
-            layout = next;
-            continue;
-        }
-        let mut opts = options(run.clone());
-        opts.cluster = Some(run.clone());
-        opts.engine.pause_at_handover = true;
-        let ex = match &mut executors {
-            Some(ex) => ex,
-            // A spare's first shards: it may be handed more, each on the
-            // executor with the fewest, so as many as the node may use.
-            None => executors.insert(Executors::start(&opts, !changes.is_empty())?),
+            // Those staying stayed on their executors: only the shards
+            // changing nodes are handed off, and cross as bytes.
+            let sent = round.handoffs.iter().map(|h| (h.shard(), h.entities())).collect();
+            let outgoing = round
+                .handoffs
+                .iter()
+                .map(|h| (next.node_of(h.shard()), h.shard(), h.encode()))
+                .collect();
+            let mut kept: Vec<ShardId> = ex.kept.iter().flatten().map(|k| k.0).collect();
+            kept.sort_unstable();
+            (epoch, next, ended, outgoing, sent, kept)
         };
-        let later = !changes.is_empty();
-        let round = ex.round(
-            app.clone(),
-            opts,
-            std::mem::take(&mut resume),
-            make.clone(),
-            true,
-            later,
-        )?;
-        let Some((epoch, next)) = round.paused else {
-            executors.take().expect("started").stop()?;
-            // Before saying FINISHED: once a spare hears it, it closes.
-            let failed = run.failure.reason();
-            // A spare learns that the run is over, not failed.
-            run.finish();
-            return Ok(Rounds {
-                outputs: round.outputs,
-                changes,
-                failed,
-            });
-        };
-        let ended = std::time::Instant::now();
-        // Those staying stayed on their executors: only the shards changing
-        // nodes are handed off, and cross as bytes.
-        let sent = round.handoffs.iter().map(|h| (h.shard(), h.entities())).collect();
-        let outgoing = round
-            .handoffs
-            .iter()
-            .map(|h| (next.node_of(h.shard()), h.shard(), h.encode()))
-            .collect();
-        drop(round.handoffs);
-        let incoming = run.hand_over(epoch, outgoing, timeout).map_err(Error::Handover)?;
-        for bytes in incoming {
+        for bytes in run.hand_over(epoch, outgoing, timeout).map_err(Error::Handover)? {
             let h = Handoff::decode(&bytes, &app).map_err(|e| Error::Handover(format!("a hand-off: {e}")))?;
             resume.push(h);
         }
-        let mut kept: Vec<ShardId> = ex.kept.iter().flatten().map(|k| k.0).collect();
-        kept.sort_unstable();
         changes.push(RoundChange {
             epoch,
             layout: next.clone(),

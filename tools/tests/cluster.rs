@@ -207,7 +207,6 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
         n.spawn(bin);
     }
     let shards = NODES as u16;
-    let partitions = styx_tools::apps::PARTITIONS;
     let mut rng = Rng::new(11);
     let mut sent: BTreeMap<u64, Req> = BTreeMap::new();
     // Per kill with moves: the victim's map version, the newest committed
@@ -225,14 +224,7 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
             corrs.insert(send(&mut c, seq, sent[&seq]), seq);
         }
         for _ in 0..moves {
-            // Never to the partition's first owner: its first move changes
-            // the map (a move to the owner is dropped).
-            let partition = rng.below(u64::from(partitions)) as u32;
-            let first = styx_engine::partition_owner(partition, shards);
-            let m = Req::Move {
-                partition,
-                to: (first + 1 + rng.below(u64::from(shards) - 1) as u16) % shards,
-            };
+            let m = move_off_first_owner(&mut rng, shards);
             sent.insert(next_seq, m);
             corrs.insert(send(&mut c, next_seq, m), next_seq);
             next_seq += 1;
@@ -257,12 +249,10 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
             // The map's version (a switch each) and the newest move known
             // committed, to count the kills that left a decided move
             // unswitched (at the end).
-            let newest = answered
-                .iter()
-                .filter(|(seq, (_, o))| matches!(sent[*seq], Req::Move { .. }) && matches!(o, Outcome::Committed(_)))
-                .map(|(_, (tid, _))| *tid)
-                .max();
-            kills.push((placement(&nodes[victim].client).0, newest));
+            kills.push((
+                placement(&nodes[victim].client).0,
+                newest_committed_move(&sent, &answered),
+            ));
         }
         let killed = Instant::now();
         nodes[victim].kill9();
@@ -307,41 +297,10 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
     }
     // Balances: start plus every committed transfer, once; partitions
     // where their last committed move (in serial order) put them.
-    let mut expected: BTreeMap<u64, i64> = (0..KEYS).map(|k| (k, START)).collect();
-    let mut committed_moves: Vec<(Tid, u32, u16)> = Vec::new();
-    for (seq, (tid, o)) in &answered {
-        if !matches!(o, Outcome::Committed(_)) {
-            continue;
-        }
-        match sent[seq] {
-            Req::Transfer {
-                debtor,
-                creditor,
-                amount,
-            } => {
-                *expected.get_mut(&debtor).unwrap() -= amount;
-                *expected.get_mut(&creditor).unwrap() += amount;
-            }
-            Req::Move { partition, to } => committed_moves.push((*tid, partition, to)),
-        }
-    }
+    let history = History::of(&sent, &answered, KEYS, START, shards);
+    let (expected, switching) = (&history.balances, &history.switching);
     if moves > 0 {
-        committed_moves.sort_unstable();
-        let mut owner: Vec<u16> = (0..partitions)
-            .map(|p| styx_engine::partition_owner(p, shards))
-            .collect();
-        // Those that change the map, each a switch, in serial order.
-        let mut switching: Vec<Tid> = Vec::new();
-        for (tid, partition, to) in &committed_moves {
-            if owner[*partition as usize] != *to {
-                switching.push(*tid);
-            }
-            owner[*partition as usize] = *to;
-        }
-        let moved: Vec<(u32, u16)> = (0..partitions)
-            .filter(|p| owner[*p as usize] != styx_engine::partition_owner(*p, shards))
-            .map(|p| (p, owner[p as usize]))
-            .collect();
+        let moved = history.moved();
         assert!(
             !moved.is_empty(),
             "the committed moves left partitions off the default rule"
@@ -375,12 +334,7 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        let mid_move = kills
-            .iter()
-            .filter(|(version, newest)| {
-                newest.is_some_and(|t| switching.iter().filter(|s| **s <= t).count() as u64 > *version)
-            })
-            .count();
+        let mid_move = history.kills_mid_move(&kills);
         eprintln!("{mid_move} of {} kills with a decided move unswitched", kills.len());
         assert!(
             mid_move > 0,
@@ -391,18 +345,7 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
     c.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     if moves > 0 {
         // Nothing of the moved partitions was lost or doubled.
-        for k in KEYS..KEYS + BALLAST {
-            c.send(Body::Get {
-                operator: "account".into(),
-                key: Key::from(k),
-            });
-        }
-        for k in KEYS..KEYS + BALLAST {
-            let f = c.recv().unwrap();
-            let Body::State { value } = f.body else { panic!("{f:?}") };
-            let balance = value.map(|v| i64::from_le_bytes(v.try_into().unwrap()));
-            assert_eq!(balance, Some(START), "account {k}, which only sat in its partition");
-        }
+        assert_untouched(&mut c, KEYS..KEYS + BALLAST, START);
     }
     let got: BTreeMap<u64, i64> = (0..KEYS)
         .map(|k| {
@@ -416,7 +359,7 @@ fn kill_9_loop_of_nodes(name: &str, knobs: &[&str], moves: usize) {
         })
         .collect();
     assert_eq!(
-        got, expected,
+        got, *expected,
         "balances equal the acknowledged history, each transfer once"
     );
     assert_eq!(got.values().sum::<i64>(), START * KEYS as i64, "money is conserved");
@@ -648,19 +591,15 @@ fn drain_node_moves_every_partition_off_it_under_load() {
     let (nodes, addrs) = ycsbt_cluster("cluster-drain", true);
     let load = std::thread::spawn(move || short_ycsbt(&addrs, "4"));
     std::thread::sleep(Duration::from_millis(500));
-    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
-        .args([
-            "rebalance",
-            "--connect",
-            &nodes[0].client,
-            "account",
-            "--drain-node",
-            "2",
-        ])
-        .output()
-        .expect("styx runs");
-    let text = output_text(&out);
-    assert!(out.status.success(), "{text}");
+    let (code, text) = styx(&[
+        "rebalance",
+        "--connect",
+        &nodes[0].client,
+        "account",
+        "--drain-node",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{text}");
     let partitions = styx_tools::apps::PARTITIONS;
     let on_node_2 = (0..partitions)
         .filter(|p| styx_engine::partition_owner(*p, 3) == 2)
@@ -692,13 +631,16 @@ fn drain_node_moves_every_partition_off_it_under_load() {
     let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
     let load = std::thread::spawn(move || short_ycsbt(&addrs, "4"));
     std::thread::sleep(Duration::from_millis(500));
-    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
-        .args(["rebalance", "--connect", &nodes[1].client, "account", "--auto"])
-        .args(["--window-s", "1"])
-        .output()
-        .expect("styx runs");
-    let text = output_text(&out);
-    assert!(out.status.success(), "{text}");
+    let (code, text) = styx(&[
+        "rebalance",
+        "--connect",
+        &nodes[1].client,
+        "account",
+        "--auto",
+        "--window-s",
+        "1",
+    ]);
+    assert_eq!(code, 0, "{text}");
     assert!(text.contains("switched within"), "{text}");
     let (_, moved) = placement(&nodes[0].client);
     assert!(
@@ -708,19 +650,16 @@ fn drain_node_moves_every_partition_off_it_under_load() {
     let report = load.join().unwrap();
     assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
     // A node the engine does not have is refused by name.
-    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
-        .args([
-            "rebalance",
-            "--connect",
-            &nodes[0].client,
-            "account",
-            "--drain-node",
-            "7",
-        ])
-        .output()
-        .expect("styx runs");
-    assert!(!out.status.success());
-    assert!(output_text(&out).contains("no node 7"), "{}", output_text(&out));
+    let (code, text) = styx(&[
+        "rebalance",
+        "--connect",
+        &nodes[0].client,
+        "account",
+        "--drain-node",
+        "7",
+    ]);
+    assert_ne!(code, 0, "{text}");
+    assert!(text.contains("no node 7"), "{text}");
 }
 
 #[test]

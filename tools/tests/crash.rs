@@ -97,21 +97,7 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
             assert!(matches!(outcome(&f).1, Outcome::Committed(_)));
         }
         if moves > 0 {
-            // Pipelined: a call each would wait for an epoch's fsync.
-            for k in KEYS..KEYS + BALLAST {
-                c.send(request(
-                    1,
-                    k + 1,
-                    "account",
-                    "deposit",
-                    Key::from(k),
-                    Payload::encode(&START),
-                ));
-            }
-            for _ in 0..BALLAST {
-                let f = c.recv().expect("an answer");
-                assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
-            }
+            deposit_all(&mut c, KEYS..KEYS + BALLAST, START);
         }
     }
     let mut rng = Rng::new(7);
@@ -129,14 +115,7 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
             corr_seq.insert(send(&mut c, seq, sent[&seq]), seq);
         }
         for _ in 0..moves {
-            // Never to the partition's first owner: its first move changes
-            // the map (a move to the owner is dropped).
-            let partition = rng.below(u64::from(PARTITIONS)) as u32;
-            let first = styx_engine::partition_owner(partition, shards);
-            let m = Req::Move {
-                partition,
-                to: (first + 1 + rng.below(u64::from(shards) - 1) as u16) % shards,
-            };
+            let m = move_off_first_owner(&mut rng, shards);
             sent.insert(next_seq, m);
             corr_seq.insert(send(&mut c, next_seq, m), next_seq);
             next_seq += 1;
@@ -178,12 +157,7 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
             // The map's version (a switch each) and the newest move known
             // committed: a kill in the middle of a copy, or before a queued
             // one, leaves a decided move unswitched (counted at the end).
-            let newest = answered
-                .iter()
-                .filter(|(seq, (_, o))| matches!(sent[*seq], Req::Move { .. }) && matches!(o, Outcome::Committed(_)))
-                .map(|(_, (tid, _))| *tid)
-                .max();
-            kills.push((placement(&d).0, newest));
+            kills.push((placement(&d).0, newest_committed_move(&sent, &answered)));
         }
         d.kill9();
         d = d.restart();
@@ -199,42 +173,12 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
         answered.insert(*seq, outcome(&f));
     }
     assert_eq!(answered.len(), sent.len(), "every request has exactly one outcome");
-    // Balances: start plus every committed transfer, once.
-    let mut expected: BTreeMap<u64, i64> = (0..KEYS).map(|k| (k, START)).collect();
-    // Where each partition is: moved by its last committed move (in
-    // serial order, by tid), else by the default rule.
-    let mut owner: Vec<u16> = (0..PARTITIONS)
-        .map(|p| styx_engine::partition_owner(p, shards))
-        .collect();
-    let mut committed_moves: Vec<(Tid, u32, u16)> = Vec::new();
-    for (seq, (tid, o)) in &answered {
-        if !matches!(o, Outcome::Committed(_)) {
-            continue;
-        }
-        match sent[seq] {
-            Req::Transfer {
-                debtor,
-                creditor,
-                amount,
-            } => {
-                *expected.get_mut(&debtor).unwrap() -= amount;
-                *expected.get_mut(&creditor).unwrap() += amount;
-            }
-            Req::Move { partition, to } => committed_moves.push((*tid, partition, to)),
-        }
-    }
-    committed_moves.sort_unstable();
-    // Those that change the map (a move to the owner is dropped), each a
-    // switch, in serial order.
-    let mut switching: Vec<Tid> = Vec::new();
-    for (tid, partition, to) in &committed_moves {
-        if owner[*partition as usize] != *to {
-            switching.push(*tid);
-        }
-        owner[*partition as usize] = *to;
-    }
+    // Balances: start plus every committed transfer, once; partitions
+    // where their last committed move (in serial order) put them.
+    let history = History::of(&sent, &answered, KEYS, START, shards);
+    let (expected, owner, switching) = (&history.balances, &history.owner, &history.switching);
     if moves > 0 {
-        assert!(!committed_moves.is_empty(), "some moves committed");
+        assert!(history.committed_moves > 0, "some moves committed");
         // Copies go on after the restart; once they all switched, every
         // shard's map (from the metrics, published every 100 ms) says what
         // the committed moves say, and so does PLACEMENT.
@@ -243,7 +187,7 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
         // switches: wait for the version too.)
         loop {
             let maps = partition_owners(&d, shards);
-            if maps.iter().all(|m| *m == owner) && placement(&d).0 == switching.len() as u64 {
+            if maps.iter().all(|m| m == owner) && placement(&d).0 == switching.len() as u64 {
                 break;
             }
             assert!(
@@ -252,10 +196,7 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
             );
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
-        let moved: Vec<(u32, u16)> = (0..PARTITIONS)
-            .filter(|p| owner[*p as usize] != styx_engine::partition_owner(*p, shards))
-            .map(|p| (p, owner[p as usize]))
-            .collect();
+        let moved = history.moved();
         assert!(
             !moved.is_empty(),
             "the committed moves left partitions off the default rule"
@@ -265,14 +206,7 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
             (switching.len() as u64, moved),
             "PLACEMENT after the moves: a switch per move that changed the map"
         );
-        // Every move decided up to the newest known committed one had
-        // switched at the kill unless the map's version was behind them.
-        let mid_move = kills
-            .iter()
-            .filter(|(version, newest)| {
-                newest.is_some_and(|t| switching.iter().filter(|s| **s <= t).count() as u64 > *version)
-            })
-            .count();
+        let mid_move = history.kills_mid_move(&kills);
         eprintln!("{mid_move} of {} kills with a decided move unswitched", kills.len());
         assert!(
             mid_move > 0,
@@ -296,22 +230,10 @@ fn kill_9_loop(name: &str, layout: &[&str], cycles: usize, moves: usize) {
     let got = balances(&d);
     if moves > 0 {
         // Nothing of the moved partitions was lost or doubled.
-        let mut c = d.connect();
-        for k in KEYS..KEYS + BALLAST {
-            c.send(Body::Get {
-                operator: "account".into(),
-                key: Key::from(k),
-            });
-        }
-        for k in KEYS..KEYS + BALLAST {
-            let f = c.recv().unwrap();
-            let Body::State { value } = f.body else { panic!("{f:?}") };
-            let balance = value.map(|v| i64::from_le_bytes(v.try_into().unwrap()));
-            assert_eq!(balance, Some(START), "account {k}, which only sat in its partition");
-        }
+        assert_untouched(&mut d.connect(), KEYS..KEYS + BALLAST, START);
     }
     assert_eq!(
-        got, expected,
+        got, *expected,
         "balances equal the acknowledged history, each transfer once"
     );
     assert_eq!(got.values().sum::<i64>(), START * KEYS as i64, "money is conserved");

@@ -16,17 +16,6 @@ fn styxd() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_styxd"))
 }
 
-/// Runs the `styx` CLI; returns its exit code and stdout.
-fn styx(args: &[&str]) -> (i32, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_styx"))
-        .args(args)
-        .output()
-        .expect("styx runs");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    (out.status.code().unwrap_or(-1), format!("{stdout}{stderr}"))
-}
-
 /// Runs `styx repl` with `input` on stdin.
 fn styx_repl(addr: &str, input: &str) -> (i32, String) {
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_styx"))
@@ -48,21 +37,7 @@ fn balance_bytes(v: &[u8]) -> i64 {
 
 /// Deposits `START` into accounts `0..keys` (exactly-once client 1).
 fn load(d: &Daemon, keys: u64) {
-    let mut c = d.connect();
-    for k in 0..keys {
-        c.send(request(
-            1,
-            k + 1,
-            "account",
-            "deposit",
-            Key::from(k),
-            Payload::encode(&START),
-        ));
-    }
-    for _ in 0..keys {
-        let f = c.recv().unwrap();
-        assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
-    }
+    deposit_all(&mut d.connect(), 0..keys, START);
 }
 
 /// Every balance, read with GET.
