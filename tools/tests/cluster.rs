@@ -5,6 +5,7 @@
 //! acknowledged is lost, nothing applies twice, money is conserved.
 
 mod common;
+mod support;
 
 use common::*;
 use std::collections::BTreeMap;
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 use styx_engine::rng::Rng;
 use styx_engine::{Key, Outcome, Tid};
 use styx_net::Body;
+use support::*;
 
 const NODES: usize = 3;
 const KEYS: u64 = 60;

@@ -15,6 +15,7 @@
 //! moved partition is lost or doubled.
 
 mod common;
+mod support;
 
 use common::*;
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ use std::path::Path;
 use styx_engine::rng::Rng;
 use styx_engine::{Key, Outcome, Payload, Tid};
 use styx_net::Body;
+use support::*;
 
 const CYCLES: usize = 20;
 const BURST: u64 = 150;

@@ -1,6 +1,7 @@
 //! The `styxd` binary end to end, over TCP.
 
 mod common;
+mod support;
 
 use common::*;
 use std::collections::BTreeMap;
@@ -9,6 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 use styx_engine::{AbortKind, Key, Outcome, Payload};
 use styx_net::{Body, ErrorCode, Frame};
+use support::*;
 
 const START: i64 = 1_000;
 
