@@ -170,6 +170,13 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             .threads
             .map_or_else(|| styx_runtime::threads_default(n_local), usize::from)
             .min(n_local);
+        // The other nodes on this machine run their shards on its cores too
+        // (their threads by their defaults: their settings are not known here).
+        let neighbour_threads: usize = spec
+            .neighbours(node)
+            .filter(|n| n.shards > 0)
+            .map(|n| styx_runtime::threads_default(usize::from(n.shards)))
+            .sum();
         let opts = Options {
             shards: n_local as u16,
             engine,
@@ -179,7 +186,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             threads: Some(threads),
             idle_poll_us: settings
                 .idle_poll_us
-                .unwrap_or_else(|| styx_runtime::idle_poll_default(threads)),
+                .unwrap_or_else(|| styx_runtime::idle_poll_default(threads + neighbour_threads)),
             on_quiet: program.on_quiet,
             ..Options::default()
         };

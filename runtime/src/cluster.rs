@@ -190,6 +190,16 @@ impl Spec {
             .expect("a shard of the cluster") as u16
     }
 
+    /// The other nodes that share `node`'s machine, by their peer
+    /// addresses: the same IP, or both loopback.
+    pub fn neighbours(&self, node: u16) -> impl Iterator<Item = &Node> + '_ {
+        let mine = self.nodes[usize::from(node)].peer.ip();
+        self.nodes.iter().filter(move |n| {
+            let ip = n.peer.ip();
+            n.id != node && (ip == mine || (ip.is_loopback() && mine.is_loopback()))
+        })
+    }
+
     /// The cluster file's numbering: node 0 runs the first shards, and so on.
     pub fn layout(&self) -> Layout {
         Layout::contiguous(&self.nodes.iter().map(|n| n.shards).collect::<Vec<_>>())
@@ -1207,6 +1217,17 @@ mod tests {
         // Shard s's links on its node's peer port + 1 + s.
         assert_eq!(run.link_addr(4).port(), 7025);
         assert_eq!(run.link_addr(2).port(), 7013);
+        // Three loopback nodes share a machine; a node elsewhere shares
+        // it with none, and nodes on one other IP share theirs.
+        let ids = |spec: &Spec, node| spec.neighbours(node).map(|n| n.id).collect::<Vec<_>>();
+        assert_eq!(ids(&spec, 1), [0, 2]);
+        let mut apart = spec.clone();
+        apart.nodes[2].peer = SocketAddr::from(([10, 0, 0, 2], 7020));
+        assert_eq!(ids(&apart, 0), [1]);
+        assert_eq!(ids(&apart, 2), [] as [u16; 0]);
+        apart.nodes[1].peer = SocketAddr::from(([10, 0, 0, 2], 7010));
+        assert_eq!(ids(&apart, 2), [1]);
+        assert_eq!(ids(&apart, 0), [] as [u16; 0]);
         let mut tight = spec.clone();
         tight.nodes[1].peer = SocketAddr::from(([127, 0, 0, 1], 7005));
         assert!(

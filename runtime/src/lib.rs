@@ -93,6 +93,12 @@ pub fn threads_default(local_shards: usize) -> usize {
 /// polled (`perf sched latency`), and p99 went from ~5 ms to ~3 ms without
 /// polling (median of the runs the VM did not stall), at ~5% less
 /// closed-loop throughput.
+///
+/// `threads` counts every busy executor thread of the machine: a node of a
+/// cluster counts its neighbours' too ([`cluster::Spec::neighbours`]).
+/// Three local nodes of one shard each on two cores, YCSB-T open loop over
+/// TCP at 20 000 requests/s with exactly-once names: p50 ~300 ms while
+/// the three shards polled (each node saw a spare core), 3.0 ms without.
 pub fn idle_poll_default(threads: usize) -> u64 {
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
     if cores > threads { IDLE_POLL_US } else { 0 }
