@@ -187,6 +187,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             idle_poll_us: settings
                 .idle_poll_us
                 .unwrap_or_else(|| styx_runtime::idle_poll_default(threads + neighbour_threads)),
+            spin_before_park: styx_runtime::spin_before_park_default(threads + neighbour_threads),
             on_quiet: program.on_quiet,
             ..Options::default()
         };
