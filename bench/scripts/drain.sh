@@ -7,7 +7,8 @@
 #
 # Reports per run: committed/s over the whole window, p50/p99, the commit
 # rate (median of the bench's 100 ms timeline buckets) before the drain,
-# during it and after it, how long the drain took and how many partitions
+# during it and after it, p99 before it (median of the buckets' p99s) and
+# during it (the highest bucket p99; a steady run: the same window), how long the drain took and how many partitions
 # it moved, and whether the run's own invariants held (every transfer
 # once, money conserved).
 #
@@ -106,7 +107,9 @@ run() {
            drain_s: $drain_s, partitions_moved: $moved,
            rate_before: ([.timeline[] | select(.[0] >= $warmup_ms and .[0] < $from) | .[1]] | median),
            rate_during: ([.timeline[] | select(.[0] >= $from and .[0] < $to) | .[1]] | median),
-           rate_after: ([.timeline[] | select(.[0] >= $to + 500) | .[1]] | median)}' "$WORK/report-$1.json"
+           rate_after: ([.timeline[] | select(.[0] >= $to + 500) | .[1]] | median),
+           p99_before_us: ([.timeline_p99_us[]? | select(.[0] >= $warmup_ms and .[0] < $from) | .[1]] | median),
+           p99_during_max_us: ([.timeline_p99_us[]? | select(.[0] >= $from and .[0] < $to) | .[1]] | max)}' "$WORK/report-$1.json"
 }
 
 command -v jq >/dev/null || apt-get install -y jq >/dev/null
@@ -121,6 +124,7 @@ jq -s -r '
   def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
   group_by(.run) | map({run: .[0].run, tps: (map(.tps) | median), p99: (map(.p99_us) | median),
     before: (map(.rate_before) | median), during: (map(.rate_during) | median), after: (map(.rate_after) | median),
+    p99_before: (map(.p99_before_us) | median), p99_during: (map(.p99_during_max_us) | median),
     drain_s: (map(.drain_s) | median), moved: (map(.partitions_moved) | median), ok: (map(.invariants_ok) | all)})[]
-  | "\(.run)\t\(.tps | floor) tps\tp99 \(.p99) µs\trate before/during/after \(.before | floor)/\(.during | floor)/\(.after | floor)\tdrain \(.drain_s) s (\(.moved) partitions)\tinvariants \(.ok)"
+  | "\(.run)\t\(.tps | floor) tps\tp99 \(.p99) µs\trate before/during/after \(.before | floor)/\(.during | floor)/\(.after | floor)\tp99 before/during (100 ms buckets: median/max) \(.p99_before)/\(.p99_during) µs\tdrain \(.drain_s) s (\(.moved) partitions)\tinvariants \(.ok)"
 ' "$WORK/runs.jsonl"

@@ -100,6 +100,11 @@ pub struct Report {
     /// Throughput over time: `[t_ms, committed_per_s]` per bucket, `t_ms`
     /// from the start of the warm-up to the end of the measured window.
     pub timeline: Vec<(u64, f64)>,
+    /// Latency over time (runs over TCP): `[t_ms, p99_us]` of the requests
+    /// answered in each timeline bucket (committed or aborted, from their
+    /// scheduled time), for buckets that answered any.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub timeline_p99_us: Vec<(u64, u64)>,
     /// Partitions moved during the run and what they cost (`crate::moves`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub moves: Option<crate::moves::Figures>,

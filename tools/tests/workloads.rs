@@ -157,6 +157,25 @@ fn ycsbt_open_loop_sends_every_scheduled_request() {
             "send lag {q} {l:?} against latency {t:?}: {report}"
         );
     }
+    // Latency over time: a p99 per 100 ms bucket of the window that
+    // answered anything, in time order, each between 1 µs and the run's
+    // maximum (no warm-up here: every answer is of the window; a bucket's
+    // histogram keeps 2 significant digits, so 1% above it at most).
+    let buckets = report["timeline_p99_us"].as_array().expect("a latency timeline");
+    assert!((5..=10).contains(&buckets.len()), "{report}");
+    let ts: Vec<u64> = buckets.iter().map(|b| b[0].as_u64().unwrap()).collect();
+    assert!(
+        ts.windows(2).all(|w| w[0] < w[1]) && ts.iter().all(|t| t % 100 == 0 && *t < 1_000),
+        "{ts:?}"
+    );
+    let max = report["latency_us"]["max"].as_u64().unwrap();
+    for b in buckets {
+        let p = b[1].as_u64().unwrap();
+        assert!(
+            p >= 1 && p <= max + max / 100 + 1,
+            "bucket {b} against max {max}: {report}"
+        );
+    }
     let out = Command::new(env!("CARGO_BIN_EXE_styx"))
         .args(["verify", "ycsbt", "--connect", &daemon.addr, "--keys", "2000"])
         .output()

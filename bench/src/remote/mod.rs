@@ -219,8 +219,29 @@ struct Meter {
     lost: u64,
     lost_reasons: Vec<String>,
     timeline: Vec<u64>,
+    /// Latencies of the answers of each timeline bucket (a coarser
+    /// histogram: a run keeps one per 100 ms).
+    timeline_latency: Vec<Histogram<u64>>,
     /// Commits since the start, for the progress line.
     committed_all: u64,
+}
+
+/// A timeline bucket's latencies: two significant digits (1%) suffice
+/// for its p99, at a tenth of the run histogram's size.
+fn bucket_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds")
+}
+
+/// Each of the first `buckets` buckets' p99 (`[t_ms, p99_us]`), for those
+/// that answered anything.
+fn timeline_p99(latency: &[Histogram<u64>], buckets: usize) -> Vec<(u64, u64)> {
+    latency
+        .iter()
+        .take(buckets)
+        .enumerate()
+        .filter(|(_, h)| !h.is_empty())
+        .map(|(b, h)| (b as u64 * TIMELINE_BUCKET_MS, h.value_at_quantile(0.99)))
+        .collect()
 }
 
 impl Meter {
@@ -240,6 +261,7 @@ impl Meter {
             lost: 0,
             lost_reasons: Vec::new(),
             timeline: Vec::new(),
+            timeline_latency: Vec::new(),
             committed_all: 0,
         }
     }
@@ -252,14 +274,21 @@ impl Meter {
     fn outcome(&mut self, intended: Instant, outcome: &Outcome) {
         let now = Instant::now();
         let in_window = self.in_window(intended);
+        let latency_us = now.duration_since(intended).as_micros().max(1) as u64;
+        let b = (now.duration_since(self.origin).as_millis() as u64 / TIMELINE_BUCKET_MS) as usize;
+        if b < TIMELINE_BUCKETS_MAX {
+            if self.timeline.len() <= b {
+                self.timeline.resize(b + 1, 0);
+            }
+            if self.timeline_latency.len() <= b {
+                self.timeline_latency.resize_with(b + 1, bucket_histogram);
+            }
+            self.timeline_latency[b].saturating_record(latency_us);
+        }
         match outcome {
             Outcome::Committed(_) => {
                 self.committed_all += 1;
-                let b = (now.duration_since(self.origin).as_millis() as u64 / TIMELINE_BUCKET_MS) as usize;
                 if b < TIMELINE_BUCKETS_MAX {
-                    if self.timeline.len() <= b {
-                        self.timeline.resize(b + 1, 0);
-                    }
                     self.timeline[b] += 1;
                 }
                 self.committed += u64::from(in_window);
@@ -273,8 +302,7 @@ impl Meter {
             }
         }
         if in_window {
-            self.hist
-                .saturating_record(now.duration_since(intended).as_micros().max(1) as u64);
+            self.hist.saturating_record(latency_us);
         }
     }
 
@@ -701,6 +729,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
         p.insert("in_flight_requested".into(), in_flight.into());
     }
     report.timeline = runner::timeline_rates(m.timeline, r.warmup + r.duration);
+    report.timeline_p99_us = timeline_p99(&m.timeline_latency, report.timeline.len());
     report.tps = report.committed as f64 / r.duration.as_secs_f64();
     report.tps_per_core = report.tps / f64::from(shards);
 
