@@ -189,6 +189,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
                 .unwrap_or_else(|| styx_runtime::idle_poll_default(threads + neighbour_threads)),
             spin_before_park: styx_runtime::spin_before_park_default(threads + neighbour_threads),
             on_quiet: program.on_quiet,
+            on_background: program.on_background,
             ..Options::default()
         };
         // Announce once every shard listens; tests and scripts read this

@@ -316,9 +316,12 @@ pub(crate) struct ShardDurable {
     /// The epoch of this shard's last snapshot file (the next delta's parent).
     parent_epoch: Epoch,
     /// Chunks of the snapshot being received.
-    chunks: Vec<(OpId, Key, Option<Value>)>,
+    chunks: Vec<Vec<(OpId, Key, Option<Value>)>>,
     writing: Rc<RefCell<usize>>,
     metrics: Option<Arc<ShardMetrics>>,
+    /// Called on the helper thread before it writes a snapshot file
+    /// (`Options::on_background`).
+    on_background: Option<fn()>,
     /// On the node's first shard: the committer task and its stop flag.
     /// Stopping waits for a commit in progress (its blocking thread must
     /// hand its result to a live executor).
@@ -343,6 +346,7 @@ impl ShardDurable {
         shard: &mut Shard,
         loop_waker: Waiter,
         metrics: Option<Arc<ShardMetrics>>,
+        on_background: Option<fn()>,
     ) -> ShardDurable {
         let id = shard.id();
         let local = usize::from(id - durable.shards.start);
@@ -428,6 +432,7 @@ impl ShardDurable {
             writing: Rc::new(RefCell::new(0)),
             metrics,
             committer,
+            on_background,
         }
     }
 
@@ -451,7 +456,10 @@ impl ShardDurable {
     /// Collects snapshot chunks; writes a shard's file once it has them all.
     pub(crate) fn snapshot(&mut self, chunks: &mut Vec<SnapshotChunk>) {
         for c in chunks.drain(..) {
-            self.chunks.extend(c.entries);
+            // Joined on the writer's thread: the shard's would copy the
+            // whole snapshot (~3 MB at 55 000 entities, with its page
+            // faults) in one iteration, ~4 ms that every epoch waited for.
+            self.chunks.push(c.entries);
             if !c.last {
                 continue;
             }
@@ -462,12 +470,16 @@ impl ShardDurable {
             let durable = self.durable.clone();
             let writing = self.writing.clone();
             let metrics = self.metrics.clone();
+            let on_background = self.on_background;
             *writing.borrow_mut() += 1;
             glommio::spawn_local(async move {
                 let started = Instant::now();
                 let file = glommio::executor()
                     .spawn_blocking(move || {
-                        let mut entries = entries;
+                        if let Some(f) = on_background {
+                            f();
+                        }
+                        let mut entries = entries.concat();
                         styx_storage::snapshot::write_entities(&dir, shard, epoch, parent, &meta, &mut entries)
                     })
                     .await

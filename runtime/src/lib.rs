@@ -164,6 +164,14 @@ pub struct Options {
     /// burst of load freed resident for as long as the shard idles, since
     /// it returns memory only when the thread allocates again.
     pub on_quiet: Option<fn()>,
+    /// Called on the helper thread that writes a snapshot file, before it
+    /// writes: the place for a binary to lower that thread's CPU priority
+    /// (`styxd` sets its nice value to 19), so the file's sorting and
+    /// encoding run on what the shards leave idle. Every node of a cluster
+    /// snapshots after the same epoch: three local nodes of 33 000 changed
+    /// accounts each took both cores for ~15 ms a second, and the open
+    /// loop's p99 in that 100 ms was 15–30 ms against ~3 ms in the others.
+    pub on_background: Option<fn()>,
 }
 
 impl Default for Options {
@@ -180,6 +188,7 @@ impl Default for Options {
             cluster: None,
             threads: None,
             on_quiet: None,
+            on_background: None,
         }
     }
 }

@@ -923,7 +923,16 @@ where
         _ => None,
     };
     let durable = match &opts.durable {
-        Some(d) => Some(durable::ShardDurable::start(d.clone(), &mut shard, waiter.clone(), metrics.clone()).await),
+        Some(d) => Some(
+            durable::ShardDurable::start(
+                d.clone(),
+                &mut shard,
+                waiter.clone(),
+                metrics.clone(),
+                opts.on_background,
+            )
+            .await,
+        ),
         None => None,
     };
     let mesh = Mesh {

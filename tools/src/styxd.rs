@@ -21,6 +21,7 @@ fn main() -> ExitCode {
                 preloading a benchmark's state (--preload)"
             .into(),
         on_quiet: Some(styx_tools::memory::collect),
+        on_background: Some(styx_tools::memory::background),
     };
     let (settings, styxd) = match styx_daemon::parse::<Styxd>(&program, std::env::args().collect()) {
         Ok(parsed) => parsed,

@@ -744,3 +744,66 @@ fn rebalance_auto_moves_load_off_the_busy_shard() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("no partitions of \"nothing\""), "{out}");
 }
+
+/// A thread's (name, nice value) from `/proc/PID/task/TID/stat`.
+fn thread_nice(pid: u32, tid: u64) -> Option<(String, i64)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
+    let (head, rest) = stat.rsplit_once(')')?;
+    let name = head.split_once('(')?.1.to_string();
+    // After the name: state (field 3) … nice (field 19).
+    let nice = rest.split_whitespace().nth(16)?.parse().ok()?;
+    Some((name, nice))
+}
+
+/// Snapshot files are sorted and encoded on a helper thread at nice 19
+/// (`Program::on_background`), so that work runs on what the shards leave
+/// idle; the shard's own thread keeps the default priority.
+#[test]
+fn snapshot_files_are_written_below_the_shards_priority() {
+    let dir = data_dir("background-nice");
+    let d = Daemon::start(styxd(), &dir, &["--shards", "1", "--snapshot-interval-ms", "20"]);
+    load(&d, 50);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let metrics = d.http_get("/metrics");
+        let written = metrics
+            .lines()
+            .find(|l| l.starts_with("styx_snapshot_bytes_total"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        if written > 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no snapshot file written in 30 s:\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = d.child.id();
+    let mut threads: Vec<(u64, String, i64)> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+        .filter_map(|tid| thread_nice(pid, tid).map(|(name, nice)| (tid, name, nice)))
+        .collect();
+    threads.sort();
+    // The shard's executor thread is the first of its name; its helper
+    // threads (created by it, so named alike) come later.
+    let shard = threads
+        .iter()
+        .find(|(_, name, _)| name.starts_with("shards-"))
+        .unwrap_or_else(|| panic!("no shard thread: {threads:?}"));
+    assert_eq!(shard.2, 0, "the shard runs at the default priority: {threads:?}");
+    assert!(
+        threads.iter().any(|(_, _, nice)| *nice == 19),
+        "a snapshot writer at nice 19: {threads:?}"
+    );
+    assert!(
+        threads
+            .iter()
+            .filter(|(_, _, nice)| *nice != 0)
+            .all(|(_, _, nice)| *nice == 19),
+        "{threads:?}"
+    );
+}
