@@ -45,6 +45,8 @@ use styx_storage::{DataDir, Error};
 const COMPACT_AFTER_FILES: usize = 8;
 /// How often shard 0 looks for a snapshot to commit.
 const COMMIT_POLL: Duration = Duration::from_millis(5);
+/// A shard warns that its snapshot writer fell behind at most this often.
+const BEHIND_WARN_EVERY: Duration = Duration::from_secs(10);
 /// How often the committer looks when no snapshot file is being written:
 /// a snapshot is committed (and the log before it compacted) at most this
 /// much later, and each wake-up of an idle daemon costs its reactor ~0.2
@@ -322,6 +324,8 @@ pub(crate) struct ShardDurable {
     /// Called on the helper thread before it writes a snapshot file
     /// (`Options::on_background`).
     on_background: Option<fn()>,
+    /// When this shard last warned that its snapshot writer fell behind.
+    behind_warned: Option<Instant>,
     /// On the node's first shard: the committer task and its stop flag.
     /// Stopping waits for a commit in progress (its blocking thread must
     /// hand its result to a live executor).
@@ -419,7 +423,7 @@ impl ShardDurable {
         let committer = (id == durable.shards.start).then(|| {
             let stop = Rc::new(Stop::default());
             (
-                glommio::spawn_local(committer_task(durable.clone(), stop.clone())),
+                glommio::spawn_local(committer_task(durable.clone(), stop.clone(), on_background)),
                 stop,
             )
         });
@@ -433,6 +437,7 @@ impl ShardDurable {
             metrics,
             committer,
             on_background,
+            behind_warned: None,
         }
     }
 
@@ -471,16 +476,26 @@ impl ShardDurable {
             let writing = self.writing.clone();
             let metrics = self.metrics.clone();
             let on_background = self.on_background;
+            if *writing.borrow() > 0 && self.behind_warned.is_none_or(|t| t.elapsed() >= BEHIND_WARN_EVERY) {
+                self.behind_warned = Some(Instant::now());
+                tracing::warn!(
+                    shard,
+                    epoch,
+                    "a snapshot is ready while this shard's previous file is still being written: \
+                     the writer (a helper thread below the shards' priority) is starved of CPU; \
+                     snapshots queue in memory until the cores have time"
+                );
+            }
             *writing.borrow_mut() += 1;
             glommio::spawn_local(async move {
                 let started = Instant::now();
                 let file = glommio::executor()
                     .spawn_blocking(move || {
-                        if let Some(f) = on_background {
-                            f();
-                        }
-                        let mut entries = entries.concat();
-                        styx_storage::snapshot::write_entities(&dir, shard, epoch, parent, &meta, &mut entries)
+                        below(on_background, format!("snapshot-{shard}"), move || {
+                            let mut entries = entries.concat();
+                            styx_storage::snapshot::write_entities(&dir, shard, epoch, parent, &meta, &mut entries)
+                                .map_err(|e| e.to_string())
+                        })
                     })
                     .await
                     .unwrap_or_else(|e| fatal(shard, &format!("cannot write snapshot {epoch}: {e}")));
@@ -614,7 +629,29 @@ impl Stop {
     }
 }
 
-async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>) {
+/// Runs `work` on a thread of its own named `name`, after `on_background`
+/// (which may lower that thread's priority for good: an unprivileged
+/// thread cannot raise it again, so the thread ends with the work), and
+/// waits for it. Blocking: call it from `spawn_blocking`.
+fn below<T: Send + 'static>(
+    on_background: Option<fn()>,
+    name: String,
+    work: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, String> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            if let Some(f) = on_background {
+                f();
+            }
+            work()
+        })
+        .map_err(|e| format!("cannot start thread {name}: {e}"))?
+        .join()
+        .map_err(|_| format!("thread {name} panicked"))?
+}
+
+async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>, on_background: Option<fn()>) {
     let first = durable.shards.start;
     loop {
         let writing = !durable.committer.lock().expect("committer lock").files.is_empty();
@@ -639,10 +676,14 @@ async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>) {
         let d = durable.clone();
         glommio::executor()
             .spawn_blocking(move || {
-                if let Some(epoch) = ready {
-                    commit(&d, epoch).map_err(|e| format!("cannot commit snapshot {epoch}: {e}"))?;
-                }
-                collect_garbage(&d).map_err(|e| format!("cannot remove old snapshots and logs: {e}"))
+                // Background work too: a manifest, at times a compaction of
+                // a shard's chain, and removing old logs and snapshots.
+                below(on_background, "snapshot-commit".into(), move || {
+                    if let Some(epoch) = ready {
+                        commit(&d, epoch).map_err(|e| format!("cannot commit snapshot {epoch}: {e}"))?;
+                    }
+                    collect_garbage(&d).map_err(|e| format!("cannot remove old snapshots and logs: {e}"))
+                })
             })
             .await
             .unwrap_or_else(|e| fatal(first, &e));

@@ -745,65 +745,76 @@ fn rebalance_auto_moves_load_off_the_busy_shard() {
     assert!(out.contains("no partitions of \"nothing\""), "{out}");
 }
 
-/// A thread's (name, nice value) from `/proc/PID/task/TID/stat`.
-fn thread_nice(pid: u32, tid: u64) -> Option<(String, i64)> {
+/// Linux's scheduling policy of a thread that runs only when nothing else
+/// would.
+const SCHED_IDLE: i64 = 5;
+
+/// A thread's (name, scheduling policy) from `/proc/PID/task/TID/stat`.
+fn thread_policy(pid: u32, tid: u64) -> Option<(String, i64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/stat")).ok()?;
     let (head, rest) = stat.rsplit_once(')')?;
     let name = head.split_once('(')?.1.to_string();
-    // After the name: state (field 3) … nice (field 19).
-    let nice = rest.split_whitespace().nth(16)?.parse().ok()?;
-    Some((name, nice))
+    // After the name: state (field 3) … policy (field 41).
+    let policy = rest.split_whitespace().nth(38)?.parse().ok()?;
+    Some((name, policy))
 }
 
-/// Snapshot files are sorted and encoded on a helper thread at nice 19
+/// Snapshot files are sorted and encoded on a thread of their own
+/// (`snapshot-SHARD`, one per file) in the `SCHED_IDLE` class
 /// (`Program::on_background`), so that work runs on what the shards leave
-/// idle; the shard's own thread keeps the default priority.
+/// idle; the shard's own thread keeps the default class.
 #[test]
 fn snapshot_files_are_written_below_the_shards_priority() {
     let dir = data_dir("background-nice");
     let d = Daemon::start(styxd(), &dir, &["--shards", "1", "--snapshot-interval-ms", "20"]);
-    load(&d, 50);
+    let pid = d.child.id();
+    let threads = || -> Vec<(u64, String, i64)> {
+        let mut threads: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+            .filter_map(|tid| thread_policy(pid, tid).map(|(name, policy)| (tid, name, policy)))
+            .collect();
+        threads.sort();
+        threads
+    };
+    // A writer lives ~1 ms of every 20: watch for one in its class while
+    // the state changes (each snapshot then has entities to write).
+    let mut c = d.connect();
     let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let metrics = d.http_get("/metrics");
-        let written = metrics
-            .lines()
-            .find(|l| l.starts_with("styx_snapshot_bytes_total"))
-            .and_then(|l| l.split_whitespace().last())
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0);
-        if written > 0 {
-            break;
+    let mut seq = 0;
+    let writer = loop {
+        seq += 1;
+        c.call(
+            1,
+            seq,
+            "account",
+            "deposit",
+            Key::from(seq % 50),
+            Payload::encode(&1i64),
+        );
+        let all = threads();
+        if let Some(w) = all
+            .iter()
+            .find(|(_, name, policy)| name.starts_with("snapshot-") && *policy == SCHED_IDLE)
+        {
+            break (w.clone(), all);
         }
         assert!(
             Instant::now() < deadline,
-            "no snapshot file written in 30 s:\n{metrics}"
+            "no snapshot writer in SCHED_IDLE seen in 30 s: {all:?}"
         );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let pid = d.child.id();
-    let mut threads: Vec<(u64, String, i64)> = std::fs::read_dir(format!("/proc/{pid}/task"))
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
-        .filter_map(|tid| thread_nice(pid, tid).map(|(name, nice)| (tid, name, nice)))
-        .collect();
-    threads.sort();
-    // The shard's executor thread is the first of its name; its helper
-    // threads (created by it, so named alike) come later.
-    let shard = threads
+    };
+    let (writer, all) = writer;
+    assert_eq!(writer.1, "snapshot-0", "{all:?}");
+    let shard = all
         .iter()
         .find(|(_, name, _)| name.starts_with("shards-"))
-        .unwrap_or_else(|| panic!("no shard thread: {threads:?}"));
-    assert_eq!(shard.2, 0, "the shard runs at the default priority: {threads:?}");
+        .unwrap_or_else(|| panic!("no shard thread: {all:?}"));
+    assert_eq!(shard.2, 0, "the shard runs in the default class: {all:?}");
+    // Nothing else was lowered (the pool's thread runs the committer).
     assert!(
-        threads.iter().any(|(_, _, nice)| *nice == 19),
-        "a snapshot writer at nice 19: {threads:?}"
-    );
-    assert!(
-        threads
-            .iter()
-            .filter(|(_, _, nice)| *nice != 0)
-            .all(|(_, _, nice)| *nice == 19),
-        "{threads:?}"
+        all.iter()
+            .all(|(_, name, policy)| *policy == 0 || name.starts_with("snapshot-")),
+        "{all:?}"
     );
 }
