@@ -126,6 +126,9 @@ pub struct Durable {
     committer: Mutex<Committer>,
     /// Per local shard, the newest epoch its log made durable.
     log_durable: Vec<AtomicU64>,
+    /// The newest snapshot committed here (recovered from, or since): the
+    /// shards publish it (`styx_snapshot_epoch`).
+    committed_epoch: AtomicU64,
     /// The run this node takes part in: told of snapshot commits, it says
     /// which snapshot the whole cluster completed (garbage before it goes).
     run: Arc<Run>,
@@ -237,6 +240,7 @@ impl Surveyed {
                 collected_through: 0,
             }),
             log_durable: shards.clone().map(|_| AtomicU64::new(0)).collect(),
+            committed_epoch: AtomicU64::new(snapshot_epoch.unwrap_or(0)),
             run,
         });
         let recovered = Recovered {
@@ -455,6 +459,10 @@ impl ShardDurable {
 
     /// The newest epoch made durable since the last call.
     pub(crate) fn durable(&mut self) -> Option<Epoch> {
+        if let Some(m) = &self.metrics {
+            m.snapshot_epoch
+                .store(self.durable.committed_epoch.load(Relaxed), Relaxed);
+        }
         self.log.borrow_mut().durable.take()
     }
 
@@ -706,6 +714,7 @@ fn commit(durable: &Durable, epoch: Epoch) -> Result<(), Error> {
         }
     }
     drop(c);
+    durable.committed_epoch.store(epoch, Relaxed);
     tracing::info!(epoch, "snapshot committed");
     durable.run.committed_locally(epoch);
     Ok(())

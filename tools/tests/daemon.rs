@@ -817,4 +817,21 @@ fn snapshot_files_are_written_below_the_shards_priority() {
             .all(|(_, name, policy)| *policy == 0 || name.starts_with("snapshot-")),
         "{all:?}"
     );
+    // The snapshots commit, and /metrics says which is the newest.
+    loop {
+        let metrics = d.http_get("/metrics");
+        let epoch = metrics
+            .lines()
+            .find(|l| l.starts_with("styx_snapshot_epoch{"))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<u64>().ok());
+        if epoch.is_some_and(|e| e > 0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "styx_snapshot_epoch never above 0:\n{metrics}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
