@@ -109,7 +109,7 @@ run() {
            rate_during: ([.timeline[] | select(.[0] >= $from and .[0] < $to) | .[1]] | median),
            rate_after: ([.timeline[] | select(.[0] >= $to + 500) | .[1]] | median),
            p99_before_us: ([.timeline_p99_us[]? | select(.[0] >= $warmup_ms and .[0] < $from) | .[1]] | median),
-           p99_during_max_us: ([.timeline_p99_us[]? | select(.[0] >= $from and .[0] < $to) | .[1]] | max)}' "$WORK/report-$1.json"
+           p99_during_max_us: ([.timeline_p99_us[]? | select(.[0] >= $from and .[0] < $to) | .[1]] | max // 0)}' "$WORK/report-$1.json"
 }
 
 command -v jq >/dev/null || apt-get install -y jq >/dev/null

@@ -191,12 +191,15 @@ impl Spec {
     }
 
     /// The other nodes that share `node`'s machine, by their peer
-    /// addresses: the same IP, or both loopback.
+    /// addresses: the same IP, or both local (loopback or unspecified;
+    /// IPv4-mapped IPv6 as IPv4). A machine's several addresses are not
+    /// known here: nodes on two of them count as two machines.
     pub fn neighbours(&self, node: u16) -> impl Iterator<Item = &Node> + '_ {
-        let mine = self.nodes[usize::from(node)].peer.ip();
+        let local = |ip: std::net::IpAddr| ip.is_loopback() || ip.is_unspecified();
+        let mine = self.nodes[usize::from(node)].peer.ip().to_canonical();
         self.nodes.iter().filter(move |n| {
-            let ip = n.peer.ip();
-            n.id != node && (ip == mine || (ip.is_loopback() && mine.is_loopback()))
+            let ip = n.peer.ip().to_canonical();
+            n.id != node && (ip == mine || (local(ip) && local(mine)))
         })
     }
 
@@ -1228,6 +1231,9 @@ mod tests {
         apart.nodes[1].peer = SocketAddr::from(([10, 0, 0, 2], 7010));
         assert_eq!(ids(&apart, 2), [1]);
         assert_eq!(ids(&apart, 0), [] as [u16; 0]);
+        // An IPv4-mapped address is its IPv4 one.
+        apart.nodes[0].peer = "[::ffff:10.0.0.2]:7000".parse().unwrap();
+        assert_eq!(ids(&apart, 0), [1, 2]);
         let mut tight = spec.clone();
         tight.nodes[1].peer = SocketAddr::from(([127, 0, 0, 1], 7005));
         assert!(

@@ -427,7 +427,7 @@ impl ShardDurable {
         let committer = (id == durable.shards.start).then(|| {
             let stop = Rc::new(Stop::default());
             (
-                glommio::spawn_local(committer_task(durable.clone(), stop.clone(), on_background)),
+                glommio::spawn_local(committer_task(durable.clone(), stop.clone())),
                 stop,
             )
         });
@@ -489,9 +489,9 @@ impl ShardDurable {
                 tracing::warn!(
                     shard,
                     epoch,
-                    "a snapshot is ready while this shard's previous file is still being written: \
-                     the writer (a helper thread below the shards' priority) is starved of CPU; \
-                     snapshots queue in memory until the cores have time"
+                    "a snapshot is ready while this shard's previous file is still being written \
+                     (its writer is behind: short of CPU, or queued behind the committer or a slow \
+                     disk); snapshots queue in memory until it catches up"
                 );
             }
             *writing.borrow_mut() += 1;
@@ -500,7 +500,12 @@ impl ShardDurable {
                 let file = glommio::executor()
                     .spawn_blocking(move || {
                         below(on_background, format!("snapshot-{shard}"), move || {
-                            let mut entries = entries.concat();
+                            // Moved, not cloned (`concat` would clone each).
+                            let mut all = Vec::with_capacity(entries.iter().map(Vec::len).sum());
+                            for chunk in entries {
+                                all.extend(chunk);
+                            }
+                            let mut entries = all;
                             styx_storage::snapshot::write_entities(&dir, shard, epoch, parent, &meta, &mut entries)
                                 .map_err(|e| e.to_string())
                         })
@@ -646,20 +651,32 @@ fn below<T: Send + 'static>(
     name: String,
     work: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
-    std::thread::Builder::new()
-        .name(name.clone())
-        .spawn(move || {
-            if let Some(f) = on_background {
-                f();
-            }
+    let Some(lower) = on_background else {
+        return work();
+    };
+    // The work moves into the thread only once it started: a refused spawn
+    // (no thread to spare) leaves it here, to run at the caller's priority.
+    let slot = Arc::new(Mutex::new(Some(work)));
+    let theirs = slot.clone();
+    let spawned = std::thread::Builder::new().name(name.clone()).spawn(move || {
+        let work = theirs.lock().expect("work lock").take()?;
+        lower();
+        Some(work())
+    });
+    match spawned {
+        Ok(thread) => thread
+            .join()
+            .map_err(|_| format!("thread {name} panicked"))?
+            .expect("the thread took the work"),
+        Err(e) => {
+            tracing::warn!("cannot start thread {name} ({e}): its work runs at the shards' priority");
+            let work = slot.lock().expect("work lock").take().expect("the work was not taken");
             work()
-        })
-        .map_err(|e| format!("cannot start thread {name}: {e}"))?
-        .join()
-        .map_err(|_| format!("thread {name} panicked"))?
+        }
+    }
 }
 
-async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>, on_background: Option<fn()>) {
+async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>) {
     let first = durable.shards.start;
     loop {
         let writing = !durable.committer.lock().expect("committer lock").files.is_empty();
@@ -684,14 +701,13 @@ async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>, on_background: Op
         let d = durable.clone();
         glommio::executor()
             .spawn_blocking(move || {
-                // Background work too: a manifest, at times a compaction of
-                // a shard's chain, and removing old logs and snapshots.
-                below(on_background, "snapshot-commit".into(), move || {
-                    if let Some(epoch) = ready {
-                        commit(&d, epoch).map_err(|e| format!("cannot commit snapshot {epoch}: {e}"))?;
-                    }
-                    collect_garbage(&d).map_err(|e| format!("cannot remove old snapshots and logs: {e}"))
-                })
+                // At the shards' priority: it holds the committer's lock,
+                // which the shards' threads take when a file is written
+                // (lowered, it would hold them up behind busy cores).
+                if let Some(epoch) = ready {
+                    commit(&d, epoch).map_err(|e| format!("cannot commit snapshot {epoch}: {e}"))?;
+                }
+                collect_garbage(&d).map_err(|e| format!("cannot remove old snapshots and logs: {e}"))
             })
             .await
             .unwrap_or_else(|e| fatal(first, &e));

@@ -165,9 +165,10 @@ pub struct Options {
     /// it returns memory only when the thread allocates again.
     pub on_quiet: Option<fn()>,
     /// Called on the thread that writes a snapshot file (one per file, so
-    /// a priority lowered for good ends with it), before it writes: the
-    /// place for a binary to lower that thread's CPU priority (`styxd`
-    /// puts it in the `SCHED_IDLE` class), so the file's sorting and
+    /// a priority lowered for good ends with it; started from the shard's
+    /// thread, it shares its pinning), before it writes: the place for a
+    /// binary to lower that thread's CPU priority (`styxd` puts it in the
+    /// `SCHED_IDLE` class on the process's CPUs), so the file's sorting and
     /// encoding run on what the shards leave idle. Every node of a cluster
     /// snapshots after the same epoch: three local nodes of 33 000 changed
     /// accounts each took both cores for ~15 ms a second, and the open

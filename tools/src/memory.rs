@@ -22,11 +22,23 @@ pub fn collect() {
 /// 1–2 ms slices and a shard waited up to 4.6 ms for its core (`perf
 /// sched timehist`). Lowering a thread's own policy needs no privilege; a
 /// failure leaves it as it was.
+///
+/// It also takes the CPUs of the process's main thread: a helper started
+/// from a shard's thread inherits that thread's pinning to one core, where
+/// idle time is scarce while another core may have plenty.
 pub fn background() {
     let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread; `param` is a valid, initialised
-    // sched_param that outlives the call.
+    // SAFETY: `cpus` is a zeroed cpu_set_t (a plain bit set) written by
+    // sched_getaffinity for the main thread (its id is the process id) and
+    // read by sched_setaffinity for the calling thread (0), each given its
+    // size; `param` is a valid, initialised sched_param. Both outlive the
+    // calls.
     unsafe {
+        let mut cpus: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(libc::getpid(), size, &mut cpus) == 0 {
+            libc::sched_setaffinity(0, size, &cpus);
+        }
         libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
     }
 }

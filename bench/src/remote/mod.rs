@@ -219,9 +219,11 @@ struct Meter {
     lost: u64,
     lost_reasons: Vec<String>,
     timeline: Vec<u64>,
-    /// Latencies of the answers of each timeline bucket (a coarser
-    /// histogram: a run keeps one per 100 ms).
-    timeline_latency: Vec<Histogram<u64>>,
+    /// Latencies of the answers of the current timeline bucket (answers
+    /// come in time order, so one histogram at a time), and each finished
+    /// bucket's p99 `(bucket, p99_us)`.
+    bucket_latency: (usize, Histogram<u64>),
+    bucket_p99: Vec<(usize, u64)>,
     /// Commits since the start, for the progress line.
     committed_all: u64,
 }
@@ -232,15 +234,12 @@ fn bucket_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 2).expect("histogram bounds")
 }
 
-/// Each of the first `buckets` buckets' p99 (`[t_ms, p99_us]`), for those
-/// that answered anything.
-fn timeline_p99(latency: &[Histogram<u64>], buckets: usize) -> Vec<(u64, u64)> {
-    latency
-        .iter()
-        .take(buckets)
-        .enumerate()
-        .filter(|(_, h)| !h.is_empty())
-        .map(|(b, h)| (b as u64 * TIMELINE_BUCKET_MS, h.value_at_quantile(0.99)))
+/// The p99 of each of the first `buckets` buckets that answered anything
+/// (`[t_ms, p99_us]`).
+fn timeline_p99(p99s: &[(usize, u64)], buckets: usize) -> Vec<(u64, u64)> {
+    p99s.iter()
+        .filter(|(b, _)| *b < buckets)
+        .map(|&(b, p99)| (b as u64 * TIMELINE_BUCKET_MS, p99))
         .collect()
 }
 
@@ -261,8 +260,19 @@ impl Meter {
             lost: 0,
             lost_reasons: Vec::new(),
             timeline: Vec::new(),
-            timeline_latency: Vec::new(),
+            bucket_latency: (0, bucket_histogram()),
+            bucket_p99: Vec::new(),
             committed_all: 0,
+        }
+    }
+
+    /// Notes the current bucket's p99 (if it answered anything) and
+    /// empties it.
+    fn finish_bucket(&mut self) {
+        let (b, h) = &mut self.bucket_latency;
+        if !h.is_empty() {
+            self.bucket_p99.push((*b, h.value_at_quantile(0.99)));
+            h.reset();
         }
     }
 
@@ -280,10 +290,11 @@ impl Meter {
             if self.timeline.len() <= b {
                 self.timeline.resize(b + 1, 0);
             }
-            if self.timeline_latency.len() <= b {
-                self.timeline_latency.resize_with(b + 1, bucket_histogram);
+            if b > self.bucket_latency.0 {
+                self.finish_bucket();
+                self.bucket_latency.0 = b;
             }
-            self.timeline_latency[b].saturating_record(latency_us);
+            self.bucket_latency.1.saturating_record(latency_us);
         }
         match outcome {
             Outcome::Committed(_) => {
@@ -676,10 +687,11 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
         .iter()
         .map(|s| s.borrow_mut().take().expect("taken once").finish())
         .collect();
-    let m = std::mem::replace(
+    let mut m = std::mem::replace(
         &mut *meter.borrow_mut(),
         Meter::new(origin, Duration::ZERO, Duration::ZERO),
     );
+    m.finish_bucket();
 
     let mut report = Report {
         workload: workload.name().into(),
@@ -729,7 +741,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
         p.insert("in_flight_requested".into(), in_flight.into());
     }
     report.timeline = runner::timeline_rates(m.timeline, r.warmup + r.duration);
-    report.timeline_p99_us = timeline_p99(&m.timeline_latency, report.timeline.len());
+    report.timeline_p99_us = timeline_p99(&m.bucket_p99, report.timeline.len());
     report.tps = report.committed as f64 / r.duration.as_secs_f64();
     report.tps_per_core = report.tps / f64::from(shards);
 
