@@ -29,24 +29,7 @@ CONNECTIONS=${CONNECTIONS:-2}
 IN_FLIGHT=${IN_FLIGHT:-256}
 BASE=${BASE_PORT:-7600}
 WORK=$(mktemp -d /tmp/styx-cluster-bench.XXXXXX)
-PIDS=()
-
-cleanup() {
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-# Waits until the daemon at $1 answers STATUS.
-wait_serving() {
-    for _ in $(seq 1 600); do
-        if "$STYX" status --connect "$1" --metrics off >/dev/null 2>&1; then return 0; fi
-        sleep 0.1
-    done
-    echo "no answer from $1" >&2
-    return 1
-}
+. "$(dirname "$0")/daemons.sh"
 
 # Sums a counter over every shard of the /metrics at $2.
 metric() {
@@ -57,12 +40,6 @@ bench() {
     "$STYX" bench ycsbt --connect "$1" --connections "$CONNECTIONS" --exactly-once \
         --in-flight "$IN_FLIGHT" --keys "$ACCOUNTS" --duration "$DURATION" --warmup 2 \
         --json --no-serial --quiet
-}
-
-stop_all() {
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
 }
 
 one_node() {

@@ -30,29 +30,7 @@ STYXD=${STYXD:-target/release/styxd}
 BASE=${BASE_PORT:-7700}
 WARMUP=2
 WORK=$(mktemp -d /tmp/styx-drain-bench.XXXXXX)
-PIDS=()
-
-cleanup() {
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    wait 2>/dev/null || true
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-wait_serving() {
-    for _ in $(seq 1 600); do
-        if "$STYX" status --connect "$1" --metrics off >/dev/null 2>&1; then return 0; fi
-        sleep 0.1
-    done
-    echo "no answer from $1" >&2
-    return 1
-}
-
-stop_all() {
-    for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-    PIDS=()
-}
+. "$(dirname "$0")/daemons.sh"
 
 # One run: $1 the run's name, $2 "drain" or "steady".
 run() {

@@ -459,9 +459,12 @@ impl ShardDurable {
 
     /// The newest epoch made durable since the last call.
     pub(crate) fn durable(&mut self) -> Option<Epoch> {
+        // Written only when it changed: this runs every loop iteration.
         if let Some(m) = &self.metrics {
-            m.snapshot_epoch
-                .store(self.durable.committed_epoch.load(Relaxed), Relaxed);
+            let committed = self.durable.committed_epoch.load(Relaxed);
+            if m.snapshot_epoch.load(Relaxed) != committed {
+                m.snapshot_epoch.store(committed, Relaxed);
+            }
         }
         self.log.borrow_mut().durable.take()
     }

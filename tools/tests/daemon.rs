@@ -82,14 +82,16 @@ fn ycsbt_over_tcp_from_several_connections_keeps_every_balance_exact() {
                         let debtor = rng.below(keys);
                         let creditor = (debtor + 1 + rng.below(keys - 1)) % keys;
                         let amount = 1 + rng.below(300) as i64;
-                        let corr = c.send(request(
+                        let corr = send_as(
+                            &mut c,
                             client,
                             seq,
-                            "account",
-                            "transfer",
-                            Key::from(debtor),
-                            Payload::encode(&(creditor, amount)),
-                        ));
+                            Req::Transfer {
+                                debtor,
+                                creditor,
+                                amount,
+                            },
+                        );
                         sent.insert(corr, (debtor, creditor, amount));
                     }
                     for _ in 0..25 {
