@@ -828,9 +828,11 @@ fn snapshot_files_are_written_below_the_shards_priority() {
         .find(|(_, name, _)| name.starts_with("shards-"))
         .unwrap_or_else(|| panic!("no shard thread: {all:?}"));
     assert_eq!(shard.2, 0, "the shard runs in the default class: {all:?}");
-    // Nothing else was lowered (the pool's thread runs the committer).
+    // Nothing else was lowered (the pool's thread runs the committer;
+    // a chain's compaction runs on a thread of its own, as a file does).
     assert!(
-        all.iter().all(|(_, name, policy)| *policy == 0 || name == "snapshot-0"),
+        all.iter()
+            .all(|(_, name, policy)| *policy == 0 || name == "snapshot-0" || name == "compact-0"),
         "{all:?}"
     );
     // The snapshots commit, and /metrics says which is the newest.
@@ -849,5 +851,72 @@ fn snapshot_files_are_written_below_the_shards_priority() {
             "styx_snapshot_epoch never above 0:\n{metrics}"
         );
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A shard's chain of snapshot files is merged into one base file once it
+/// grows past eight files (on a thread of its own, while the shard runs
+/// on), and a restart from the merged chain holds every deposit.
+#[test]
+fn long_snapshot_chains_are_merged_and_restart_from_them() {
+    let dir = data_dir("compaction");
+    let mut d = Daemon::start(styxd(), &dir, &["--shards", "1", "--snapshot-interval-ms", "10"]);
+    let mut c = d.connect();
+    let accounts = 40u64;
+    let mut deposits = vec![0i64; accounts as usize];
+    let mut seq = 0;
+    // Each snapshot is a delta of the accounts changed since the last:
+    // ~2 s of deposits make dozens, so chains pass eight files many times.
+    let until = Instant::now() + Duration::from_secs(2);
+    while Instant::now() < until {
+        seq += 1;
+        let k = seq % accounts;
+        let f = c.call(
+            1,
+            seq,
+            "account",
+            "deposit",
+            Key::from(k),
+            Payload::encode(&(k as i64 + 1)),
+        );
+        assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+        deposits[k as usize] += k as i64 + 1;
+    }
+    drop(c);
+    assert!(d.terminate().success());
+    let (code, out) = styx(&["inspect", "snapshot", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{out}");
+    // Dozens of snapshots were committed, yet the newest manifest's chain
+    // is short: it starts from a merged base.
+    let generation: u64 = out
+        .lines()
+        .find_map(|l| l.split(", generation ").nth(1))
+        .and_then(|g| g.split(',').next()?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no generation:\n{out}"));
+    assert!(generation >= 12, "only {generation} snapshots committed:\n{out}");
+    let chain = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("shard 0: chain "))
+        .unwrap_or_else(|| panic!("no chain for shard 0:\n{out}"));
+    let files = chain.split(" (").next().unwrap().split(" + ").count();
+    assert!(
+        files <= 9,
+        "a chain of {files} files after {generation} snapshots: {chain}"
+    );
+    // A restart reads the merged chain, then the log after it.
+    let d = d.restart();
+    let mut c = d.connect();
+    for k in 0..accounts {
+        c.send(Body::Get {
+            operator: "account".into(),
+            key: Key::from(k),
+        });
+        let f = c.recv().unwrap();
+        let Body::State { value } = f.body else { panic!("{f:?}") };
+        let balance = value.map_or(0, |v| i64::from_le_bytes(v.try_into().unwrap()));
+        assert_eq!(
+            balance, deposits[k as usize],
+            "account {k} after a restart from a merged chain"
+        );
     }
 }
