@@ -556,7 +556,15 @@ impl Sim {
                 self.snapshot_files.entry(c.epoch).or_insert_with(|| vec![0; nodes])[node] += 1;
             }
         }
-        self.snapshots.append(&mut self.out.snapshots);
+        // Kept as copies; the buffers go back to the shard, as a runtime's
+        // writer gives them back, so every later snapshot here fills one
+        // that held an earlier one's entities.
+        for mut c in self.out.snapshots.drain(..) {
+            let buffer = std::mem::take(&mut c.entries);
+            c.entries = buffer.clone();
+            self.snapshots.push(c);
+            self.shards[shard as usize].recycle_snapshot_buffer(buffer);
+        }
         for b in self.out.log.drain(..) {
             if self.lost_from[b.shard as usize].is_none_or(|first| b.epoch < first) {
                 self.unsynced.push((b.shard, b.epoch));

@@ -22,8 +22,20 @@ fn merge(chunks: &[SnapshotChunk], shards: u16) -> Snapshots {
     let mut metas: BTreeMap<u64, Vec<Option<Vec<u8>>>> = BTreeMap::new();
     // Per epoch, per shard: the state a snapshot of that epoch holds.
     let mut at: BTreeMap<u64, Vec<Option<ShardState>>> = BTreeMap::new();
+    // A snapshot names each entity once (chunk buffers are reused: one
+    // not emptied would carry an earlier snapshot's entities along).
+    let mut named: HashMap<(u16, u64), std::collections::HashSet<(OpId, Key)>> = HashMap::new();
     for c in chunks {
         let s = &mut state[c.shard as usize];
+        let seen = named.entry((c.shard, c.epoch)).or_default();
+        for (op, k, _) in &c.entries {
+            assert!(
+                seen.insert((*op, k.clone())),
+                "shard {} snapshot {}: {op:?} {k:?} twice",
+                c.shard,
+                c.epoch
+            );
+        }
         for (op, k, v) in &c.entries {
             match v {
                 Some(v) => s.insert((*op, k.clone()), v.clone()),

@@ -45,6 +45,9 @@ use styx_storage::{DataDir, Error};
 const COMPACT_AFTER_FILES: usize = 8;
 /// How often shard 0 looks for a snapshot to commit.
 const COMMIT_POLL: Duration = Duration::from_millis(5);
+/// Emptied chunk buffers waiting for their shard, at most (the shard keeps
+/// two; the rest are freed).
+const EMPTIED_KEPT_MAX: usize = 4;
 /// A shard warns that its snapshot writer fell behind at most this often.
 const BEHIND_WARN_EVERY: Duration = Duration::from_secs(10);
 /// How often the committer looks when no snapshot file is being written:
@@ -326,6 +329,9 @@ impl Durable {
 }
 
 /// One shard's durability, on its executor.
+/// A snapshot chunk's entities: operator, key, value (`None`: deleted).
+type Chunk = Vec<(OpId, Key, Option<Value>)>;
+
 pub(crate) struct ShardDurable {
     durable: Arc<Durable>,
     shard: ShardId,
@@ -333,7 +339,10 @@ pub(crate) struct ShardDurable {
     /// The epoch of this shard's last snapshot file (the next delta's parent).
     parent_epoch: Epoch,
     /// Chunks of the snapshot being received.
-    chunks: Vec<Vec<(OpId, Key, Option<Value>)>>,
+    chunks: Vec<Chunk>,
+    /// Chunk buffers a writer emptied, for the shard to fill again
+    /// ([`ShardDurable::recycle`]).
+    emptied: Arc<Mutex<Vec<Chunk>>>,
     writing: Rc<RefCell<usize>>,
     metrics: Option<Arc<ShardMetrics>>,
     /// Called on the helper thread before it writes a snapshot file
@@ -448,6 +457,7 @@ impl ShardDurable {
             log,
             parent_epoch,
             chunks: Vec::new(),
+            emptied: Arc::default(),
             writing: Rc::new(RefCell::new(0)),
             metrics,
             committer,
@@ -498,6 +508,7 @@ impl ShardDurable {
             let writing = self.writing.clone();
             let metrics = self.metrics.clone();
             let on_background = self.on_background;
+            let emptied = self.emptied.clone();
             if *writing.borrow() > 0 && self.behind_warned.is_none_or(|t| t.elapsed() >= BEHIND_WARN_EVERY) {
                 self.behind_warned = Some(Instant::now());
                 tracing::warn!(
@@ -514,11 +525,17 @@ impl ShardDurable {
                 let file = glommio::executor()
                     .spawn_blocking(move || {
                         below(on_background, format!("snapshot-{shard}"), move || {
-                            // Moved, not cloned (`concat` would clone each).
+                            // Moved, not cloned (`concat` would clone each);
+                            // the buffers go back to the shard, emptied.
                             let mut all = Vec::with_capacity(entries.iter().map(Vec::len).sum());
-                            for chunk in entries {
-                                all.extend(chunk);
+                            let mut buffers = entries;
+                            for chunk in &mut buffers {
+                                all.append(chunk);
                             }
+                            let mut back = emptied.lock().expect("emptied lock");
+                            buffers.truncate(EMPTIED_KEPT_MAX.saturating_sub(back.len()));
+                            back.append(&mut buffers);
+                            drop(back);
                             let mut entries = all;
                             styx_storage::snapshot::write_entities(&dir, shard, epoch, parent, &meta, &mut entries)
                                 .map_err(|e| e.to_string())
@@ -537,6 +554,16 @@ impl ShardDurable {
                 *writing.borrow_mut() -= 1;
             })
             .detach();
+        }
+    }
+
+    /// Hands `recycle` the chunk buffers the writers emptied; never waits
+    /// (a writer, below the shard's priority, may hold their lock).
+    pub(crate) fn recycle(&self, mut recycle: impl FnMut(Chunk)) {
+        if let Ok(mut back) = self.emptied.try_lock() {
+            for buffer in back.drain(..) {
+                recycle(buffer);
+            }
         }
     }
 
@@ -621,11 +648,6 @@ async fn log_task(
     }
 }
 
-/// On the node's first shard: commits a snapshot's manifest once every
-/// local shard wrote its file and every local log is durable through its
-/// epoch, tells the cluster, and removes what no snapshot the cluster may
-/// still roll back to needs (logs before it, older files); compacts long
-/// chains.
 /// Tells the committer to finish; wakes it from its sleep.
 #[derive(Default)]
 struct Stop {
@@ -690,6 +712,11 @@ fn below<T: Send + 'static>(
     }
 }
 
+/// On the node's first shard: commits a snapshot's manifest once every
+/// local shard wrote its file and every local log is durable through its
+/// epoch, tells the cluster, and removes what no snapshot the cluster may
+/// still roll back to needs (logs before it, older files); merges long
+/// chains.
 async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>, on_background: Option<fn()>) {
     let first = durable.shards.start;
     loop {
@@ -712,18 +739,40 @@ async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>, on_background: Op
             continue;
         }
         let d = durable.clone();
-        glommio::executor()
-            .spawn_blocking(move || {
-                // At the shards' priority but for compactions (no shard's
-                // thread waits on the catalog's lock; on `files` only while
-                // an epoch's files are taken out).
-                if let Some(epoch) = ready {
-                    commit(&d, epoch, on_background).map_err(|e| format!("cannot commit snapshot {epoch}: {e}"))?;
+        let job = move || {
+            // At the shards' priority but for merges (no shard's thread
+            // waits on the catalog's lock; on `files` only while an epoch's
+            // files are taken out).
+            if let Some(epoch) = ready {
+                commit(&d, epoch, on_background).map_err(|e| format!("cannot commit snapshot {epoch}: {e}"))?;
+            }
+            collect_garbage(&d).map_err(|e| format!("cannot remove old snapshots and logs: {e}"))
+        };
+        // On a thread of its own, not the executor's blocking pool: that
+        // one thread also starts this shard's snapshot files, which would
+        // wait behind a merge running below the shards' priority.
+        let slot = Arc::new(Mutex::new(Some(job)));
+        let theirs = slot.clone();
+        let spawned = std::thread::Builder::new().name("committer".into()).spawn(move || {
+            let job = theirs.lock().expect("job lock").take()?;
+            Some(job())
+        });
+        let done = match spawned {
+            Ok(thread) => {
+                while !thread.is_finished() {
+                    glommio::timer::sleep(COMMIT_POLL).await;
                 }
-                collect_garbage(&d).map_err(|e| format!("cannot remove old snapshots and logs: {e}"))
-            })
-            .await
-            .unwrap_or_else(|e| fatal(first, &e));
+                thread
+                    .join()
+                    .map_err(|_| "the committer's thread panicked".to_string())
+                    .and_then(|r| r.expect("the thread took the job"))
+            }
+            Err(_) => {
+                let job = slot.lock().expect("job lock").take().expect("the job was not taken");
+                glommio::executor().spawn_blocking(job).await
+            }
+        };
+        done.unwrap_or_else(|e| fatal(first, &e));
     }
 }
 
@@ -738,14 +787,20 @@ fn commit(durable: &Durable, epoch: Epoch, on_background: Option<fn()>) -> Resul
     let mut c = durable.committer.lock().expect("committer lock");
     let manifest = Manifest::snapshot(c.catalog.latest(), epoch, files)?;
     let manifest = Arc::new(c.catalog.commit(manifest)?.clone());
+    // Committed: a merge below only shortens the chain (and may take long
+    // on a busy machine), so the others need not wait for it.
+    durable.committed_epoch.store(epoch, Relaxed);
+    tracing::info!(epoch, "snapshot committed");
+    durable.run.committed_locally(epoch);
     for s in &manifest.shards {
         if s.files.len() <= COMPACT_AFTER_FILES {
             continue;
         }
         // Below the shards' priority, as the files are written: merging a
-        // chain reads and sorts every entity of the shard (~140 ms of CPU
-        // at 100 000 accounts each 8 s here), and at their priority it
-        // took that from the shards (epochs 2-3× longer meanwhile).
+        // chain reads, merges and writes every entity of the shard (~140
+        // ms of CPU at 50 000 accounts, each 8 commits), and at their
+        // priority it took that from the shards (epochs 2-3× longer
+        // meanwhile).
         let (dir, m, shard) = (durable.dir.clone(), manifest.clone(), s.shard);
         let base = below(on_background, format!("compact-{shard}"), move || {
             styx_storage::snapshot::compact(&dir, &m, shard).map_err(|e| e.to_string())
@@ -756,10 +811,6 @@ fn commit(durable: &Durable, epoch: Epoch, on_background: Option<fn()>) -> Resul
             c.catalog.commit(latest.compacted(base)?)?;
         }
     }
-    drop(c);
-    durable.committed_epoch.store(epoch, Relaxed);
-    tracing::info!(epoch, "snapshot committed");
-    durable.run.committed_locally(epoch);
     Ok(())
 }
 

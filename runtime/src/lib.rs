@@ -173,6 +173,8 @@ pub struct Options {
     /// snapshots after the same epoch: three local nodes of 33 000 changed
     /// accounts each took both cores for ~15 ms a second, and the open
     /// loop's p99 in that 100 ms was 15–30 ms against ~3 ms in the others.
+    /// Called too on the thread that merges a long chain of a shard's
+    /// snapshot files into one base (`compact-SHARD`).
     pub on_background: Option<fn()>,
 }
 

@@ -487,6 +487,7 @@ impl<F: Frontend> ShardLoop<F> {
             Some(d) => {
                 d.log(&mut self.out.log);
                 d.snapshot(&mut self.out.snapshots);
+                d.recycle(|buffer| self.shard.recycle_snapshot_buffer(buffer));
                 match d.durable() {
                     Some(epoch) => {
                         self.shard.log_durable(epoch);

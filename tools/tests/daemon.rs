@@ -866,9 +866,21 @@ fn long_snapshot_chains_are_merged_and_restart_from_them() {
     let mut deposits = vec![0i64; accounts as usize];
     let mut seq = 0;
     // Each snapshot is a delta of the accounts changed since the last:
-    // ~2 s of deposits make dozens, so chains pass eight files many times.
-    let until = Instant::now() + Duration::from_secs(2);
-    while Instant::now() < until {
+    // deposits go on until 24 manifests were committed (a merge commits
+    // one too), so a chain passed eight files at least twice.
+    let generation = || -> u64 {
+        std::fs::read_dir(dir.join("snapshot"))
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok()?.file_name().to_str()?.strip_prefix("manifest-")?.parse().ok())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while generation() < 24 {
+        assert!(Instant::now() < deadline, "24 snapshots not committed in 60 s");
         seq += 1;
         let k = seq % accounts;
         let f = c.call(
@@ -886,14 +898,14 @@ fn long_snapshot_chains_are_merged_and_restart_from_them() {
     assert!(d.terminate().success());
     let (code, out) = styx(&["inspect", "snapshot", dir.to_str().unwrap()]);
     assert_eq!(code, 0, "{out}");
-    // Dozens of snapshots were committed, yet the newest manifest's chain
-    // is short: it starts from a merged base.
+    // Two dozen manifests were committed, yet the newest one's chain is
+    // short: it starts from a merged base.
     let generation: u64 = out
         .lines()
         .find_map(|l| l.split(", generation ").nth(1))
         .and_then(|g| g.split(',').next()?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no generation:\n{out}"));
-    assert!(generation >= 12, "only {generation} snapshots committed:\n{out}");
+    assert!(generation >= 24, "only {generation} manifests committed:\n{out}");
     let chain = out
         .lines()
         .find_map(|l| l.trim().strip_prefix("shard 0: chain "))

@@ -32,6 +32,12 @@ use crate::value::Value;
 pub(super) const SNAPSHOT_SLOTS_PER_STEP: usize = 512;
 /// Entities per snapshot chunk handed to the driver.
 const SNAPSHOT_CHUNK_ENTRIES_MAX: usize = 16_384;
+/// Emptied chunk buffers a shard keeps for its next snapshots
+/// ([`Shard::recycle_snapshot_buffer`]): two of a full chunk's 1 MiB.
+const SPARE_CHUNKS_MAX: usize = 2;
+
+/// One entity in a snapshot chunk: operator, key, value (`None`: deleted).
+type SnapshotEntry = (crate::OpId, Key, Option<Value>);
 /// Version of the machine state in a snapshot's `meta`: 3 added the
 /// partition map, 4 its queued moves, 5 the layout (shard → node), 6 the
 /// logged time the snapshot was agreed at (the next vote counts from it).
@@ -58,7 +64,7 @@ struct Snapshotting {
     epoch: Epoch,
     pending: Vec<u32>,
     cursor: usize,
-    entries: Vec<(crate::OpId, Key, Option<Value>)>,
+    entries: Vec<SnapshotEntry>,
     meta: Vec<u8>,
     base: bool,
 }
@@ -78,6 +84,11 @@ pub(super) struct Snapshots {
     /// The next snapshot holds every entity (`SnapshotChunk::base`): the
     /// shard was rebuilt from a hand-off, every entity marked.
     pub(super) next_is_base: bool,
+    /// Chunk buffers the driver gave back, emptied: a chunk filled into
+    /// one touches memory already mapped (a fresh 1 MiB buffer cost the
+    /// shard's thread a page fault every 64 entities, and its free on the
+    /// writer's thread handed the pages back to the system).
+    spare: Vec<Vec<SnapshotEntry>>,
 }
 
 impl Snapshots {
@@ -88,6 +99,7 @@ impl Snapshots {
             vote: false,
             reclaim_later: Vec::new(),
             next_is_base: false,
+            spare: Vec::new(),
         }
     }
 
@@ -118,11 +130,26 @@ impl Shard {
             epoch,
             pending,
             cursor: 0,
-            entries: Vec::new(),
+            entries: self.snap.spare.pop().unwrap_or_default(),
             meta: self.encode_meta(epoch),
             base: std::mem::take(&mut self.snap.next_is_base),
         });
         self.m.stats.snapshots += 1;
+    }
+
+    /// Gives back a chunk's buffer (`SnapshotChunk::entries`) once the
+    /// driver took its entries out: the next snapshots fill it again (the
+    /// larger ones are kept, at most [`SPARE_CHUNKS_MAX`]).
+    pub fn recycle_snapshot_buffer(&mut self, mut buffer: Vec<(crate::OpId, Key, Option<Value>)>) {
+        buffer.clear();
+        let spare = &mut self.snap.spare;
+        if spare.len() < SPARE_CHUNKS_MAX {
+            spare.push(buffer);
+        } else if let Some(smallest) = spare.iter_mut().min_by_key(|b| b.capacity())
+            && smallest.capacity() < buffer.capacity()
+        {
+            *smallest = buffer;
+        }
     }
 
     /// The snapshot agreed after `epoch`: taken live; in replay (the log
@@ -152,7 +179,12 @@ impl Shard {
         snap.cursor = end;
         let done = snap.cursor == snap.pending.len();
         if done || snap.entries.len() >= SNAPSHOT_CHUNK_ENTRIES_MAX {
-            let entries = std::mem::take(&mut snap.entries);
+            let next = if done {
+                Vec::new()
+            } else {
+                self.snap.spare.pop().unwrap_or_default()
+            };
+            let entries = std::mem::replace(&mut snap.entries, next);
             self.outputs.snapshots.push(SnapshotChunk {
                 epoch: snap.epoch,
                 shard: self.exec.id,
