@@ -1352,7 +1352,11 @@ mod tests {
             assert!(started.elapsed() < Duration::from_secs(2), "failure not detected");
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(runs[0].1.failure.reason().unwrap().contains("node 2"));
+        // The first to see node 2 gone names it; the other may see that
+        // node's failure first (a failed node shuts its connections at
+        // once), as happened on a loaded machine.
+        let reasons: Vec<_> = runs.iter().map(|(_, r)| r.failure.reason().unwrap()).collect();
+        assert!(reasons.iter().any(|r| r.contains("node 2")), "{reasons:?}");
     }
 
     #[test]

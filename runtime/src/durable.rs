@@ -45,9 +45,10 @@ use styx_storage::{DataDir, Error};
 const COMPACT_AFTER_FILES: usize = 8;
 /// How often shard 0 looks for a snapshot to commit.
 const COMMIT_POLL: Duration = Duration::from_millis(5);
-/// Emptied chunk buffers waiting for their shard, at most (the shard keeps
-/// two; the rest are freed).
-const EMPTIED_KEPT_MAX: usize = 4;
+/// Emptied chunk buffers waiting for their shard, at most: the largest
+/// are kept (as many as the shard keeps); the rest are freed by the
+/// writer.
+const EMPTIED_KEPT_MAX: usize = 2;
 /// A shard warns that its snapshot writer fell behind at most this often.
 const BEHIND_WARN_EVERY: Duration = Duration::from_secs(10);
 /// How often the committer looks when no snapshot file is being written:
@@ -328,10 +329,10 @@ impl Durable {
     }
 }
 
-/// One shard's durability, on its executor.
 /// A snapshot chunk's entities: operator, key, value (`None`: deleted).
 type Chunk = Vec<(OpId, Key, Option<Value>)>;
 
+/// One shard's durability, on its executor.
 pub(crate) struct ShardDurable {
     durable: Arc<Durable>,
     shard: ShardId,
@@ -351,8 +352,8 @@ pub(crate) struct ShardDurable {
     /// When this shard last warned that its snapshot writer fell behind.
     behind_warned: Option<Instant>,
     /// On the node's first shard: the committer task and its stop flag.
-    /// Stopping waits for a commit in progress (its blocking thread must
-    /// hand its result to a live executor).
+    /// Stopping waits for a commit in progress (its thread writes into
+    /// the data directory until it ends).
     committer: Option<(glommio::Task<()>, Rc<Stop>)>,
 }
 
@@ -532,6 +533,7 @@ impl ShardDurable {
                             for chunk in &mut buffers {
                                 all.append(chunk);
                             }
+                            buffers.sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
                             let mut back = emptied.lock().expect("emptied lock");
                             buffers.truncate(EMPTIED_KEPT_MAX.saturating_sub(back.len()));
                             back.append(&mut buffers);

@@ -828,7 +828,7 @@ fn snapshot_files_are_written_below_the_shards_priority() {
         .find(|(_, name, _)| name.starts_with("shards-"))
         .unwrap_or_else(|| panic!("no shard thread: {all:?}"));
     assert_eq!(shard.2, 0, "the shard runs in the default class: {all:?}");
-    // Nothing else was lowered (the pool's thread runs the committer;
+    // Nothing else was lowered (the `committer` thread commits;
     // a chain's compaction runs on a thread of its own, as a file does).
     assert!(
         all.iter()

@@ -33,8 +33,12 @@ pub(super) const SNAPSHOT_SLOTS_PER_STEP: usize = 512;
 /// Entities per snapshot chunk handed to the driver.
 const SNAPSHOT_CHUNK_ENTRIES_MAX: usize = 16_384;
 /// Emptied chunk buffers a shard keeps for its next snapshots
-/// ([`Shard::recycle_snapshot_buffer`]): two of a full chunk's 1 MiB.
+/// ([`Shard::recycle_snapshot_buffer`]): two, of a full chunk's 1–2 MiB.
 const SPARE_CHUNKS_MAX: usize = 2;
+/// A buffer larger than this many entities is not kept: a snapshot
+/// finished at once (a new one due while it was copied, or a hand-off)
+/// fills one chunk with all that was left, up to the whole shard.
+const SPARE_CHUNK_ENTRIES_MAX: usize = 2 * SNAPSHOT_CHUNK_ENTRIES_MAX;
 
 /// One entity in a snapshot chunk: operator, key, value (`None`: deleted).
 type SnapshotEntry = (crate::OpId, Key, Option<Value>);
@@ -139,10 +143,14 @@ impl Shard {
 
     /// Gives back a chunk's buffer (`SnapshotChunk::entries`) once the
     /// driver took its entries out: the next snapshots fill it again (the
-    /// larger ones are kept, at most [`SPARE_CHUNKS_MAX`]).
+    /// larger ones are kept, at most [`SPARE_CHUNKS_MAX`], none beyond
+    /// [`SPARE_CHUNK_ENTRIES_MAX`] entities).
     pub fn recycle_snapshot_buffer(&mut self, mut buffer: Vec<(crate::OpId, Key, Option<Value>)>) {
         buffer.clear();
         let spare = &mut self.snap.spare;
+        if buffer.capacity() > SPARE_CHUNK_ENTRIES_MAX {
+            return;
+        }
         if spare.len() < SPARE_CHUNKS_MAX {
             spare.push(buffer);
         } else if let Some(smallest) = spare.iter_mut().min_by_key(|b| b.capacity())
