@@ -689,29 +689,56 @@ fn below<T: Send + 'static>(
     name: String,
     work: impl FnOnce() -> Result<T, String> + Send + 'static,
 ) -> Result<T, String> {
-    let Some(lower) = on_background else {
+    if on_background.is_none() {
         return work();
-    };
-    // The work moves into the thread only once it started: a refused spawn
-    // (no thread to spare) leaves it here, to run at the caller's priority.
-    let slot = Arc::new(Mutex::new(Some(work)));
-    let theirs = slot.clone();
-    let spawned = std::thread::Builder::new().name(name.clone()).spawn(move || {
-        let work = theirs.lock().expect("work lock").take()?;
-        lower();
-        Some(work())
-    });
-    match spawned {
-        Ok(thread) => thread
-            .join()
-            .map_err(|_| format!("thread {name} panicked"))?
-            .expect("the thread took the work"),
-        Err(e) => {
+    }
+    match on_thread(name.clone(), on_background, work) {
+        Ok(thread) => joined(thread, &name),
+        Err((work, e)) => {
             tracing::warn!("cannot start thread {name} ({e}): its work runs at the shards' priority");
-            let work = slot.lock().expect("work lock").take().expect("the work was not taken");
             work()
         }
     }
+}
+
+/// Starts `work` on a thread named `name`, after `first` on that thread;
+/// gives `work` back, with the error, if no thread could be started (none
+/// to spare), to run elsewhere. The work moves into the thread only once
+/// it started.
+fn on_thread<T, W>(
+    name: String,
+    first: Option<fn()>,
+    work: W,
+) -> Result<std::thread::JoinHandle<Option<T>>, (W, std::io::Error)>
+where
+    T: Send + 'static,
+    W: FnOnce() -> T + Send + 'static,
+{
+    let slot = Arc::new(Mutex::new(Some(work)));
+    let theirs = slot.clone();
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            let work = theirs.lock().expect("work lock").take()?;
+            if let Some(first) = first {
+                first();
+            }
+            Some(work())
+        })
+        .map_err(|e| {
+            (
+                slot.lock().expect("work lock").take().expect("the work was not taken"),
+                e,
+            )
+        })
+}
+
+/// What a thread of [`on_thread`] returned; its panic as an error.
+fn joined<T>(thread: std::thread::JoinHandle<Option<Result<T, String>>>, name: &str) -> Result<T, String> {
+    thread
+        .join()
+        .map_err(|_| format!("thread {name} panicked"))?
+        .expect("the thread took the work")
 }
 
 /// On the node's first shard: commits a snapshot's manifest once every
@@ -753,24 +780,15 @@ async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>, on_background: Op
         // On a thread of its own, not the executor's blocking pool: that
         // one thread also starts this shard's snapshot files, which would
         // wait behind a merge running below the shards' priority.
-        let slot = Arc::new(Mutex::new(Some(job)));
-        let theirs = slot.clone();
-        let spawned = std::thread::Builder::new().name("committer".into()).spawn(move || {
-            let job = theirs.lock().expect("job lock").take()?;
-            Some(job())
-        });
-        let done = match spawned {
+        let done = match on_thread("committer".into(), None, job) {
             Ok(thread) => {
                 while !thread.is_finished() {
                     glommio::timer::sleep(COMMIT_POLL).await;
                 }
-                thread
-                    .join()
-                    .map_err(|_| "the committer's thread panicked".to_string())
-                    .and_then(|r| r.expect("the thread took the job"))
+                joined(thread, "committer")
             }
-            Err(_) => {
-                let job = slot.lock().expect("job lock").take().expect("the job was not taken");
+            Err((job, e)) => {
+                tracing::warn!("cannot start the committer's thread ({e}): it commits on the executor's");
                 glommio::executor().spawn_blocking(job).await
             }
         };
