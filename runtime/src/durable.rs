@@ -538,8 +538,7 @@ impl ShardDurable {
                             buffers.truncate(EMPTIED_KEPT_MAX.saturating_sub(back.len()));
                             back.append(&mut buffers);
                             drop(back);
-                            let mut entries = all;
-                            styx_storage::snapshot::write_entities(&dir, shard, epoch, parent, &meta, &mut entries)
+                            styx_storage::snapshot::write_entities(&dir, shard, epoch, parent, &meta, &mut all)
                                 .map_err(|e| e.to_string())
                         })
                     })

@@ -145,7 +145,7 @@ impl Shard {
     /// driver took its entries out: the next snapshots fill it again (the
     /// larger ones are kept, at most [`SPARE_CHUNKS_MAX`], none beyond
     /// [`SPARE_CHUNK_ENTRIES_MAX`] entities).
-    pub fn recycle_snapshot_buffer(&mut self, mut buffer: Vec<(crate::OpId, Key, Option<Value>)>) {
+    pub fn recycle_snapshot_buffer(&mut self, mut buffer: Vec<SnapshotEntry>) {
         buffer.clear();
         let spare = &mut self.snap.spare;
         if buffer.capacity() > SPARE_CHUNK_ENTRIES_MAX {
