@@ -63,9 +63,9 @@ pub struct Program {
     /// `styx_runtime::Options::on_quiet`): where a binary has its
     /// allocator give an idle thread's freed memory back.
     pub on_quiet: Option<fn()>,
-    /// Called on the helper thread that writes a snapshot file or merges
-    /// a chain of them (see `styx_runtime::Options::on_background`): where
-    /// a binary lowers that thread's CPU priority below the shards'.
+    /// Called on a shard's snapshot writer and on the helper thread that
+    /// merges a chain of files (see `styx_runtime::Options::on_background`):
+    /// where a binary lowers that thread's CPU priority below the shards'.
     pub on_background: Option<fn()>,
 }
 

@@ -9,10 +9,12 @@
 //! recovers from the log on restart, it never retries.
 //!
 //! **Snapshots.** The engine emits a snapshot's entities in chunks; when a
-//! shard has all of one snapshot, a blocking thread writes its delta file.
-//! Shard 0's committer publishes the manifest once every shard's file exists
-//! and every shard's log is durable through the snapshot's epoch, then drops
-//! log segments older than it and old files, and compacts long chains.
+//! shard has all of one snapshot, its writer's thread (one per shard, for
+//! the whole run, below the shards' priority) writes its delta file. The
+//! node's committer thread publishes the manifest once every shard's file
+//! exists and every shard's log is durable through the snapshot's epoch,
+//! then drops log segments older than it and old files, and compacts long
+//! chains.
 //!
 //! **Recovery**, before the shards start: [`Durable::survey`] reads what
 //! the data directory holds (the complete manifests, each shard's log with
@@ -31,9 +33,11 @@ use crate::metrics::ShardMetrics;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex};
 use std::task::Waker;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 use styx_engine::recovery::{self, Plan, Survey};
 use styx_engine::{Batch, Epoch, Key, OpId, Shard, ShardId, SnapshotChunk, Value};
@@ -43,18 +47,19 @@ use styx_storage::{DataDir, Error};
 
 /// A shard's chain of snapshot files longer than this is compacted.
 const COMPACT_AFTER_FILES: usize = 8;
-/// How often shard 0 looks for a snapshot to commit.
-const COMMIT_POLL: Duration = Duration::from_millis(5);
+/// How often the committer looks again while a snapshot's files are all
+/// written but a log is not yet durable through its epoch (a file landing
+/// wakes it at once).
+const COMMIT_POLL: Duration = Duration::from_millis(2);
 /// Emptied chunk buffers waiting for their shard, at most: the largest
 /// are kept (as many as the shard keeps); the rest are freed by the
 /// writer.
 const EMPTIED_KEPT_MAX: usize = 2;
 /// A shard warns that its snapshot writer fell behind at most this often.
 const BEHIND_WARN_EVERY: Duration = Duration::from_secs(10);
-/// How often the committer looks when no snapshot file is being written:
-/// a snapshot is committed (and the log before it compacted) at most this
-/// much later, and each wake-up of an idle daemon costs its reactor ~0.2
-/// ms of CPU.
+/// How often the committer looks when no snapshot file waits: for the
+/// snapshot the whole cluster completed (told by the other nodes), whose
+/// older logs and files can go.
 const COMMIT_POLL_IDLE: Duration = Duration::from_millis(200);
 /// In a cluster node's data directory: the newest snapshot it knew every
 /// node had completed (8 bytes little-endian, then their crc32c).
@@ -127,12 +132,14 @@ pub struct Durable {
     pub recovered_epoch: Epoch,
     /// The snapshot recovery started from, if any.
     pub snapshot_epoch: Option<Epoch>,
-    /// Snapshot files written, by epoch: the shards' threads add theirs,
-    /// the committer takes an epoch's once every shard's is there. Held
-    /// only for that (never across I/O): a shard's thread takes it.
+    /// Snapshot files written, by epoch: the writers add theirs, the
+    /// committer takes an epoch's once every shard's is there. Held only
+    /// for that (never across I/O).
     files: Mutex<Files>,
-    /// The catalog: only the committer's jobs take it, one at a time,
-    /// across manifest commits, compactions and removals.
+    /// Rung when a file is added to `files` or the committer must stop.
+    files_changed: Condvar,
+    /// The catalog: only the committer's thread takes it, across manifest
+    /// commits, compactions and removals.
     committer: Mutex<Committer>,
     /// Per local shard, the newest epoch its log made durable.
     log_durable: Vec<AtomicU64>,
@@ -140,7 +147,7 @@ pub struct Durable {
     /// shards publish it (`styx_snapshot_epoch`).
     committed_epoch: AtomicU64,
     /// The cluster-complete snapshot epoch through which garbage is gone
-    /// (written by the committer's jobs only).
+    /// (written by the committer's thread only).
     collected_through: AtomicU64,
     /// The run this node takes part in: told of snapshot commits, it says
     /// which snapshot the whole cluster completed (garbage before it goes).
@@ -175,6 +182,8 @@ struct Files {
     by_epoch: BTreeMap<Epoch, Vec<FileRef>>,
     /// Files a snapshot needs: one per local shard.
     shards: usize,
+    /// The committer finishes the job under way and ends.
+    stop: bool,
 }
 
 /// A recovery error, with the directory it is about.
@@ -251,7 +260,9 @@ impl Surveyed {
             files: Mutex::new(Files {
                 by_epoch: BTreeMap::new(),
                 shards: shards.len(),
+                stop: false,
             }),
+            files_changed: Condvar::new(),
             committer: Mutex::new(Committer { catalog: self.catalog }),
             log_durable: shards.clone().map(|_| AtomicU64::new(0)).collect(),
             committed_epoch: AtomicU64::new(snapshot_epoch.unwrap_or(0)),
@@ -341,20 +352,30 @@ pub(crate) struct ShardDurable {
     parent_epoch: Epoch,
     /// Chunks of the snapshot being received.
     chunks: Vec<Chunk>,
-    /// Chunk buffers a writer emptied, for the shard to fill again
+    /// Chunk buffers the writer emptied, for the shard to fill again
     /// ([`ShardDurable::recycle`]).
     emptied: Arc<Mutex<Vec<Chunk>>>,
-    writing: Rc<RefCell<usize>>,
+    /// This shard's snapshot writer: its queue and its thread.
+    writer: (Sender<WriteJob>, JoinHandle<()>),
+    /// Snapshots queued to the writer and not yet in `Durable::files`.
+    writing: Arc<AtomicUsize>,
     metrics: Option<Arc<ShardMetrics>>,
-    /// Called on the helper thread before it writes a snapshot file
-    /// (`Options::on_background`).
-    on_background: Option<fn()>,
     /// When this shard last warned that its snapshot writer fell behind.
     behind_warned: Option<Instant>,
-    /// On the node's first shard: the committer task and its stop flag.
-    /// Stopping waits for a commit in progress (its thread writes into
-    /// the data directory until it ends).
-    committer: Option<(glommio::Task<()>, Rc<Stop>)>,
+    /// On the node's first shard: the committer's thread. Stopping waits
+    /// for a commit in progress (it writes into the data directory until
+    /// it ends).
+    committer: Option<JoinHandle<()>>,
+}
+
+/// A shard's snapshot, whole, for its writer.
+struct WriteJob {
+    epoch: Epoch,
+    /// The epoch of the shard's previous file (this delta's parent).
+    parent: Epoch,
+    meta: Vec<u8>,
+    chunks: Vec<Chunk>,
+    queued: Instant,
 }
 
 struct LogState {
@@ -445,12 +466,26 @@ impl ShardDurable {
             metrics.clone(),
         ))
         .detach();
+        let emptied = Arc::<Mutex<Vec<Chunk>>>::default();
+        let writing = Arc::new(AtomicUsize::new(0));
+        let (jobs, queue) = std::sync::mpsc::channel();
+        let writer = {
+            let (durable, emptied, writing, metrics) =
+                (durable.clone(), emptied.clone(), writing.clone(), metrics.clone());
+            start_thread(id, format!("snapshot-{id}"), move || {
+                // Below the shards for good (an unprivileged thread cannot
+                // rise again): this thread only ever writes snapshots.
+                if let Some(lower) = on_background {
+                    lower();
+                }
+                writer_thread(&durable, id, &queue, &emptied, &writing, metrics.as_deref());
+            })
+        };
         let committer = (id == durable.shards.start).then(|| {
-            let stop = Rc::new(Stop::default());
-            (
-                glommio::spawn_local(committer_task(durable.clone(), stop.clone(), on_background)),
-                stop,
-            )
+            let durable = durable.clone();
+            start_thread(id, "committer".into(), move || {
+                committer_thread(&durable, on_background)
+            })
         });
         ShardDurable {
             durable,
@@ -458,11 +493,11 @@ impl ShardDurable {
             log,
             parent_epoch,
             chunks: Vec::new(),
-            emptied: Arc::default(),
-            writing: Rc::new(RefCell::new(0)),
+            emptied,
+            writer: (jobs, writer),
+            writing,
             metrics,
             committer,
-            on_background,
             behind_warned: None,
         }
     }
@@ -491,7 +526,8 @@ impl ShardDurable {
         self.log.borrow_mut().durable.take()
     }
 
-    /// Collects snapshot chunks; writes a shard's file once it has them all.
+    /// Collects snapshot chunks; queues a shard's snapshot to its writer
+    /// once it has them all.
     pub(crate) fn snapshot(&mut self, chunks: &mut Vec<SnapshotChunk>) {
         for c in chunks.drain(..) {
             // Joined on the writer's thread: the shard's would copy the
@@ -501,65 +537,33 @@ impl ShardDurable {
             if !c.last {
                 continue;
             }
-            let entries = std::mem::take(&mut self.chunks);
-            let (dir, shard, epoch, parent) = (self.durable.dir.clone(), self.shard, c.epoch, self.parent_epoch);
-            self.parent_epoch = epoch;
-            let meta = c.meta;
-            let durable = self.durable.clone();
-            let writing = self.writing.clone();
-            let metrics = self.metrics.clone();
-            let on_background = self.on_background;
-            let emptied = self.emptied.clone();
-            if *writing.borrow() > 0 && self.behind_warned.is_none_or(|t| t.elapsed() >= BEHIND_WARN_EVERY) {
+            let (shard, epoch) = (self.shard, c.epoch);
+            if self.writing.load(Acquire) > 0 && self.behind_warned.is_none_or(|t| t.elapsed() >= BEHIND_WARN_EVERY) {
                 self.behind_warned = Some(Instant::now());
                 tracing::warn!(
                     shard,
                     epoch,
                     "a snapshot is ready while this shard's previous file is still being written \
-                     (its writer is behind: short of CPU, or queued behind the committer or a slow \
-                     disk); snapshots queue in memory until it catches up"
+                     (its writer is behind: short of CPU, or a slow disk); snapshots queue in \
+                     memory until it catches up"
                 );
             }
-            *writing.borrow_mut() += 1;
-            glommio::spawn_local(async move {
-                let started = Instant::now();
-                let file = glommio::executor()
-                    .spawn_blocking(move || {
-                        below(on_background, format!("snapshot-{shard}"), move || {
-                            // Moved, not cloned (`concat` would clone each);
-                            // the buffers go back to the shard, emptied.
-                            let mut all = Vec::with_capacity(entries.iter().map(Vec::len).sum());
-                            let mut buffers = entries;
-                            for chunk in &mut buffers {
-                                all.append(chunk);
-                            }
-                            buffers.sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
-                            let mut back = emptied.lock().expect("emptied lock");
-                            buffers.truncate(EMPTIED_KEPT_MAX.saturating_sub(back.len()));
-                            back.append(&mut buffers);
-                            drop(back);
-                            styx_storage::snapshot::write_entities(&dir, shard, epoch, parent, &meta, &mut all)
-                                .map_err(|e| e.to_string())
-                        })
-                    })
-                    .await
-                    .unwrap_or_else(|e| fatal(shard, &format!("cannot write snapshot {epoch}: {e}")));
-                if let Some(m) = &metrics {
-                    m.snapshot_bytes.fetch_add(file.bytes, Relaxed);
-                    m.snapshot_write_us_sum
-                        .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
-                }
-                let mut f = durable.files.lock().expect("files lock");
-                f.by_epoch.entry(epoch).or_default().push(file);
-                drop(f);
-                *writing.borrow_mut() -= 1;
-            })
-            .detach();
+            self.writing.fetch_add(1, Release);
+            let job = WriteJob {
+                epoch,
+                parent: std::mem::replace(&mut self.parent_epoch, epoch),
+                meta: c.meta,
+                chunks: std::mem::take(&mut self.chunks),
+                queued: Instant::now(),
+            };
+            if self.writer.0.send(job).is_err() {
+                fatal(shard, "the snapshot writer's thread is gone");
+            }
         }
     }
 
-    /// Hands `recycle` the chunk buffers the writers emptied; never waits
-    /// (a writer, below the shard's priority, may hold their lock).
+    /// Hands `recycle` the chunk buffers the writer emptied; never waits
+    /// (the writer, below the shard's priority, may hold their lock).
     pub(crate) fn recycle(&self, mut recycle: impl FnMut(Chunk)) {
         if let Ok(mut back) = self.emptied.try_lock() {
             for buffer in back.drain(..) {
@@ -570,7 +574,7 @@ impl ShardDurable {
 
     /// Whether snapshot files are still being written.
     pub(crate) fn busy(&self) -> bool {
-        *self.writing.borrow() > 0 || !self.log.borrow().queue.is_empty()
+        self.writing.load(Acquire) > 0 || !self.log.borrow().queue.is_empty()
     }
 
     /// Flushes and closes the log (graceful stop).
@@ -582,12 +586,17 @@ impl ShardDurable {
                 w.wake();
             }
         }
-        while !self.log.borrow().closed || *self.writing.borrow() > 0 {
+        while !self.log.borrow().closed || self.writing.load(Acquire) > 0 {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
-        if let Some((task, stop)) = self.committer {
-            stop.set();
-            task.await;
+        // The writer ends with its queue; the committer once told.
+        let (jobs, writer) = self.writer;
+        drop(jobs);
+        ended(self.shard, writer).await;
+        if let Some(committer) = self.committer {
+            self.durable.files.lock().expect("files lock").stop = true;
+            self.durable.files_changed.notify_all();
+            ended(self.shard, committer).await;
         }
     }
 }
@@ -649,40 +658,79 @@ async fn log_task(
     }
 }
 
-/// Tells the committer to finish; wakes it from its sleep.
-#[derive(Default)]
-struct Stop {
-    set: std::cell::Cell<bool>,
-    waker: RefCell<Option<Waker>>,
+/// Waits, without blocking the executor, for `thread` to end; its panic
+/// is fatal (the data directory may be half written).
+async fn ended(shard: ShardId, thread: JoinHandle<()>) {
+    while !thread.is_finished() {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+    if thread.join().is_err() {
+        fatal(shard, "a snapshot thread panicked");
+    }
 }
 
-impl Stop {
-    fn set(&self) {
-        self.set.set(true);
-        crate::wake(&self.waker);
-    }
+/// Starts a thread of the run named `name`; a shard cannot run without it.
+fn start_thread(shard: ShardId, name: String, work: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(work)
+        .unwrap_or_else(|e| fatal(shard, &format!("cannot start thread {name}: {e}")))
+}
 
-    fn get(&self) -> bool {
-        self.set.get()
-    }
-
-    /// Sleeps `d`, or less if told to stop.
-    async fn sleep(&self, d: Duration) {
-        let stopped = futures_lite::future::poll_fn(|cx| {
-            if self.set.get() {
-                return std::task::Poll::Ready(());
-            }
-            *self.waker.borrow_mut() = Some(cx.waker().clone());
-            std::task::Poll::Pending
-        });
-        futures_lite::future::or(stopped, glommio::timer::sleep(d)).await;
+/// A shard's snapshot writer: writes each snapshot queued, in order (each
+/// file is the delta over the one before), until the queue closes.
+fn writer_thread(
+    durable: &Durable,
+    shard: ShardId,
+    queue: &Receiver<WriteJob>,
+    emptied: &Mutex<Vec<Chunk>>,
+    writing: &AtomicUsize,
+    metrics: Option<&ShardMetrics>,
+) {
+    while let Ok(job) = queue.recv() {
+        let WriteJob {
+            epoch,
+            parent,
+            meta,
+            chunks,
+            queued,
+        } = job;
+        // Moved, not cloned (`concat` would clone each); the buffers go
+        // back to the shard, emptied.
+        let mut all = Vec::with_capacity(chunks.iter().map(Vec::len).sum());
+        let mut buffers = chunks;
+        for chunk in &mut buffers {
+            all.append(chunk);
+        }
+        buffers.sort_unstable_by_key(|b| std::cmp::Reverse(b.capacity()));
+        let mut back = emptied.lock().expect("emptied lock");
+        buffers.truncate(EMPTIED_KEPT_MAX.saturating_sub(back.len()));
+        back.append(&mut buffers);
+        drop(back);
+        let file = styx_storage::snapshot::write_entities(&durable.dir, shard, epoch, parent, &meta, &mut all)
+            .unwrap_or_else(|e| fatal(shard, &format!("cannot write snapshot {epoch}: {e}")));
+        if let Some(m) = metrics {
+            m.snapshot_bytes.fetch_add(file.bytes, Relaxed);
+            m.snapshot_write_us_sum
+                .fetch_add(queued.elapsed().as_micros() as u64, Relaxed);
+        }
+        durable
+            .files
+            .lock()
+            .expect("files lock")
+            .by_epoch
+            .entry(epoch)
+            .or_default()
+            .push(file);
+        durable.files_changed.notify_all();
+        writing.fetch_sub(1, Release);
     }
 }
 
 /// Runs `work` on a thread of its own named `name`, after `on_background`
 /// (which may lower that thread's priority for good: an unprivileged
 /// thread cannot raise it again, so the thread ends with the work), and
-/// waits for it. Blocking: call it from `spawn_blocking`.
+/// waits for it (the committer's thread merges a chain this way).
 fn below<T: Send + 'static>(
     on_background: Option<fn()>,
     name: String,
@@ -740,58 +788,47 @@ fn joined<T>(thread: std::thread::JoinHandle<Option<Result<T, String>>>, name: &
         .expect("the thread took the work")
 }
 
-/// On the node's first shard: commits a snapshot's manifest once every
-/// local shard wrote its file and every local log is durable through its
-/// epoch, tells the cluster, and removes what no snapshot the cluster may
-/// still roll back to needs (logs before it, older files); merges long
-/// chains.
-async fn committer_task(durable: Arc<Durable>, stop: Rc<Stop>, on_background: Option<fn()>) {
+/// On the node's first shard, a thread of its own: commits a snapshot's
+/// manifest once every local shard wrote its file and every local log is
+/// durable through its epoch, tells the cluster, and removes what no
+/// snapshot the cluster may still roll back to needs (logs before it,
+/// older files); merges long chains. At the shards' priority but for the
+/// merges: no shard's thread waits on the catalog's lock, and on `files`
+/// only while a file is added.
+fn committer_thread(durable: &Durable, on_background: Option<fn()>) {
     let first = durable.shards.start;
+    let mut files = durable.files.lock().expect("files lock");
     loop {
-        let writing = !durable.files.lock().expect("files lock").by_epoch.is_empty();
-        stop.sleep(if writing { COMMIT_POLL } else { COMMIT_POLL_IDLE }).await;
-        if stop.get() {
+        if files.stop {
             return;
         }
         // A manifest may only name epochs every shard's log holds durably.
         let logged = durable.log_durable.iter().map(|e| e.load(Relaxed)).min().unwrap_or(0);
-        let ready = {
-            let f = durable.files.lock().expect("files lock");
-            f.by_epoch
-                .iter()
-                .find(|(e, files)| files.len() == f.shards && **e <= logged)
-                .map(|(e, _)| *e)
-        };
+        let ready = files
+            .by_epoch
+            .iter()
+            .find(|(e, f)| f.len() == files.shards && **e <= logged)
+            .map(|(e, _)| *e);
         let collect = durable.run.complete_epoch() > durable.collected_through.load(Relaxed);
         if ready.is_none() && !collect {
+            // Woken at once by a file written; by time for a log that
+            // was not yet durable, or the cluster's completed snapshot.
+            let wait = if files.by_epoch.is_empty() {
+                COMMIT_POLL_IDLE
+            } else {
+                COMMIT_POLL
+            };
+            files = durable.files_changed.wait_timeout(files, wait).expect("files lock").0;
             continue;
         }
-        let d = durable.clone();
-        let job = move || {
-            // At the shards' priority but for merges (no shard's thread
-            // waits on the catalog's lock; on `files` only while an epoch's
-            // files are taken out).
-            if let Some(epoch) = ready {
-                commit(&d, epoch, on_background).map_err(|e| format!("cannot commit snapshot {epoch}: {e}"))?;
-            }
-            collect_garbage(&d).map_err(|e| format!("cannot remove old snapshots and logs: {e}"))
-        };
-        // On a thread of its own, not the executor's blocking pool: that
-        // one thread also starts this shard's snapshot files, which would
-        // wait behind a merge running below the shards' priority.
-        let done = match on_thread("committer".into(), None, job) {
-            Ok(thread) => {
-                while !thread.is_finished() {
-                    glommio::timer::sleep(COMMIT_POLL).await;
-                }
-                joined(thread, "committer")
-            }
-            Err((job, e)) => {
-                tracing::warn!("cannot start the committer's thread ({e}): it commits on the executor's");
-                glommio::executor().spawn_blocking(job).await
-            }
-        };
-        done.unwrap_or_else(|e| fatal(first, &e));
+        drop(files);
+        if let Some(epoch) = ready {
+            commit(durable, epoch, on_background)
+                .unwrap_or_else(|e| fatal(first, &format!("cannot commit snapshot {epoch}: {e}")));
+        }
+        collect_garbage(durable)
+            .unwrap_or_else(|e| fatal(first, &format!("cannot remove old snapshots and logs: {e}")));
+        files = durable.files.lock().expect("files lock");
     }
 }
 

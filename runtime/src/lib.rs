@@ -164,17 +164,18 @@ pub struct Options {
     /// burst of load freed resident for as long as the shard idles, since
     /// it returns memory only when the thread allocates again.
     pub on_quiet: Option<fn()>,
-    /// Called on the thread that writes a snapshot file (one per file, so
-    /// a priority lowered for good ends with it; started from the shard's
-    /// thread, it shares its pinning), before it writes: the place for a
-    /// binary to lower that thread's CPU priority (`styxd` puts it in the
-    /// `SCHED_IDLE` class on the process's CPUs), so the file's sorting and
+    /// Called once on each shard's snapshot writer (`snapshot-SHARD`, a
+    /// thread for the whole run that writes nothing else, so a priority
+    /// lowered for good stays with that work; started from the shard's
+    /// thread, it shares its pinning), before its first file: the place for
+    /// a binary to lower that thread's CPU priority (`styxd` puts it in the
+    /// `SCHED_IDLE` class on the process's CPUs), so the files' sorting and
     /// encoding run on what the shards leave idle. Every node of a cluster
     /// snapshots after the same epoch: three local nodes of 33 000 changed
     /// accounts each took both cores for ~15 ms a second, and the open
     /// loop's p99 in that 100 ms was 15–30 ms against ~3 ms in the others.
     /// Called too on the thread that merges a long chain of a shard's
-    /// snapshot files into one base (`compact-SHARD`).
+    /// snapshot files into one base (`compact-SHARD`, one per merge).
     pub on_background: Option<fn()>,
 }
 

@@ -762,9 +762,10 @@ fn thread_policy(pid: u32, tid: u64) -> Option<(String, i64)> {
 }
 
 /// Snapshot files are sorted and encoded on a thread of their own
-/// (`snapshot-SHARD`, one per file) in the `SCHED_IDLE` class
-/// (`Program::on_background`), so that work runs on what the shards leave
-/// idle; the shard's own thread keeps the default class.
+/// (`snapshot-SHARD`, one for the whole run: no thread starts per file) in
+/// the `SCHED_IDLE` class (`Program::on_background`), so that work runs on
+/// what the shards leave idle; the shard's own thread keeps the default
+/// class, and so does the committer (one thread too).
 #[test]
 fn snapshot_files_are_written_below_the_shards_priority() {
     let dir = data_dir("background-nice");
@@ -779,8 +780,8 @@ fn snapshot_files_are_written_below_the_shards_priority() {
         threads.sort();
         threads
     };
-    // A writer lives ~1 ms of every 20: watch for one in its class while
-    // the state changes (each snapshot then has entities to write).
+    // The writer lowers itself before its first file: watch for it in its
+    // class while the state changes (each snapshot then has entities).
     let mut c = d.connect();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seq = 0;
@@ -835,22 +836,43 @@ fn snapshot_files_are_written_below_the_shards_priority() {
             .all(|(_, name, policy)| *policy == 0 || name == "snapshot-0" || name == "compact-0"),
         "{all:?}"
     );
-    // The snapshots commit, and /metrics says which is the newest.
-    loop {
+    // The snapshots commit, and /metrics says which is the newest; five
+    // more commit while the same writer and committer go on.
+    let committed = || {
         let metrics = d.http_get("/metrics");
-        let epoch = metrics
+        metrics
             .lines()
             .find(|l| l.starts_with("styx_snapshot_epoch{"))
             .and_then(|l| l.split_whitespace().last())
-            .and_then(|v| v.parse::<u64>().ok());
-        if epoch.is_some_and(|e| e > 0) {
-            break;
-        }
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no styx_snapshot_epoch:\n{metrics}"))
+    };
+    let committer = all
+        .iter()
+        .find(|(_, name, _)| name == "committer")
+        .unwrap_or_else(|| panic!("no committer thread: {all:?}"))
+        .0;
+    let mut epochs = std::collections::BTreeSet::new();
+    while epochs.iter().filter(|e| **e > 0).count() < 6 {
+        seq += 1;
+        c.call(
+            1,
+            seq,
+            "account",
+            "deposit",
+            Key::from(seq % 50),
+            Payload::encode(&1i64),
+        );
+        epochs.insert(committed());
+        let now = threads();
+        let named = |n: &str| -> Vec<u64> { now.iter().filter(|t| t.1 == n).map(|t| t.0).collect() };
+        assert_eq!(named("snapshot-0"), [writer.0], "one writer for the run: {now:?}");
+        assert_eq!(named("committer"), [committer], "one committer for the run: {now:?}");
         assert!(
             Instant::now() < deadline,
-            "styx_snapshot_epoch never above 0:\n{metrics}"
+            "six snapshots not committed in 30 s: {epochs:?}"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
