@@ -355,8 +355,9 @@ pub(crate) struct ShardDurable {
     /// Chunk buffers the writer emptied, for the shard to fill again
     /// ([`ShardDurable::recycle`]).
     emptied: Arc<Mutex<Vec<Chunk>>>,
-    /// This shard's snapshot writer: its queue and its thread.
-    writer: (Sender<WriteJob>, JoinHandle<()>),
+    /// This shard's snapshot writer: its queue and its thread (taken by
+    /// `close`).
+    writer: Option<(Sender<WriteJob>, JoinHandle<()>)>,
     /// Snapshots queued to the writer and not yet in `Durable::files`.
     writing: Arc<AtomicUsize>,
     metrics: Option<Arc<ShardMetrics>>,
@@ -364,8 +365,28 @@ pub(crate) struct ShardDurable {
     behind_warned: Option<Instant>,
     /// On the node's first shard: the committer's thread. Stopping waits
     /// for a commit in progress (it writes into the data directory until
-    /// it ends).
+    /// it ends); dropped without `close` (a shard panicked), it is told to
+    /// stop and left to end.
     committer: Option<JoinHandle<()>>,
+}
+
+impl Drop for ShardDurable {
+    fn drop(&mut self) {
+        if self.committer.is_some() {
+            self.durable.stop_committer();
+        }
+    }
+}
+
+impl Durable {
+    /// Tells the committer's thread to end after the job under way.
+    fn stop_committer(&self) {
+        // Poisoned only by a panic, which stopped the process.
+        if let Ok(mut files) = self.files.lock() {
+            files.stop = true;
+        }
+        self.files_changed.notify_all();
+    }
 }
 
 /// A shard's snapshot, whole, for its writer.
@@ -494,7 +515,7 @@ impl ShardDurable {
             parent_epoch,
             chunks: Vec::new(),
             emptied,
-            writer: (jobs, writer),
+            writer: Some((jobs, writer)),
             writing,
             metrics,
             committer,
@@ -556,7 +577,8 @@ impl ShardDurable {
                 chunks: std::mem::take(&mut self.chunks),
                 queued: Instant::now(),
             };
-            if self.writer.0.send(job).is_err() {
+            let writer = self.writer.as_ref().expect("the writer runs until close");
+            if writer.0.send(job).is_err() {
                 fatal(shard, "the snapshot writer's thread is gone");
             }
         }
@@ -578,7 +600,7 @@ impl ShardDurable {
     }
 
     /// Flushes and closes the log (graceful stop).
-    pub(crate) async fn close(self) {
+    pub(crate) async fn close(mut self) {
         {
             let mut l = self.log.borrow_mut();
             l.closing = true;
@@ -590,13 +612,13 @@ impl ShardDurable {
             glommio::timer::sleep(Duration::from_millis(1)).await;
         }
         // The writer ends with its queue; the committer once told.
-        let (jobs, writer) = self.writer;
-        drop(jobs);
-        ended(self.shard, writer).await;
-        if let Some(committer) = self.committer {
-            self.durable.files.lock().expect("files lock").stop = true;
-            self.durable.files_changed.notify_all();
-            ended(self.shard, committer).await;
+        if let Some((jobs, writer)) = self.writer.take() {
+            drop(jobs);
+            ended(writer).await;
+        }
+        if let Some(committer) = self.committer.take() {
+            self.durable.stop_committer();
+            ended(committer).await;
         }
     }
 }
@@ -658,22 +680,28 @@ async fn log_task(
     }
 }
 
-/// Waits, without blocking the executor, for `thread` to end; its panic
-/// is fatal (the data directory may be half written).
-async fn ended(shard: ShardId, thread: JoinHandle<()>) {
+/// Waits, without blocking the executor, for `thread` to end (a thread of
+/// [`start_thread`]: its panic already stopped the process).
+async fn ended(thread: JoinHandle<()>) {
     while !thread.is_finished() {
         glommio::timer::sleep(Duration::from_millis(1)).await;
     }
-    if thread.join().is_err() {
-        fatal(shard, "a snapshot thread panicked");
-    }
+    let _ = thread.join();
 }
 
 /// Starts a thread of the run named `name`; a shard cannot run without it.
+/// Its panic is fatal at once: a writer gone would leave its snapshots
+/// counted as being written for ever (a stop would never end), a committer
+/// gone would leave logs growing unseen.
 fn start_thread(shard: ShardId, name: String, work: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
+    let named = name.clone();
     std::thread::Builder::new()
         .name(name.clone())
-        .spawn(work)
+        .spawn(move || {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).is_err() {
+                fatal(shard, &format!("thread {named} panicked"));
+            }
+        })
         .unwrap_or_else(|e| fatal(shard, &format!("cannot start thread {name}: {e}")))
 }
 
@@ -811,12 +839,13 @@ fn committer_thread(durable: &Durable, on_background: Option<fn()>) {
             .map(|(e, _)| *e);
         let collect = durable.run.complete_epoch() > durable.collected_through.load(Relaxed);
         if ready.is_none() && !collect {
-            // Woken at once by a file written; by time for a log that
-            // was not yet durable, or the cluster's completed snapshot.
-            let wait = if files.by_epoch.is_empty() {
-                COMMIT_POLL_IDLE
-            } else {
+            // Woken at once by a file written; by time for a log not yet
+            // durable under a snapshot whose files are all there, or for
+            // the cluster's completed snapshot.
+            let wait = if files.by_epoch.values().any(|f| f.len() == files.shards) {
                 COMMIT_POLL
+            } else {
+                COMMIT_POLL_IDLE
             };
             files = durable.files_changed.wait_timeout(files, wait).expect("files lock").0;
             continue;

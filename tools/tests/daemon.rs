@@ -819,18 +819,14 @@ fn snapshot_files_are_written_below_the_shards_priority() {
     };
     let (main, theirs) = (cpus(&pid.to_string()), cpus(&writer.0.to_string()));
     assert!(main.is_some(), "{all:?}");
-    // The writer may have ended meanwhile (then nothing to check).
-    assert!(
-        theirs.is_none() || theirs == main,
-        "writer on {theirs:?}, process on {main:?}"
-    );
+    assert_eq!(theirs, main, "the writer's CPUs against the process's");
     let shard = all
         .iter()
         .find(|(_, name, _)| name.starts_with("shards-"))
         .unwrap_or_else(|| panic!("no shard thread: {all:?}"));
     assert_eq!(shard.2, 0, "the shard runs in the default class: {all:?}");
-    // Nothing else was lowered (the `committer` thread commits;
-    // a chain's compaction runs on a thread of its own, as a file does).
+    // Nothing else was lowered (the `committer` thread commits; a chain's
+    // merge runs on a thread of its own, `compact-SHARD`, lowered too).
     assert!(
         all.iter()
             .all(|(_, name, policy)| *policy == 0 || name == "snapshot-0" || name == "compact-0"),
