@@ -783,10 +783,7 @@ fn snapshot_files_are_written_below_the_shards_priority() {
     // The writer lowers itself before its first file: watch for it in its
     // class while the state changes (each snapshot then has entities).
     let mut c = d.connect();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut seq = 0;
-    let writer = loop {
-        seq += 1;
+    let mut deposit = |seq: u64| {
         c.call(
             1,
             seq,
@@ -795,6 +792,12 @@ fn snapshot_files_are_written_below_the_shards_priority() {
             Key::from(seq % 50),
             Payload::encode(&1i64),
         );
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seq = 0;
+    let writer = loop {
+        seq += 1;
+        deposit(seq);
         let all = threads();
         if let Some(w) = all
             .iter()
@@ -851,14 +854,7 @@ fn snapshot_files_are_written_below_the_shards_priority() {
     let mut epochs = std::collections::BTreeSet::new();
     while epochs.iter().filter(|e| **e > 0).count() < 6 {
         seq += 1;
-        c.call(
-            1,
-            seq,
-            "account",
-            "deposit",
-            Key::from(seq % 50),
-            Payload::encode(&1i64),
-        );
+        deposit(seq);
         epochs.insert(committed());
         let now = threads();
         let named = |n: &str| -> Vec<u64> { now.iter().filter(|t| t.1 == n).map(|t| t.0).collect() };
