@@ -572,6 +572,12 @@ impl Shard {
         out.handovers.append(&mut self.outputs.handovers);
     }
 
+    /// Whether a snapshot's copy is under way (each [`Shard::step`] copies
+    /// a share of it).
+    pub fn is_snapshotting(&self) -> bool {
+        self.snap.is_running()
+    }
+
     /// Whether local work is waiting for [`Shard::step`].
     pub fn has_work(&self) -> bool {
         !self.exec.st.borrow().local.is_empty() || self.snap.is_running() || self.can_start()
