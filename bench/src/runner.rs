@@ -144,9 +144,12 @@ pub struct Params {
     pub epoch_gather_us: u64,
     /// Local messages a shard handles per step (see `Config::step_messages_max`).
     pub step_messages_max: usize,
-    /// Entities a moving partition's old owner copies per epoch end (see
-    /// `Config::move_share_entities`).
+    /// Entities a moving partition's old owner copies at a full epoch's
+    /// end (see `Config::move_share_entities`).
     pub move_share_entities: usize,
+    /// ... and at the end of an epoch that sealed few or none
+    /// (`Config::move_share_min_entities`).
+    pub move_share_min_entities: usize,
     pub seed: u64,
     /// Measure the serial ceiling in the same run, for this long (zero: skip).
     pub serial: Duration,
@@ -168,6 +171,7 @@ impl Default for Params {
             epoch_gather_us: 0,
             step_messages_max: Config::default().step_messages_max,
             move_share_entities: Config::default().move_share_entities,
+            move_share_min_entities: Config::default().move_share_min_entities,
             seed: 1,
             serial: Duration::from_secs(2),
             progress: false,
@@ -528,6 +532,7 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
             epoch_gather_us: params.epoch_gather_us,
             step_messages_max: params.step_messages_max,
             move_share_entities: params.move_share_entities,
+            move_share_min_entities: params.move_share_min_entities,
             ..Config::default()
         },
         threads: params.threads,
@@ -655,6 +660,7 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
             let mut p = workload.parameters();
             if params.moves.is_some() {
                 p.insert("move_share_entities".into(), params.move_share_entities.into());
+                p.insert("move_share_min_entities".into(), params.move_share_min_entities.into());
             }
             p
         },

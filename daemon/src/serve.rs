@@ -164,6 +164,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             durability: Durability::Log,
             snapshot_interval_us: settings.snapshot_interval_ms * 1_000,
             move_share_entities: settings.move_share_entities,
+            move_share_min_entities: settings.move_share_min_entities,
             ..Config::default()
         };
         let threads = settings

@@ -60,6 +60,7 @@ pub struct FileSettings {
     pub epoch_gather_us: Option<u64>,
     pub idle_poll_us: Option<u64>,
     pub move_share_entities: Option<usize>,
+    pub move_share_min_entities: Option<usize>,
     pub frame_len_max: Option<usize>,
     pub in_flight_max: Option<usize>,
     pub connections_max: Option<usize>,
@@ -107,7 +108,9 @@ pub struct Flags {
     #[arg(long, env = "STYX_SNAPSHOT_INTERVAL_MS")]
     pub snapshot_interval_ms: Option<u64>,
     /// Transactions a shard seals into one epoch, at most [default: 256;
-    /// fewer when its transactions conflict].
+    /// fewer when its transactions conflict]. A moving partition's share
+    /// per epoch is in proportion to the epoch's part of this
+    /// (--move-share-entities).
     #[arg(long, env = "STYX_EPOCH_TXNS_MAX")]
     pub epoch_txns_max: Option<usize>,
     /// Least microseconds between epoch starts [default: 0].
@@ -123,12 +126,19 @@ pub struct Flags {
     #[arg(long, env = "STYX_IDLE_POLL_US")]
     pub idle_poll_us: Option<u64>,
     /// Entities a moving partition's old owner copies to the new one at
-    /// each epoch's end [default: 1024]. Larger moves a partition in fewer
-    /// epochs and lengthens those epochs' ends (a deeper dip while it
-    /// moves). It sets when a copy switches, never what the state is, so
-    /// it may change between restarts.
+    /// the end of an epoch that sealed --epoch-txns-max transactions
+    /// [default: 64]; an epoch that sealed fewer copies fewer, in
+    /// proportion, down to --move-share-min-entities (the same shares
+    /// delete the partition from the old owner after the switch). Larger
+    /// moves a partition in fewer epochs and lengthens those epochs' ends
+    /// (a deeper dip while it moves). Both set when a copy switches, never
+    /// what the state is, so they may change between restarts.
     #[arg(long, env = "STYX_MOVE_SHARE_ENTITIES")]
     pub move_share_entities: Option<usize>,
+    /// The share of an epoch that sealed few or no transactions [default:
+    /// 16; at most --move-share-entities].
+    #[arg(long, env = "STYX_MOVE_SHARE_MIN_ENTITIES")]
+    pub move_share_min_entities: Option<usize>,
     /// Largest frame a client may send, bytes [default: 1 MiB + 4 KiB].
     #[arg(long, env = "STYX_FRAME_LEN_MAX")]
     pub frame_len_max: Option<usize>,
@@ -175,6 +185,7 @@ pub struct Settings {
     /// (`styx_runtime::idle_poll_default`).
     pub idle_poll_us: Option<u64>,
     pub move_share_entities: usize,
+    pub move_share_min_entities: usize,
     pub limits: styx_net::Limits,
     pub log: String,
     pub log_format: LogFormat,
@@ -229,13 +240,30 @@ impl Settings {
             (None, Some(_)) => return Err("--node-id needs --cluster".into()),
             (None, None) => None,
         };
-        let move_share_entities = args
-            .move_share_entities
-            .or(file.move_share_entities)
-            .unwrap_or(styx_engine::Config::default().move_share_entities);
-        if move_share_entities == 0 {
+        let default = styx_engine::Config::default();
+        let full = args.move_share_entities.or(file.move_share_entities);
+        let min = args.move_share_min_entities.or(file.move_share_min_entities);
+        if full == Some(0) {
             return Err("--move-share-entities 0: a copy that sends nothing per epoch never finishes".into());
         }
+        if min == Some(0) {
+            return Err(
+                "--move-share-min-entities 0: a copy that sends nothing while the shard is idle never finishes".into(),
+            );
+        }
+        // One given alone moves the other's default out of its way.
+        let (move_share_entities, move_share_min_entities) = match (full, min) {
+            (Some(full), Some(min)) if min > full => {
+                return Err(format!(
+                    "--move-share-min-entities {min} is above --move-share-entities {full}: \
+                     an idle epoch's share is at most a full one's"
+                ));
+            }
+            (Some(full), Some(min)) => (full, min),
+            (Some(full), None) => (full, default.move_share_min_entities.min(full)),
+            (None, Some(min)) => (default.move_share_entities.max(min), min),
+            (None, None) => (default.move_share_entities, default.move_share_min_entities),
+        };
         let mut shards = args.shards.or(file.shards).unwrap_or(cpus);
         let mut listen = args.listen.or(file.listen);
         if let Some((spec, id)) = &cluster {
@@ -279,6 +307,7 @@ impl Settings {
             epoch_gather_us: args.epoch_gather_us.or(file.epoch_gather_us).unwrap_or(0),
             idle_poll_us: args.idle_poll_us.or(file.idle_poll_us),
             move_share_entities,
+            move_share_min_entities,
             limits,
             log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
             log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
@@ -321,6 +350,37 @@ pub(crate) fn resolve_all(addrs: &[&str]) -> Result<Vec<SocketAddr>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_move_share_given_alone_moves_the_others_default_out_of_its_way() {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            flags: Flags,
+        }
+        let shares = |args: &[&str]| {
+            let cli = <Cli as clap::Parser>::try_parse_from(
+                ["styxd", "--listen", "127.0.0.1:0", "--metrics", "off"]
+                    .iter()
+                    .chain(args),
+            )
+            .unwrap();
+            Settings::resolve(cli.flags).map(|s| (s.move_share_entities, s.move_share_min_entities))
+        };
+        let default = styx_engine::Config::default();
+        assert_eq!(
+            shares(&[]).unwrap(),
+            (default.move_share_entities, default.move_share_min_entities)
+        );
+        assert_eq!(shares(&["--move-share-entities", "4"]).unwrap(), (4, 4));
+        assert_eq!(shares(&["--move-share-min-entities", "500"]).unwrap(), (500, 500));
+        assert_eq!(
+            shares(&["--move-share-entities", "500", "--move-share-min-entities", "20"]).unwrap(),
+            (500, 20)
+        );
+        let e = shares(&["--move-share-entities", "5", "--move-share-min-entities", "20"]).unwrap_err();
+        assert!(e.contains("--move-share-min-entities 20"), "{e}");
+    }
 
     #[test]
     fn ports_picked_together_are_distinct() {

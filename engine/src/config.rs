@@ -70,15 +70,24 @@ pub struct Config {
     /// Record per-epoch outcomes and serialization edges (for tests).
     pub record_history: bool,
     /// Entities of a moving partition its old owner copies to the new one
-    /// at each epoch's end (the background copy: a partition of n entities
-    /// switches about n / this epochs after its move). Larger moves faster
-    /// and lengthens those epochs' ends: on two cores at ~500 000
-    /// transfers/s, 4 096 cut throughput to ~0.7× while a 100 000-entity
-    /// partition moved (in ~90 ms), 1 024 to ~0.9× (in ~210 ms; see
-    /// docs/BENCHMARKS.md). When a move switches depends on
-    /// it, so replay switches at the same epoch only with the same value
-    /// (the state does not depend on it).
+    /// at the end of an epoch that sealed `epoch_txns_max` transactions
+    /// (the background copy's share; a retiring partition is deleted by
+    /// the same shares). An epoch that sealed fewer copies fewer, in
+    /// proportion, down to [`Config::move_share_min_entities`]: a move
+    /// lengthens each epoch by about the same fraction of its work, loaded
+    /// or not, and an idle shard's empty epochs follow each other within
+    /// microseconds. On two cores, 6.4M accounts, a 100 000-entity
+    /// partition moving: a fixed 1 024 per epoch end cut saturated
+    /// throughput to ~0.6× of steady, 64 in proportion to ~0.85×
+    /// (docs/BENCHMARKS.md, "A move's share follows the epoch's
+    /// transactions"). When a move
+    /// switches depends on these two and `epoch_txns_max`, so replay
+    /// switches at the same epoch only with the same values (the state
+    /// does not depend on them).
     pub move_share_entities: usize,
+    /// The share of an epoch that sealed few or no transactions; at most
+    /// `move_share_entities`.
+    pub move_share_min_entities: usize,
     /// At the end of an epoch where the layout changed, every shard stops
     /// and waits for its driver to hand it off and rebuild it
     /// ([`Shard::hand_off`](crate::Shard::hand_off),
@@ -106,7 +115,8 @@ impl Default for Config {
             durability: Durability::None,
             snapshot_interval_us: 0,
             record_history: false,
-            move_share_entities: 1_024,
+            move_share_entities: 64,
+            move_share_min_entities: 16,
             pause_at_handover: false,
             spare_nodes: true,
         }

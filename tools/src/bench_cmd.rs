@@ -167,11 +167,15 @@ struct RunArgs {
     /// Local messages a shard handles per step before shipping batches.
     #[arg(long, default_value_t = styx_engine::Config::default().step_messages_max)]
     step_messages: usize,
-    /// Entities a moving partition's old owner copies at each epoch's end
-    /// (the background copy's share: smaller spreads a move thinner over
-    /// more epochs).
+    /// Entities a moving partition's old owner copies at the end of an
+    /// epoch sealed full (--epoch-txns); fewer in proportion for an epoch
+    /// that sealed fewer (the background copy's share: smaller spreads a
+    /// move thinner over more epochs).
     #[arg(long, default_value_t = styx_engine::Config::default().move_share_entities)]
     move_share: usize,
+    /// The share of an epoch that sealed few or no transactions.
+    #[arg(long, default_value_t = styx_engine::Config::default().move_share_min_entities)]
+    move_share_min: usize,
     /// Seed of the load generators.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -724,6 +728,7 @@ fn execute<W: Workload>(
         epoch_gather_us: args.epoch_gather_us,
         step_messages_max: args.step_messages,
         move_share_entities: args.move_share,
+        move_share_min_entities: args.move_share_min,
         seed: args.seed,
         serial: if args.no_serial {
             Duration::ZERO

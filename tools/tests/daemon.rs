@@ -562,6 +562,28 @@ fn a_move_share_of_zero_entities_is_refused_at_start() {
         text.contains("--move-share-entities"),
         "the error names the flag: {text}"
     );
+    // An idle epoch's share is at most a full one's, and never 0.
+    for (full, min) in [("100", "200"), ("100", "0")] {
+        let out = std::process::Command::new(styxd())
+            .args([
+                "--data-dir",
+                dir.to_str().unwrap(),
+                "--listen",
+                "127.0.0.1:0",
+                "--move-share-entities",
+                full,
+                "--move-share-min-entities",
+                min,
+            ])
+            .output()
+            .unwrap();
+        let text = output_text(&out);
+        assert!(!out.status.success(), "share {full}, floor {min}: {text}");
+        assert!(
+            text.contains("--move-share-min-entities"),
+            "the error names the flag: {text}"
+        );
+    }
 }
 
 #[test]

@@ -10,8 +10,9 @@
 //! A move started at the end of epoch E then goes:
 //!
 //! - *Copy.* The old owner, still owning and serving the partition, lists
-//!   its live slots at E's end and sends `Config::move_share_entities` of
-//!   them at the end of E and of each later epoch (`Install`, not `last`).
+//!   its live slots at E's end and sends a share of them at the end of E
+//!   and of each later epoch (`Install`, not `last`), in proportion to the
+//!   transactions the epoch sealed (`Shard::move_share`).
 //!   It also records every key of the partition its epochs touch from E + 1
 //!   on (a superset of those written or deleted). The new owner stages the
 //!   entities in its slab, indexed apart from its partitions: nothing sees
@@ -34,8 +35,10 @@
 //! So the pause at the switch is the delta and the table's adoption, not
 //! the partition (deleting 100 000 entities at once stalled every shard's
 //! next epoch for tens of milliseconds). Every step is a function of the
-//! log: when the switch comes depends only on the partition's live entities at E's end, so
-//! replay switches at the same epoch. No snapshot is taken while a move is
+//! log: when the switch comes depends only on the partition's live
+//! entities at E's end and on the old owner's batch lengths from E on
+//! (with the share settings, `Shard::move_share`), so replay switches at
+//! the same epoch. No snapshot is taken while a move is
 //! under way (every shard holds the same map, so all skip alike): the
 //! staged copy and the recorded keys live only in memory, and recovery
 //! from a snapshot before E replays the whole move.
@@ -257,10 +260,11 @@ impl Shard {
     /// the new one expects it), and sends every copy's next share. Returns
     /// whether the epoch's end may go on now (else the rest waits in
     /// `held` for the deltas: see [`Shard::hold_boundary`]).
-    pub(super) fn switch_partitions(&mut self, epoch: Epoch, hold: bool) -> bool {
+    pub(super) fn switch_partitions(&mut self, epoch: Epoch, sealed: usize, hold: bool) -> bool {
+        let share = self.move_share(sealed);
         if !self.exec.map.borrow().is_moving() && self.moves.decided.is_empty() {
             debug_assert!(self.moves.switches.is_empty());
-            self.retire(self.config.move_share_entities.max(1));
+            self.retire(share);
             return true;
         }
         self.record_touched();
@@ -300,9 +304,24 @@ impl Shard {
                 self.moves.expected += 1;
             }
         }
-        self.send_shares(epoch);
-        self.retire(self.config.move_share_entities.max(1));
+        self.send_shares(epoch, share);
+        self.retire(share);
         self.try_install()
+    }
+
+    /// How many entities each copy sends, and the retiring partitions
+    /// delete, at the end of an epoch in which this shard sealed `sealed`
+    /// transactions: in proportion to them, `Config::move_share_entities`
+    /// after a full epoch (`epoch_txns_max`), never fewer than
+    /// `Config::move_share_min_entities`. So a move lengthens each epoch by
+    /// about the same fraction of its work, loaded or not (a fixed share
+    /// weighed most on the small epochs of a light load and on a saturated
+    /// shard's throughput), and an idle shard's empty epochs, which follow
+    /// each other within microseconds, still move fast. `sealed` is the
+    /// length of a logged batch, so replay sends the same shares and
+    /// switches at the same epoch.
+    fn move_share(&self, sealed: usize) -> usize {
+        move_share(&self.config, sealed)
     }
 
     /// Deletes up to `budget` entities of the partitions retiring here.
@@ -381,11 +400,10 @@ impl Shard {
         }
     }
 
-    /// Sends each copy's next `Config::move_share_entities` slots (those
-    /// still holding an entity of the partition: one deleted or reused
-    /// since was touched, so the delta carries it).
-    fn send_shares(&mut self, epoch: Epoch) {
-        let share = self.config.move_share_entities.max(1);
+    /// Sends each copy's next `share` slots (those still holding an entity
+    /// of the partition: one deleted or reused since was touched, so the
+    /// delta carries it).
+    fn send_shares(&mut self, epoch: Epoch, share: usize) {
         let mut guard = self.exec.st.borrow_mut();
         let st = &mut *guard;
         for o in &mut self.moves.outgoing {
@@ -577,5 +595,51 @@ impl Outbox {
             last,
         };
         exec.route(st, self.to, msg);
+    }
+}
+
+/// [`Shard::move_share`], from the configuration alone.
+fn move_share(config: &crate::Config, sealed: usize) -> usize {
+    let most = config.move_share_entities.max(1);
+    let least = config.move_share_min_entities.clamp(1, most);
+    let full = config.epoch_txns_max.max(1);
+    (most.saturating_mul(sealed.min(full)) / full).max(least)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::move_share;
+    use crate::Config;
+
+    #[test]
+    fn the_share_follows_the_epochs_transactions_above_a_floor() {
+        let config = Config {
+            epoch_txns_max: 256,
+            move_share_entities: 64,
+            move_share_min_entities: 16,
+            ..Config::default()
+        };
+        assert_eq!(move_share(&config, 0), 16);
+        assert_eq!(move_share(&config, 32), 16);
+        assert_eq!(move_share(&config, 128), 32);
+        assert_eq!(move_share(&config, 256), 64);
+        assert_eq!(move_share(&config, 10_000), 64, "beyond full is full");
+        let shares: Vec<usize> = (0..=256).map(|s| move_share(&config, s)).collect();
+        assert!(shares.windows(2).all(|w| w[0] <= w[1]), "never falls with the load");
+        // Out of range settings still move: never 0, the floor never above
+        // a full epoch's share.
+        let odd = Config {
+            move_share_entities: 8,
+            move_share_min_entities: 1_000,
+            ..config.clone()
+        };
+        assert_eq!(move_share(&odd, 0), 8);
+        let zero = Config {
+            move_share_entities: 0,
+            move_share_min_entities: 0,
+            ..config
+        };
+        assert_eq!(move_share(&zero, 0), 1);
+        assert_eq!(move_share(&zero, 256), 1);
     }
 }
