@@ -789,6 +789,7 @@ pub fn run(params: &Params) -> Result<Report, styx_runtime::Error> {
         step_messages_max: params.step_messages_max,
         move_share_entities: styx_engine::Config::default().move_share_entities,
         move_share_min_entities: styx_engine::Config::default().move_share_min_entities,
+        move_share_per_ms: styx_engine::Config::default().move_share_per_ms,
         seed: params.seed,
         serial: if params.serial {
             Duration::from_secs(2)

@@ -144,12 +144,12 @@ pub struct Params {
     pub epoch_gather_us: u64,
     /// Local messages a shard handles per step (see `Config::step_messages_max`).
     pub step_messages_max: usize,
-    /// Entities a moving partition's old owner copies at a full epoch's
-    /// end (see `Config::move_share_entities`).
+    /// Entities a moving partition's old owner copies at an epoch's end,
+    /// at most, at least, and per millisecond since its last share (see
+    /// `Config::move_share_entities`).
     pub move_share_entities: usize,
-    /// ... and at the end of an epoch that sealed few or none
-    /// (`Config::move_share_min_entities`).
     pub move_share_min_entities: usize,
+    pub move_share_per_ms: usize,
     pub seed: u64,
     /// Measure the serial ceiling in the same run, for this long (zero: skip).
     pub serial: Duration,
@@ -172,6 +172,7 @@ impl Default for Params {
             step_messages_max: Config::default().step_messages_max,
             move_share_entities: Config::default().move_share_entities,
             move_share_min_entities: Config::default().move_share_min_entities,
+            move_share_per_ms: Config::default().move_share_per_ms,
             seed: 1,
             serial: Duration::from_secs(2),
             progress: false,
@@ -533,6 +534,7 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
             step_messages_max: params.step_messages_max,
             move_share_entities: params.move_share_entities,
             move_share_min_entities: params.move_share_min_entities,
+            move_share_per_ms: params.move_share_per_ms,
             ..Config::default()
         },
         threads: params.threads,
@@ -661,6 +663,7 @@ pub fn run<W: Workload>(workload: Arc<W>, params: &Params) -> Result<Report, sty
             if params.moves.is_some() {
                 p.insert("move_share_entities".into(), params.move_share_entities.into());
                 p.insert("move_share_min_entities".into(), params.move_share_min_entities.into());
+                p.insert("move_share_per_ms".into(), params.move_share_per_ms.into());
             }
             p
         },

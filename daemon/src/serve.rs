@@ -165,6 +165,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             snapshot_interval_us: settings.snapshot_interval_ms * 1_000,
             move_share_entities: settings.move_share_entities,
             move_share_min_entities: settings.move_share_min_entities,
+            move_share_per_ms: settings.move_share_per_ms,
             ..Config::default()
         };
         let threads = settings

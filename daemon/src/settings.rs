@@ -61,6 +61,7 @@ pub struct FileSettings {
     pub idle_poll_us: Option<u64>,
     pub move_share_entities: Option<usize>,
     pub move_share_min_entities: Option<usize>,
+    pub move_share_per_ms: Option<usize>,
     pub frame_len_max: Option<usize>,
     pub in_flight_max: Option<usize>,
     pub connections_max: Option<usize>,
@@ -108,9 +109,7 @@ pub struct Flags {
     #[arg(long, env = "STYX_SNAPSHOT_INTERVAL_MS")]
     pub snapshot_interval_ms: Option<u64>,
     /// Transactions a shard seals into one epoch, at most [default: 256;
-    /// fewer when its transactions conflict]. A moving partition's share
-    /// per epoch is in proportion to the epoch's part of this
-    /// (--move-share-entities).
+    /// fewer when its transactions conflict].
     #[arg(long, env = "STYX_EPOCH_TXNS_MAX")]
     pub epoch_txns_max: Option<usize>,
     /// Least microseconds between epoch starts [default: 0].
@@ -126,19 +125,25 @@ pub struct Flags {
     #[arg(long, env = "STYX_IDLE_POLL_US")]
     pub idle_poll_us: Option<u64>,
     /// Entities a moving partition's old owner copies to the new one at
-    /// the end of an epoch that sealed --epoch-txns-max transactions
-    /// [default: 64]; an epoch that sealed fewer copies fewer, in
-    /// proportion, down to --move-share-min-entities (the same shares
-    /// delete the partition from the old owner after the switch). Larger
-    /// moves a partition in fewer epochs and lengthens those epochs' ends
-    /// (a deeper dip while it moves). Both set when a copy switches, never
-    /// what the state is, so they may change between restarts.
+    /// an epoch's end, at most [default: 1024]: the share is
+    /// --move-share-per-ms for each millisecond of logged time since its
+    /// last one, at least --move-share-min-entities (the same shares
+    /// delete the partition from the old owner after the switch), so a
+    /// move takes about the same fraction of every epoch. Larger shares
+    /// move a partition in fewer epochs and lengthen those epochs' ends (a
+    /// deeper dip while it moves). They set when a copy switches, never
+    /// what the state is, so they may change between restarts (a move
+    /// replayed then may switch at another epoch than it did live).
     #[arg(long, env = "STYX_MOVE_SHARE_ENTITIES")]
     pub move_share_entities: Option<usize>,
-    /// The share of an epoch that sealed few or no transactions [default:
-    /// 16; at most --move-share-entities].
+    /// The share at an epoch's end, at least [default: 16; at most
+    /// --move-share-entities].
     #[arg(long, env = "STYX_MOVE_SHARE_MIN_ENTITIES")]
     pub move_share_min_entities: Option<usize>,
+    /// Entities a move copies per millisecond of logged time [default:
+    /// 100; 0: always --move-share-min-entities].
+    #[arg(long, env = "STYX_MOVE_SHARE_PER_MS")]
+    pub move_share_per_ms: Option<usize>,
     /// Largest frame a client may send, bytes [default: 1 MiB + 4 KiB].
     #[arg(long, env = "STYX_FRAME_LEN_MAX")]
     pub frame_len_max: Option<usize>,
@@ -186,6 +191,7 @@ pub struct Settings {
     pub idle_poll_us: Option<u64>,
     pub move_share_entities: usize,
     pub move_share_min_entities: usize,
+    pub move_share_per_ms: usize,
     pub limits: styx_net::Limits,
     pub log: String,
     pub log_format: LogFormat,
@@ -247,16 +253,14 @@ impl Settings {
             return Err("--move-share-entities 0: a copy that sends nothing per epoch never finishes".into());
         }
         if min == Some(0) {
-            return Err(
-                "--move-share-min-entities 0: a copy that sends nothing while the shard is idle never finishes".into(),
-            );
+            return Err("--move-share-min-entities 0: a copy whose share may be 0 may never finish".into());
         }
         // One given alone moves the other's default out of its way.
         let (move_share_entities, move_share_min_entities) = match (full, min) {
             (Some(full), Some(min)) if min > full => {
                 return Err(format!(
                     "--move-share-min-entities {min} is above --move-share-entities {full}: \
-                     an idle epoch's share is at most a full one's"
+                     the least share is at most the most"
                 ));
             }
             (Some(full), Some(min)) => (full, min),
@@ -308,6 +312,10 @@ impl Settings {
             idle_poll_us: args.idle_poll_us.or(file.idle_poll_us),
             move_share_entities,
             move_share_min_entities,
+            move_share_per_ms: args
+                .move_share_per_ms
+                .or(file.move_share_per_ms)
+                .unwrap_or(default.move_share_per_ms),
             limits,
             log: args.log.or(file.log).unwrap_or_else(|| "info".into()),
             log_format: args.log_format.or(file.log_format).unwrap_or(LogFormat::Text),
@@ -373,7 +381,7 @@ mod tests {
             (default.move_share_entities, default.move_share_min_entities)
         );
         assert_eq!(shares(&["--move-share-entities", "4"]).unwrap(), (4, 4));
-        assert_eq!(shares(&["--move-share-min-entities", "500"]).unwrap(), (500, 500));
+        assert_eq!(shares(&["--move-share-min-entities", "2000"]).unwrap(), (2000, 2000));
         assert_eq!(
             shares(&["--move-share-entities", "500", "--move-share-min-entities", "20"]).unwrap(),
             (500, 20)

@@ -70,24 +70,25 @@ pub struct Config {
     /// Record per-epoch outcomes and serialization edges (for tests).
     pub record_history: bool,
     /// Entities of a moving partition its old owner copies to the new one
-    /// at the end of an epoch that sealed `epoch_txns_max` transactions
-    /// (the background copy's share; a retiring partition is deleted by
-    /// the same shares). An epoch that sealed fewer copies fewer, in
-    /// proportion, down to [`Config::move_share_min_entities`]: a move
-    /// lengthens each epoch by about the same fraction of its work, loaded
-    /// or not, and an idle shard's empty epochs follow each other within
-    /// microseconds. On two cores, 6.4M accounts, a 100 000-entity
-    /// partition moving: a fixed 1 024 per epoch end cut saturated
-    /// throughput to ~0.6× of steady, 64 in proportion to ~0.85×
-    /// (docs/BENCHMARKS.md, "A move's share follows the epoch's
-    /// transactions"). When a move
-    /// switches depends on these two and `epoch_txns_max`, so replay
+    /// at an epoch's end, at most (the background copy's share; a retiring
+    /// partition is deleted by the same shares). The share is
+    /// [`Config::move_share_per_ms`] for each millisecond of logged time
+    /// since the last share, at least [`Config::move_share_min_entities`]:
+    /// a move takes about the same fraction of every epoch, short or long.
+    /// On two cores, 6.4M accounts, a 100 000-entity partition moving,
+    /// saturated throughput is ~0.92× of steady (a fixed 1 024 per epoch
+    /// end: ~0.6×; docs/BENCHMARKS.md, "A move's share follows the logged
+    /// time"). When a move switches depends on these three, so replay
     /// switches at the same epoch only with the same values (the state
     /// does not depend on them).
     pub move_share_entities: usize,
-    /// The share of an epoch that sealed few or no transactions; at most
-    /// `move_share_entities`.
+    /// The share of the first epoch end after no copy (or no retirement)
+    /// was under way on the shard, and of epochs that follow each other
+    /// within microseconds; at most `move_share_entities`.
     pub move_share_min_entities: usize,
+    /// Entities per millisecond of logged time since the last share (0:
+    /// always the least share).
+    pub move_share_per_ms: usize,
     /// At the end of an epoch where the layout changed, every shard stops
     /// and waits for its driver to hand it off and rebuild it
     /// ([`Shard::hand_off`](crate::Shard::hand_off),
@@ -115,8 +116,9 @@ impl Default for Config {
             durability: Durability::None,
             snapshot_interval_us: 0,
             record_history: false,
-            move_share_entities: 64,
+            move_share_entities: 1_024,
             move_share_min_entities: 16,
+            move_share_per_ms: 100,
             pause_at_handover: false,
             spare_nodes: true,
         }

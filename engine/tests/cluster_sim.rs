@@ -292,9 +292,12 @@ impl Cluster {
         config.epoch_gather_us = 30;
         config.step_messages_max = [2, 8, 64][rng.below(3) as usize];
         // Moves copy over several epochs (a fixed share, or one entity
-        // per transaction the epoch sealed), or in one.
-        (config.move_share_entities, config.move_share_min_entities) =
-            [(1, 1), (3, 3), (8, 1), (4_096, 16)][(seed % 4) as usize];
+        // per logged microsecond since the last share), or in one.
+        (
+            config.move_share_entities,
+            config.move_share_min_entities,
+            config.move_share_per_ms,
+        ) = [(1, 1, 100), (3, 3, 100), (64, 1, 1_000), (4_096, 4_096, 100)][(seed % 4) as usize];
         // Every shard stops at a change of the layout (as the runtime's
         // do), or only those leaving their node.
         config.pause_at_handover = seed / 3 % 2 == 1;

@@ -96,12 +96,15 @@ fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64, 
     config.snapshot_interval_us = snapshot_interval_us;
     config.epoch_gather_us = 30;
     config.step_messages_max = [2, 8, 64][(seed % 3) as usize];
-    // Copies of one entity, a few, one per transaction the epoch sealed
-    // (the share follows the batch: replay must send the same), or a
-    // whole partition per epoch: a crash lands inside a background copy
-    // that spans epochs.
-    (config.move_share_entities, config.move_share_min_entities) =
-        [(1, 1), (3, 3), (8, 1), (4_096, 16)][(seed / 3 % 4) as usize];
+    // Copies of one entity, a few, one per logged microsecond since the
+    // last share (the share follows the log: replay must send the same),
+    // or a whole partition per epoch: a crash lands inside a background
+    // copy that spans epochs.
+    (
+        config.move_share_entities,
+        config.move_share_min_entities,
+        config.move_share_per_ms,
+    ) = [(1, 1, 100), (3, 3, 100), (64, 1, 1_000), (4_096, 4_096, 100)][(seed / 3 % 4) as usize];
     let mut rng = Rng::new(seed);
     let mut sim = Sim::new(app.clone(), config.clone(), shards, seed);
     sim.set_fsync_busy(fsync_busy);

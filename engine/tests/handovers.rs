@@ -696,14 +696,19 @@ fn large_early_messages_cross_with_the_hand_off() {
 /// almost every epoch (which hold queued moves live): replaying the log
 /// decides it at the same epoch as the live run, because snapshot votes
 /// read the epochs' logged times and replay counts the snapshots it does
-/// not take.
+/// not take, and a copy's shares (so its switch) follow the logged times
+/// too (odd seeds: from 1 to 16 entities by the time since the last).
 #[test]
 fn replay_decides_a_waiting_handover_where_the_live_run_did() {
     for seed in 0..20 {
         let app = bank(8);
         let mut config = test_config(8);
         config.snapshot_interval_us = [1, 30, 200][seed as usize % 3];
-        config.move_share_entities = 1;
+        (
+            config.move_share_entities,
+            config.move_share_min_entities,
+            config.move_share_per_ms,
+        ) = if seed % 2 == 0 { (1, 1, 100) } else { (16, 1, 100) };
         config.epoch_gather_us = 0;
         let mut sim = Sim::new(app.clone(), config.clone(), 2, seed);
         sim.set_layout(Layout::contiguous(&[1, 1, 0]));

@@ -348,17 +348,18 @@ fn a_moved_partition_is_deleted_from_its_old_owner_a_share_per_epoch() {
     assert_eq!(checked.committed, token as usize);
 }
 
-/// A move's share follows the old owner's epochs: an epoch end after which
-/// it sealed nothing deletes `move_share_min_entities` of a retiring
-/// partition, one after a full epoch (`epoch_txns_max` sealed)
-/// `move_share_entities` — a move lengthens each epoch by about the same
-/// fraction of its work. (The copy's shares come from the same function.)
+/// A move's share follows the log's time: each epoch end deletes (and a
+/// copy sends) `move_share_per_ms` entities per millisecond of logged
+/// time since the last share, between `move_share_min_entities` and
+/// `move_share_entities` — computed here from the old owner's logged
+/// batches alone, as replay would.
 #[test]
-fn a_moves_share_follows_the_epochs_transactions() {
+fn a_moves_share_follows_the_logged_time() {
     let app = bank(2);
     let mut config = test_config(8);
-    config.move_share_entities = 100;
+    config.move_share_entities = 500;
     config.move_share_min_entities = 10;
+    config.move_share_per_ms = 100;
     let mut sim = Sim::new(app.clone(), config.clone(), 2, 9);
     let accounts_n = 8_000u64;
     let initial = accounts(accounts_n, START_BALANCE);
@@ -367,41 +368,43 @@ fn a_moves_share_follows_the_epochs_transactions() {
     }
     sim.submit(0, 0, move_to(0, 1)).unwrap();
     sim.run();
-    let left = sim.shard(0).retiring_entities();
+    let share = |elapsed_us: u64| ((elapsed_us * 100 / 1_000) as usize).clamp(10, 500);
+    let mut left = sim.shard(0).retiring_entities();
     assert!(left > 2_000, "{left} entities left to delete after the switch");
-    // Idle: a transfer coordinated by shard 1, so shard 0 seals nothing.
-    let epoch = sim.shard(0).epoch();
-    sim.submit(1, 1, transfer(&app, 1, 2, 1)).unwrap();
-    sim.run();
-    let idle_epochs = (sim.shard(0).epoch() - epoch) as usize;
-    let after_idle = sim.shard(0).retiring_entities();
-    assert!(idle_epochs >= 1);
-    assert_eq!(
-        left - after_idle,
-        10 * idle_epochs,
-        "an empty epoch's end deletes move_share_min_entities"
-    );
-    // Busy: 80 transfers coordinated by shard 0, in epochs of at most 8:
-    // however they fall into epochs, the shares add up to ~100 per 8
-    // sealed (each epoch's share rounds down, or rises to the floor).
-    let epoch = sim.shard(0).epoch();
-    for token in 0..80u64 {
-        sim.submit(0, 100 + token, transfer(&app, token, token + 1, 1)).unwrap();
+    let (mut floors, mut larger) = (0, 0);
+    // Transfers submitted at the old owner after a pause of the clock:
+    // many fill epochs back to back (shares at the floor), one after a
+    // pause starts an epoch that late (a share for the pause).
+    let mut token = 0;
+    for (pause_us, transfers) in [(0u64, 24u64), (3_000, 1), (0, 24), (20_000, 1), (1_500, 8)] {
+        let from = sim.shard(0).epoch();
+        if pause_us > 0 {
+            let now = sim.now_us();
+            sim.advance_clock_us(now + pause_us);
+        }
+        for _ in 0..transfers {
+            token += 1;
+            sim.submit(0, token, transfer(&app, token, token + 1, 1)).unwrap();
+        }
+        sim.run();
+        let to = sim.shard(0).epoch();
+        let times: std::collections::BTreeMap<u64, u64> = sim.log(0).iter().map(|b| (b.epoch, b.now_us)).collect();
+        let expected: usize = (from + 1..=to)
+            .map(|e| share(times[&e] - times[&(e - 1)]))
+            .inspect(|s| if *s == 10 { floors += 1 } else { larger += 1 })
+            .sum();
+        let now = sim.shard(0).retiring_entities();
+        assert!(now > 0, "the partition ran out: the shares were not all taken");
+        assert_eq!(
+            left - now,
+            expected,
+            "epochs {from}..={to}, paused {pause_us} µs, {transfers} transfers"
+        );
+        left = now;
     }
-    sim.run();
-    let epochs = (sim.shard(0).epoch() - epoch) as usize;
-    let deleted = after_idle - sim.shard(0).retiring_entities();
-    assert!(epochs >= 10, "80 transfers in {epochs} epochs of at most 8");
-    assert!(
-        sim.shard(0).retiring_entities() > 0,
-        "the partition ran out: the shares were not all taken"
-    );
-    assert!(
-        deleted + epochs >= 1_000 && deleted <= 1_000 + 10 * epochs,
-        "{deleted} deleted in {epochs} epoch ends that sealed 80"
-    );
+    assert!(floors > 0 && larger > 0, "{floors} shares at the floor, {larger} above");
     let checked = run_and_check(&mut sim, &app, config.limits, &initial);
-    assert_eq!(checked.committed, 82);
+    assert_eq!(checked.committed, 1 + token as usize);
 }
 
 /// A partition larger than one `Install` message (4096 entities) moves

@@ -167,15 +167,20 @@ struct RunArgs {
     /// Local messages a shard handles per step before shipping batches.
     #[arg(long, default_value_t = styx_engine::Config::default().step_messages_max)]
     step_messages: usize,
-    /// Entities a moving partition's old owner copies at the end of an
-    /// epoch sealed full (--epoch-txns); fewer in proportion for an epoch
-    /// that sealed fewer (the background copy's share: smaller spreads a
-    /// move thinner over more epochs).
+    /// Entities a moving partition's old owner copies at an epoch's end,
+    /// at most (the background copy's share: smaller spreads a move
+    /// thinner over more epochs).
     #[arg(long, default_value_t = styx_engine::Config::default().move_share_entities)]
     move_share: usize,
-    /// The share of an epoch that sealed few or no transactions.
+    /// The share at an epoch's end, at least (the first after no copy was
+    /// under way, and those of epochs that follow each other within
+    /// microseconds).
     #[arg(long, default_value_t = styx_engine::Config::default().move_share_min_entities)]
     move_share_min: usize,
+    /// Entities per millisecond of logged time since the last share (0:
+    /// always the least).
+    #[arg(long, default_value_t = styx_engine::Config::default().move_share_per_ms)]
+    move_share_per_ms: usize,
     /// Seed of the load generators.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -729,6 +734,7 @@ fn execute<W: Workload>(
         step_messages_max: args.step_messages,
         move_share_entities: args.move_share,
         move_share_min_entities: args.move_share_min,
+        move_share_per_ms: args.move_share_per_ms,
         seed: args.seed,
         serial: if args.no_serial {
             Duration::ZERO

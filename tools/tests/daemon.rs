@@ -562,7 +562,7 @@ fn a_move_share_of_zero_entities_is_refused_at_start() {
         text.contains("--move-share-entities"),
         "the error names the flag: {text}"
     );
-    // An idle epoch's share is at most a full one's, and never 0.
+    // The least share is at most the most, and never 0.
     for (full, min) in [("100", "200"), ("100", "0")] {
         let out = std::process::Command::new(styxd())
             .args([

@@ -274,9 +274,11 @@ impl Shard {
     pub(super) fn end_epoch(&mut self) {
         assert!(self.tasks.all_finished(), "tasks alive at the end of an epoch");
         let epoch = self.m.epoch;
-        let sealed = self.m.coords.len();
         if self.seq.replay.is_none() {
-            self.adapt_epoch_size(sealed, self.m.stats.reexecuted - self.seq.reexecuted_at_start);
+            self.adapt_epoch_size(
+                self.m.coords.len(),
+                self.m.stats.reexecuted - self.seq.reexecuted_at_start,
+            );
         }
         let mut replies = Vec::with_capacity(self.m.coords.len());
         let mut recorded: Vec<(Tid, crate::ClientSeq, Outcome)> = Vec::new();
@@ -336,7 +338,7 @@ impl Shard {
         // run its shards from the next epoch on. A shard handed to another
         // node departs here: it takes no snapshot and starts nothing more.
         let leaving = self.switch_nodes(epoch);
-        let ready = self.switch_partitions(epoch, sealed, snapshot);
+        let ready = self.switch_partitions(epoch, snapshot);
         let snapshot = snapshot && !self.exec.map.borrow().is_copying();
         if leaving {
             assert!(ready, "a shard departs between partition copies");

@@ -12,7 +12,7 @@
 //! - *Copy.* The old owner, still owning and serving the partition, lists
 //!   its live slots at E's end and sends a share of them at the end of E
 //!   and of each later epoch (`Install`, not `last`), in proportion to the
-//!   transactions the epoch sealed (`Shard::move_share`).
+//!   logged time since its last share (`Shard::move_share`).
 //!   It also records every key of the partition its epochs touch from E + 1
 //!   on (a superset of those written or deleted). The new owner stages the
 //!   entities in its slab, indexed apart from its partitions: nothing sees
@@ -36,9 +36,9 @@
 //! the partition (deleting 100 000 entities at once stalled every shard's
 //! next epoch for tens of milliseconds). Every step is a function of the
 //! log: when the switch comes depends only on the partition's live
-//! entities at E's end and on the old owner's batch lengths from E on
-//! (with the share settings, `Shard::move_share`), so replay switches at
-//! the same epoch. No snapshot is taken while a move is
+//! entities at E's end and on the old owner's batches' logged times (with
+//! the share settings, `Shard::move_share`), so replay switches at the
+//! same epoch. No snapshot is taken while a move is
 //! under way (every shard holds the same map, so all skip alike): the
 //! staged copy and the recorded keys live only in memory, and recovery
 //! from a snapshot before E replays the whole move.
@@ -140,6 +140,15 @@ pub(super) struct Moves {
     /// Partitions switching to this shard at this boundary …
     expected: usize,
     held: Option<Held>,
+    /// The logged time of the last epoch end that left a copy under way
+    /// here (`None` when none was): the next share is in proportion to the
+    /// time since.
+    copy_us: Option<u64>,
+    /// The same for a retirement, kept apart: replay finishes no
+    /// retirement at the snapshots it does not take, so retirements run
+    /// longer in replay, and a copy's shares (so its switch) must not
+    /// depend on them.
+    retire_us: Option<u64>,
 }
 
 impl Moves {
@@ -155,6 +164,8 @@ impl Moves {
             retiring: Vec::new(),
             expected: 0,
             held: None,
+            copy_us: None,
+            retire_us: None,
         }
     }
 
@@ -260,11 +271,11 @@ impl Shard {
     /// the new one expects it), and sends every copy's next share. Returns
     /// whether the epoch's end may go on now (else the rest waits in
     /// `held` for the deltas: see [`Shard::hold_boundary`]).
-    pub(super) fn switch_partitions(&mut self, epoch: Epoch, sealed: usize, hold: bool) -> bool {
-        let share = self.move_share(sealed);
+    pub(super) fn switch_partitions(&mut self, epoch: Epoch, hold: bool) -> bool {
         if !self.exec.map.borrow().is_moving() && self.moves.decided.is_empty() {
             debug_assert!(self.moves.switches.is_empty());
-            self.retire(share);
+            self.retire_share();
+            self.moves.copy_us = None;
             return true;
         }
         self.record_touched();
@@ -304,24 +315,43 @@ impl Shard {
                 self.moves.expected += 1;
             }
         }
+        let share = self.move_share(self.moves.copy_us);
         self.send_shares(epoch, share);
-        self.retire(share);
+        self.moves.copy_us = (!self.moves.outgoing.is_empty()).then_some(self.m.epoch_now_us);
+        self.retire_share();
         self.try_install()
     }
 
     /// How many entities each copy sends, and the retiring partitions
-    /// delete, at the end of an epoch in which this shard sealed `sealed`
-    /// transactions: in proportion to them, `Config::move_share_entities`
-    /// after a full epoch (`epoch_txns_max`), never fewer than
-    /// `Config::move_share_min_entities`. So a move lengthens each epoch by
-    /// about the same fraction of its work, loaded or not (a fixed share
-    /// weighed most on the small epochs of a light load and on a saturated
-    /// shard's throughput), and an idle shard's empty epochs, which follow
-    /// each other within microseconds, still move fast. `sealed` is the
-    /// length of a logged batch, so replay sends the same shares and
-    /// switches at the same epoch.
-    fn move_share(&self, sealed: usize) -> usize {
-        move_share(&self.config, sealed)
+    /// delete, at this epoch's end, `since` the last such epoch end
+    /// (`None`: none): `Config::move_share_per_ms` for each millisecond of
+    /// logged time since, at least `Config::move_share_min_entities` (the
+    /// first share after none was under way on this shard, and those of
+    /// epochs back to back: an idle shard's
+    /// empty epochs follow each other within microseconds while a move is
+    /// under way), at most `Config::move_share_entities`. So a move takes
+    /// about the same fraction of every epoch, short or long (a saturated
+    /// shard's, a light load's, or one waiting on other nodes), where a
+    /// fixed count weighed most on short epochs. The times are the
+    /// batches' logged ones, so replay sends the same shares and switches
+    /// at the same epoch (an epoch a log lost replays at time 0: the share
+    /// at its end is the floor, the next epoch's the most, in this replay
+    /// as in any later one).
+    fn move_share(&self, since: Option<u64>) -> usize {
+        let elapsed_us = since.map_or(0, |last| self.m.epoch_now_us.saturating_sub(last));
+        move_share(&self.config, elapsed_us)
+    }
+
+    /// Deletes a share of the retiring partitions, timed by their own
+    /// clock (see `Moves::retire_us`).
+    fn retire_share(&mut self) {
+        if self.moves.retiring.is_empty() {
+            self.moves.retire_us = None;
+            return;
+        }
+        let share = self.move_share(self.moves.retire_us);
+        self.retire(share);
+        self.moves.retire_us = (!self.moves.retiring.is_empty()).then_some(self.m.epoch_now_us);
     }
 
     /// Deletes up to `budget` entities of the partitions retiring here.
@@ -343,6 +373,7 @@ impl Shard {
     /// it must hold their tombstones).
     pub(super) fn finish_retiring(&mut self) {
         self.retire(usize::MAX);
+        self.moves.retire_us = None;
     }
 
     /// Deletes what is left of `partition` of `op` if it is retiring here
@@ -599,11 +630,11 @@ impl Outbox {
 }
 
 /// [`Shard::move_share`], from the configuration alone.
-fn move_share(config: &crate::Config, sealed: usize) -> usize {
+fn move_share(config: &crate::Config, elapsed_us: u64) -> usize {
     let most = config.move_share_entities.max(1);
     let least = config.move_share_min_entities.clamp(1, most);
-    let full = config.epoch_txns_max.max(1);
-    (most.saturating_mul(sealed.min(full)) / full).max(least)
+    let share = (elapsed_us as u128 * config.move_share_per_ms as u128 / 1_000).min(most as u128) as usize;
+    share.max(least)
 }
 
 #[cfg(test)]
@@ -612,22 +643,23 @@ mod tests {
     use crate::Config;
 
     #[test]
-    fn the_share_follows_the_epochs_transactions_above_a_floor() {
+    fn the_share_follows_the_time_since_the_last_between_a_floor_and_a_ceiling() {
         let config = Config {
-            epoch_txns_max: 256,
-            move_share_entities: 64,
+            move_share_entities: 1_024,
             move_share_min_entities: 16,
+            move_share_per_ms: 100,
             ..Config::default()
         };
         assert_eq!(move_share(&config, 0), 16);
-        assert_eq!(move_share(&config, 32), 16);
-        assert_eq!(move_share(&config, 128), 32);
-        assert_eq!(move_share(&config, 256), 64);
-        assert_eq!(move_share(&config, 10_000), 64, "beyond full is full");
-        let shares: Vec<usize> = (0..=256).map(|s| move_share(&config, s)).collect();
-        assert!(shares.windows(2).all(|w| w[0] <= w[1]), "never falls with the load");
+        assert_eq!(move_share(&config, 100), 16);
+        assert_eq!(move_share(&config, 660), 66);
+        assert_eq!(move_share(&config, 2_500), 250);
+        assert_eq!(move_share(&config, 10_240), 1_024);
+        assert_eq!(move_share(&config, u64::MAX), 1_024, "a time 0 before: the most");
+        let shares: Vec<usize> = (0..20_000).step_by(7).map(|us| move_share(&config, us)).collect();
+        assert!(shares.windows(2).all(|w| w[0] <= w[1]), "never falls with time");
         // Out of range settings still move: never 0, the floor never above
-        // a full epoch's share.
+        // the ceiling.
         let odd = Config {
             move_share_entities: 8,
             move_share_min_entities: 1_000,
@@ -637,9 +669,10 @@ mod tests {
         let zero = Config {
             move_share_entities: 0,
             move_share_min_entities: 0,
+            move_share_per_ms: usize::MAX,
             ..config
         };
         assert_eq!(move_share(&zero, 0), 1);
-        assert_eq!(move_share(&zero, 256), 1);
+        assert_eq!(move_share(&zero, u64::MAX), 1);
     }
 }
