@@ -542,46 +542,23 @@ fn owners(d: &Daemon, partition: u32) -> Vec<u16> {
 #[test]
 fn a_move_share_of_zero_entities_is_refused_at_start() {
     let dir = data_dir("move_share_zero");
-    let out = std::process::Command::new(styxd())
-        .args([
-            "--data-dir",
-            dir.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--move-share-entities",
-            "0",
-        ])
-        .output()
-        .unwrap();
-    let text = output_text(&out);
-    assert!(
-        !out.status.success(),
-        "a copy that sends nothing would never finish: {text}"
-    );
-    assert!(
-        text.contains("--move-share-entities"),
-        "the error names the flag: {text}"
-    );
-    // The least share is at most the most, and never 0.
-    for (full, min) in [("100", "200"), ("100", "0")] {
+    // A refused start: the output names the flag at fault.
+    let refused = |shares: &[&str], flag: &str| {
         let out = std::process::Command::new(styxd())
-            .args([
-                "--data-dir",
-                dir.to_str().unwrap(),
-                "--listen",
-                "127.0.0.1:0",
-                "--move-share-entities",
-                full,
-                "--move-share-min-entities",
-                min,
-            ])
+            .args(["--data-dir", dir.to_str().unwrap(), "--listen", "127.0.0.1:0"])
+            .args(shares)
             .output()
             .unwrap();
         let text = output_text(&out);
-        assert!(!out.status.success(), "share {full}, floor {min}: {text}");
-        assert!(
-            text.contains("--move-share-min-entities"),
-            "the error names the flag: {text}"
+        assert!(!out.status.success(), "{shares:?} must be refused: {text}");
+        assert!(text.contains(flag), "the error names {flag}: {text}");
+    };
+    refused(&["--move-share-entities", "0"], "--move-share-entities");
+    // The least share is at most the most, and never 0.
+    for (most, least) in [("100", "200"), ("100", "0")] {
+        refused(
+            &["--move-share-entities", most, "--move-share-min-entities", least],
+            "--move-share-min-entities",
         );
     }
 }
