@@ -327,9 +327,9 @@ impl Shard {
     /// (`None`: none): `Config::move_share_per_ms` for each millisecond of
     /// logged time since, at least `Config::move_share_min_entities` (the
     /// first share after none was under way on this shard, and those of
-    /// epochs back to back: an idle shard's
-    /// empty epochs follow each other within microseconds while a move is
-    /// under way), at most `Config::move_share_entities`. So a move takes
+    /// epochs back to back: an idle shard's empty epochs follow each other
+    /// within microseconds while a move is under way), at most
+    /// `Config::move_share_entities`. So a move takes
     /// about the same fraction of every epoch, short or long (a saturated
     /// shard's, a light load's, or one waiting on other nodes), where a
     /// fixed count weighed most on short epochs. The times are the
