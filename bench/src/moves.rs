@@ -590,6 +590,7 @@ impl Mover {
                         op: self.op,
                         partition,
                         to,
+                        share: None,
                     },
                     0,
                 )],

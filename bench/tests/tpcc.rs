@@ -50,6 +50,7 @@ fn run_moving(seed: u64, shards: u16, scale: Scale, mix: Mix, requests: usize, m
                 op: tables[rng.below(tables.len() as u64) as usize],
                 partition: rng.below(u64::from(PARTITIONS)) as u32,
                 to: rng.below(u64::from(shards)) as ShardId,
+                share: None,
             };
             reqs.push(m.request());
             txn_of.push(None);

@@ -131,9 +131,11 @@ pub struct Flags {
     /// delete the partition from the old owner after the switch), so a
     /// move takes about the same fraction of every epoch. Larger shares
     /// move a partition in fewer epochs and lengthen those epochs' ends (a
-    /// deeper dip while it moves). They set when a copy switches, never
-    /// what the state is, so they may change between restarts (a move
-    /// replayed then may switch at another epoch than it did live).
+    /// deeper dip while it moves). These three are the pace of the moves
+    /// submitted to this daemon that name none (`styx rebalance
+    /// --share-*`), logged with each move: a restart with other values
+    /// replays logged moves at their own pace (only moves logged by a
+    /// build before paces were logged take the current values).
     #[arg(long, env = "STYX_MOVE_SHARE_ENTITIES")]
     pub move_share_entities: Option<usize>,
     /// The share at an epoch's end, at least [default: 16; at most

@@ -71,6 +71,7 @@ pub fn plan(op: OpId, loads: &[Load], shards: u16, tolerance: f64, moves_max: us
             op,
             partition: l.partition,
             to,
+            share: None,
         });
         moved[i] = true;
         owners[i].owner = to;
@@ -125,7 +126,8 @@ mod tests {
             vec![Move {
                 op: OpId(3),
                 partition: 0,
-                to: 1
+                to: 1,
+                share: None,
             }]
         );
         assert_eq!(after(&l, &moves, 2), vec![100, 140]);

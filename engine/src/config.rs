@@ -4,6 +4,7 @@ use crate::abort::Abort;
 use crate::codec::Payload;
 use crate::ctx::CallLimits;
 use crate::ids::{Address, Epoch, FnId, ShardId, Tid};
+use crate::partition_map::MoveShare;
 
 /// A driver's handle for a request, returned with its reply.
 pub type Token = u64;
@@ -78,9 +79,9 @@ pub struct Config {
     /// On two cores, 6.4M accounts, a 100 000-entity partition moving,
     /// saturated throughput is ~0.92× of steady (a fixed 1 024 per epoch
     /// end: ~0.6×; docs/BENCHMARKS.md, "A move's share follows the logged
-    /// time"). When a move switches depends on these three, so replay
-    /// switches at the same epoch only with the same values (the state
-    /// does not depend on them).
+    /// time"). These three are the pace a shard writes into a move request
+    /// that names none ([`Config::move_share`]): the pace is logged with
+    /// the move, so replay switches it at the same epoch with any values.
     pub move_share_entities: usize,
     /// The share of the first epoch end after no copy (or no retirement)
     /// was under way on the shard, and of epochs that follow each other
@@ -102,6 +103,23 @@ pub struct Config {
     /// handover that would leave its node without shards is refused at
     /// submit (the runtime runs no spare yet: docs/nodes.md).
     pub spare_nodes: bool,
+}
+
+impl Config {
+    /// The pace of a move that names none: [`Config::move_share_entities`],
+    /// [`Config::move_share_min_entities`] and
+    /// [`Config::move_share_per_ms`], brought in range (at least one
+    /// entity, the least no more than the most).
+    pub fn move_share(&self) -> MoveShare {
+        let most = u32::try_from(self.move_share_entities).unwrap_or(u32::MAX).max(1);
+        MoveShare {
+            most,
+            least: u32::try_from(self.move_share_min_entities)
+                .unwrap_or(u32::MAX)
+                .clamp(1, most),
+            per_ms: u32::try_from(self.move_share_per_ms).unwrap_or(u32::MAX),
+        }
+    }
 }
 
 impl Default for Config {

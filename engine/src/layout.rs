@@ -14,8 +14,8 @@
 //! wait while a snapshot is due: snapshot votes therefore read the epochs'
 //! logged times, and replay counts the snapshots it does not take, so they
 //! fall at the same epochs as live — `replay_decides_a_waiting_handover_
-//! where_the_live_run_did` — given the same snapshot interval and move
-//! share size, which are settings, not logged.)
+//! where_the_live_run_did` — given the same snapshot interval, a setting
+//! not logged; a move's pace is logged with it.)
 //!
 //! The layout starts as the driver gives it (`Layout::contiguous`: node 0
 //! runs the first shards, node 1 the next, as a cluster file numbers them)
@@ -402,7 +402,8 @@ mod tests {
                 &crate::partition_map::Move {
                     op: OpId(0),
                     partition: 0,
-                    to: 1
+                    to: 1,
+                    share: None,
                 }
                 .request()
             ),

@@ -71,7 +71,7 @@ pub use ids::{Address, Epoch, FnId, OpId, SHARDS_MAX, ShardId, ShardSet, Tid, pa
 pub use key::{KEY_LEN_MAX, Key, KeyPart};
 pub use layout::{HANDOVER_FUNCTION, HANDOVER_FUNCTION_INDEX, Handover, Layout};
 pub use message::{Invoke, Message, Parent, Phase, Reply as CallReply, flags};
-pub use partition_map::{MOVE_FUNCTION, MOVE_FUNCTION_INDEX, Move, PartitionMap};
+pub use partition_map::{MOVE_FUNCTION, MOVE_FUNCTION_INDEX, Move, MoveShare, PartitionMap};
 pub use schema::{Field, FunctionSchema, OperatorSchema, Schema, Signature, TypeDef, Types, Variant, WireType};
 pub use serial::Serial;
 pub use shard::{CLIENTS_MAX, Handoff, OUTCOMES_PER_CLIENT_MAX, Outputs, Shard, Stage, Stats, client_home};

@@ -39,12 +39,67 @@ const _: () = assert!(crate::app::FUNCTIONS_PER_OPERATOR_MAX < MOVE_FUNCTION_IND
 /// Names starting with `__` are reserved, so no function has it.
 pub const MOVE_FUNCTION: &str = "__move";
 
-/// A move: partition `partition` of operator `op` goes to shard `to`.
+/// How fast a move goes: at each epoch end its old owner copies (and,
+/// once it switched, deletes) `per_ms` of the partition's entities for
+/// each millisecond of logged time since its last share, at least `least`
+/// and at most `most` ([`MoveShare::entities`]). It is part of the logged
+/// move — a request naming none gets its coordinator's settings
+/// ([`Config::move_share`](crate::Config::move_share)) written into it
+/// before it is sequenced — so replay and recovery pace a move, and so
+/// switch it, at the epoch the live run did, whatever the recovering
+/// process is configured with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct MoveShare {
+    pub most: u32,
+    pub least: u32,
+    pub per_ms: u32,
+}
+
+impl MoveShare {
+    /// A share that moves at least one entity and no more than it may.
+    pub fn check(self) -> Result<MoveShare, String> {
+        if self.most == 0 || self.least == 0 {
+            return Err(format!(
+                "a move's share of 0 entities (least {}, most {}) never ends",
+                self.least, self.most
+            ));
+        }
+        if self.least > self.most {
+            return Err(format!(
+                "a move's least share ({}) is above its most ({})",
+                self.least, self.most
+            ));
+        }
+        Ok(self)
+    }
+
+    /// The entities of one epoch end's share, `elapsed_us` of logged time
+    /// after the last (clamped as [`MoveShare::check`] would require, so
+    /// even an unchecked share moves).
+    pub fn entities(self, elapsed_us: u64) -> usize {
+        let most = self.most.max(1) as u128;
+        let least = (self.least as u128).clamp(1, most);
+        (elapsed_us as u128 * self.per_ms as u128 / 1_000).clamp(least, most) as usize
+    }
+
+    pub(crate) fn to_tuple(self) -> (u32, u32, u32) {
+        (self.most, self.least, self.per_ms)
+    }
+
+    pub(crate) fn of_tuple((most, least, per_ms): (u32, u32, u32)) -> MoveShare {
+        MoveShare { most, least, per_ms }
+    }
+}
+
+/// A move: partition `partition` of operator `op` goes to shard `to`, at
+/// the pace `share` (`None` only in a log written before moves carried
+/// one: the deciding shard's configuration then).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Move {
     pub op: OpId,
     pub partition: u32,
     pub to: ShardId,
+    pub share: Option<MoveShare>,
 }
 
 impl Move {
@@ -54,6 +109,9 @@ impl Move {
     /// end of the epoch it is sequenced in, and the partition switches a
     /// few epochs later, once copied (see `shard::moves`): the answer says
     /// the move is decided and durable, not yet switched.
+    ///
+    /// Its argument is the target shard (`u16`), followed by the share
+    /// (`u32` most, least, per millisecond) when the move names one.
     pub fn request(self) -> Request {
         Request {
             function: FnId {
@@ -61,9 +119,30 @@ impl Move {
                 index: MOVE_FUNCTION_INDEX,
             },
             address: Address::Partition(self.partition),
-            args: Payload::encode(&self.to),
+            args: Move::args(self.to, self.share),
             client: None,
         }
+    }
+
+    /// The argument of a move request to shard `to` at the pace `share`
+    /// (`None`: the pace of the shard it is submitted to).
+    pub fn args(to: ShardId, share: Option<MoveShare>) -> Payload {
+        match share {
+            Some(share) => Payload::encode(&(to, share.to_tuple())),
+            None => Payload::encode(&to),
+        }
+    }
+
+    /// The request of a move that names no share, with `share` written in
+    /// (what its coordinator does before sequencing it); any other request
+    /// as it was.
+    pub fn with_default_share(mut request: Request, share: MoveShare) -> Request {
+        if let Some(Ok(m)) = Move::of(&request)
+            && m.share.is_none()
+        {
+            request.args = Move::args(m.to, Some(share));
+        }
+        request
     }
 
     /// The move a request asks for, if it is a move request (not checked
@@ -73,14 +152,27 @@ impl Move {
             return None;
         }
         let op = request.function.op;
-        Some(match (&request.address, request.args.decode::<ShardId>()) {
-            (Address::Partition(partition), Ok(to)) => Ok(Move {
+        // The target alone (2 bytes), or with the share after it.
+        let args = if request.args.as_bytes().len() == 2 {
+            request.args.decode::<ShardId>().map(|to| (to, None))
+        } else {
+            request
+                .args
+                .decode::<(ShardId, (u32, u32, u32))>()
+                .map(|(to, share)| (to, Some(MoveShare::of_tuple(share))))
+        };
+        Some(match (&request.address, args) {
+            (Address::Partition(partition), Ok((to, share))) => Ok(Move {
                 op,
                 partition: *partition,
                 to,
+                share,
             }),
             (Address::Entity(_), _) => Err("a move names a partition, not an entity".to_string()),
-            (_, Err(e)) => Err(format!("a move's argument is the target shard (u16): {e}")),
+            (_, Err(e)) => Err(format!(
+                "a move's argument is the target shard (u16), optionally followed by its share \
+                 (u32 most, least, per ms): {e}"
+            )),
         })
     }
 
@@ -101,16 +193,38 @@ impl Move {
         if self.to >= n_shards {
             return Err(format!("no shard {} (there are {n_shards})", self.to));
         }
+        if let Some(share) = self.share {
+            share.check()?;
+        }
         Ok(self)
     }
 }
 
 /// A map as a snapshot keeps it: version, partitions off the default rule
-/// `(op, partition, shard)`, queued moves `(tid, op, partition, shard)`.
-pub(crate) type MapMeta = (u64, Vec<(u16, u32, u16)>, Vec<(Tid, u16, u32, u16)>);
+/// `(op, partition, shard)`, queued moves `(tid, op, partition, shard,
+/// share)`.
+pub(crate) type MapMeta = (
+    u64,
+    Vec<(u16, u32, u16)>,
+    Vec<(Tid, u16, u32, u16, Option<(u32, u32, u32)>)>,
+);
+
+/// A map as snapshots kept it before moves carried their share.
+pub(crate) type MapMetaNoShare = (u64, Vec<(u16, u32, u16)>, Vec<(Tid, u16, u32, u16)>);
+
+/// The map of a snapshot written before moves carried their share: its
+/// queued moves take the deciding shard's configuration.
+pub(crate) fn meta_of_no_share((version, moved, queued): MapMetaNoShare) -> MapMeta {
+    let queued = queued
+        .into_iter()
+        .map(|(tid, op, partition, to)| (tid, op, partition, to, None))
+        .collect();
+    (version, moved, queued)
+}
 
 /// A move under way: partition `partition` of `op` is being copied from
-/// `from`, which still owns it, to `to`, since the end of epoch `since`.
+/// `from`, which still owns it, to `to`, since the end of epoch `since`,
+/// at the pace `share` (see [`Move`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Moving {
     pub tid: Tid,
@@ -119,6 +233,7 @@ pub struct Moving {
     pub from: ShardId,
     pub to: ShardId,
     pub since: crate::ids::Epoch,
+    pub share: Option<MoveShare>,
 }
 
 /// Each operator's partition → shard, how many moves changed it, and the
@@ -218,6 +333,7 @@ impl PartitionMap {
                 from,
                 to: m.to,
                 since: epoch,
+                share: m.share,
             };
             self.moving.push(g);
             started.push(g);
@@ -283,7 +399,7 @@ impl PartitionMap {
 
     /// What a snapshot keeps: the version, the partitions off the default
     /// rule, `(op, partition, shard)`, and the queued moves, `(tid, op,
-    /// partition, shard)`.
+    /// partition, shard, share)`.
     pub(crate) fn to_meta(&self) -> MapMeta {
         assert!(!self.is_copying(), "a snapshot while partitions are copied");
         let mut moved = Vec::new();
@@ -297,7 +413,7 @@ impl PartitionMap {
         let queued = self
             .queued
             .iter()
-            .map(|(tid, m)| (*tid, m.op.0, m.partition, m.to))
+            .map(|(tid, m)| (*tid, m.op.0, m.partition, m.to, m.share.map(MoveShare::to_tuple)))
             .collect();
         (self.version, moved, queued)
     }
@@ -313,15 +429,17 @@ impl PartitionMap {
                 op: OpId(op),
                 partition,
                 to,
+                share: None,
             }
             .check(app, n_shards)?;
             map.owners[op as usize][partition as usize] = m.to;
         }
-        for &(tid, op, partition, to) in queued {
+        for &(tid, op, partition, to, share) in queued {
             let m = Move {
                 op: OpId(op),
                 partition,
                 to,
+                share: share.map(MoveShare::of_tuple),
             }
             .check(app, n_shards)?;
             map.queued.push((tid, m));
@@ -339,6 +457,7 @@ mod tests {
             op: OpId(op),
             partition,
             to,
+            share: None,
         }
     }
 
@@ -395,7 +514,7 @@ mod tests {
         let meta = map.to_meta();
         assert_eq!(PartitionMap::from_meta(&app, 3, &meta).unwrap(), map);
         assert!(PartitionMap::from_meta(&app, 3, &(1, vec![(0, 0, 3)], vec![])).is_err());
-        assert!(PartitionMap::from_meta(&app, 3, &(1, vec![], vec![(4, 0, 9, 1)])).is_err());
+        assert!(PartitionMap::from_meta(&app, 3, &(1, vec![], vec![(4, 0, 9, 1, None)])).is_err());
     }
 
     /// A due snapshot holds new moves: they queue, the copies under way
@@ -412,7 +531,7 @@ mod tests {
         assert!(map.is_moving() && !map.is_copying());
         assert_eq!(map.queued(), &[(2, mv(1, 2, 0))]);
         let meta = map.to_meta();
-        assert_eq!(meta, (1, vec![(0, 0, 1)], vec![(2, 1, 2, 0)]));
+        assert_eq!(meta, (1, vec![(0, 0, 1)], vec![(2, 1, 2, 0, None)]));
         let mut restored = PartitionMap::from_meta(&app, 3, &meta).unwrap();
         assert_eq!(restored, map);
         // Settled, the queue is applied: what the log's moves make.
@@ -438,5 +557,138 @@ mod tests {
         assert!(mv(0, 0, 3).check(&app, 3).unwrap_err().contains("no shard 3"));
         let r = mv(0, 1, 2).request();
         assert_eq!(Move::of(&r), Some(Ok(mv(0, 1, 2))));
+        let never = MoveShare {
+            most: 0,
+            least: 0,
+            per_ms: 5,
+        };
+        let share = |m: Move| Move {
+            share: Some(never),
+            ..m
+        };
+        assert!(share(mv(0, 7, 2)).check(&app, 3).unwrap_err().contains("never ends"));
+        let upside_down = MoveShare {
+            most: 4,
+            least: 8,
+            per_ms: 5,
+        };
+        let share = |m: Move| Move {
+            share: Some(upside_down),
+            ..m
+        };
+        assert!(
+            share(mv(0, 7, 2))
+                .check(&app, 3)
+                .unwrap_err()
+                .contains("above its most")
+        );
+    }
+
+    #[test]
+    fn a_move_carries_its_share_in_its_request() {
+        let share = MoveShare {
+            most: 1_024,
+            least: 16,
+            per_ms: 100,
+        };
+        let bare = mv(0, 1, 2).request();
+        assert_eq!(
+            bare.args.as_bytes().len(),
+            2,
+            "a move naming no share is the target alone"
+        );
+        let stamped = Move::with_default_share(bare.clone(), share);
+        assert_eq!(
+            Move::of(&stamped),
+            Some(Ok(Move {
+                share: Some(share),
+                ..mv(0, 1, 2)
+            }))
+        );
+        assert_eq!(
+            stamped,
+            Move {
+                share: Some(share),
+                ..mv(0, 1, 2)
+            }
+            .request()
+        );
+        // A share named by the client is kept.
+        let own = MoveShare { per_ms: 7, ..share };
+        let named = Move {
+            share: Some(own),
+            ..mv(0, 1, 2)
+        }
+        .request();
+        assert_eq!(Move::with_default_share(named.clone(), share), named);
+        // Not a move: untouched.
+        let mut other = bare.clone();
+        other.function.index = 0;
+        assert_eq!(Move::with_default_share(other.clone(), share), other);
+        // Neither two bytes nor two plus twelve.
+        let mut odd = bare;
+        odd.args = Payload::encode(&(2u16, 1u32));
+        assert!(
+            Move::of(&odd)
+                .unwrap()
+                .unwrap_err()
+                .contains("optionally followed by its share")
+        );
+    }
+
+    #[test]
+    fn a_configured_pace_is_brought_in_range() {
+        let config = |most, least, per_ms| crate::Config {
+            move_share_entities: most,
+            move_share_min_entities: least,
+            move_share_per_ms: per_ms,
+            ..crate::Config::default()
+        };
+        let pace = |most, least, per_ms| MoveShare { most, least, per_ms };
+        assert_eq!(crate::Config::default().move_share(), pace(1_024, 16, 100));
+        assert_eq!(config(0, 0, 0).move_share(), pace(1, 1, 0));
+        assert_eq!(
+            config(8, 64, 5).move_share(),
+            pace(8, 8, 5),
+            "the least no more than the most"
+        );
+        assert_eq!(
+            config(usize::MAX, usize::MAX, usize::MAX).move_share(),
+            pace(u32::MAX, u32::MAX, u32::MAX)
+        );
+        for c in [config(0, 0, 0), config(8, 64, 5), config(usize::MAX, 1, 1)] {
+            assert!(c.move_share().check().is_ok(), "{:?}", c.move_share());
+        }
+    }
+
+    #[test]
+    fn a_share_follows_the_time_between_its_bounds() {
+        let share = MoveShare {
+            most: 1_024,
+            least: 16,
+            per_ms: 100,
+        };
+        assert_eq!(share.entities(0), 16);
+        assert_eq!(share.entities(100), 16);
+        assert_eq!(share.entities(660), 66);
+        assert_eq!(share.entities(2_500), 250);
+        assert_eq!(share.entities(10_240), 1_024);
+        assert_eq!(share.entities(u64::MAX), 1_024, "a time 0 before: the most");
+        let shares: Vec<usize> = (0..20_000).step_by(7).map(|us| share.entities(us)).collect();
+        assert!(shares.windows(2).all(|w| w[0] <= w[1]), "more time, no smaller share");
+        // Unchecked bounds still move something.
+        let odd = MoveShare {
+            most: 8,
+            least: 1_000,
+            per_ms: 100,
+        };
+        assert_eq!(odd.entities(0), 8);
+        let zero = MoveShare {
+            most: 0,
+            least: 0,
+            per_ms: u32::MAX,
+        };
+        assert_eq!(zero.entities(0), 1);
+        assert_eq!(zero.entities(u64::MAX), 1);
     }
 }

@@ -17,7 +17,7 @@ use crate::ids::{Address, Epoch, FnId, OpId, ShardId, ShardSet, Tid};
 use crate::key::{KEY_LEN_MAX, Key};
 use crate::layout::Handover;
 use crate::message::{Invoke, Message, Parent, Phase, Reply};
-use crate::partition_map::Move;
+use crate::partition_map::{Move, MoveShare};
 use crate::value::Value;
 
 /// A count of items of at least `item_bytes` bytes each, checked against
@@ -196,6 +196,7 @@ fn encode_message(m: &Message, w: &mut Writer) {
                 m.op.0.encode(w);
                 m.partition.encode(w);
                 m.to.encode(w);
+                m.share.map(MoveShare::to_tuple).encode(w);
             }
             (switches.len() as u32).encode(w);
             for (op, partition) in switches {
@@ -445,17 +446,30 @@ impl Decoder {
         })
     }
 
-    /// A `Done1`'s moves: a count, then `(tid, op, partition, to)` each.
+    /// A `Done1`'s moves: a count, then `(tid, op, partition, to, share)`
+    /// each (the share an option of `(most, least, per_ms)`).
     fn moves(&self, input: &mut &[u8]) -> Result<Vec<(Tid, Move)>, WireError> {
-        // Each move takes 16 bytes: a count past that is a lie.
-        let count = counted(input, 16)?;
+        // Each move takes at least 17 bytes: a count past that is a lie.
+        let count = counted(input, 17)?;
         let mut moves = Vec::with_capacity(count);
         for _ in 0..count {
             let tid = Tid::decode(input)?;
             let op = OpId(u16::decode(input)?);
             let partition = u32::decode(input)?;
             let to = self.shard(input)?;
-            moves.push((tid, Move { op, partition, to }));
+            let share = Option::<(u32, u32, u32)>::decode(input)?
+                .map(|share| MoveShare::of_tuple(share).check())
+                .transpose()
+                .map_err(WireError::Invalid)?;
+            moves.push((
+                tid,
+                Move {
+                    op,
+                    partition,
+                    to,
+                    share,
+                },
+            ));
         }
         Ok(moves)
     }
@@ -587,14 +601,30 @@ mod tests {
                 epoch: 5,
                 lc: 99,
                 aborted: vec![3, 8],
-                moves: vec![(
-                    19,
-                    Move {
-                        op: OpId(1),
-                        partition: 7,
-                        to: 2,
-                    },
-                )],
+                moves: vec![
+                    (
+                        19,
+                        Move {
+                            op: OpId(1),
+                            partition: 7,
+                            to: 2,
+                            share: None,
+                        },
+                    ),
+                    (
+                        20,
+                        Move {
+                            op: OpId(0),
+                            partition: 3,
+                            to: 1,
+                            share: Some(MoveShare {
+                                most: 1_024,
+                                least: 16,
+                                per_ms: 100,
+                            }),
+                        },
+                    ),
+                ],
                 switches: vec![(OpId(1), 4), (OpId(0), 9)],
                 handovers: vec![(23, Handover { shard: 1, node: 3 })],
             },
@@ -675,6 +705,36 @@ mod tests {
                 let _ = decode_batch(&b, 3);
             }
         }
+    }
+
+    #[test]
+    fn a_move_whose_share_never_ends_is_refused() {
+        let stuck = MoveShare {
+            most: 0,
+            least: 0,
+            per_ms: 1,
+        };
+        let done1 = Message::Done1 {
+            epoch: 1,
+            lc: 0,
+            aborted: vec![],
+            moves: vec![(
+                1,
+                Move {
+                    op: OpId(0),
+                    partition: 0,
+                    to: 1,
+                    share: Some(stuck),
+                },
+            )],
+            switches: vec![],
+            handovers: vec![],
+        };
+        let err = decode_batch(&encoded(&[done1]), 3).unwrap_err();
+        assert!(
+            matches!(&err, WireError::Invalid(why) if why.contains("never ends")),
+            "{err}"
+        );
     }
 
     #[test]

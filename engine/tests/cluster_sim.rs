@@ -99,6 +99,9 @@ const MOVE_CHANCE: f64 = 0.08;
 const SEEDS_WITH_HANDOVERS: u64 = 2_000;
 /// With handovers, the share of requests that hand a shard to a node.
 const HANDOVER_CHANCE: f64 = 0.06;
+/// Paces of moves `(most, least, per ms)`: a fixed share of one or three
+/// entities, one per logged microsecond from 1 to 64, all in one share.
+const MOVE_SHARES: [(usize, usize, usize); 4] = [(1, 1, 100), (3, 3, 100), (64, 1, 1_000), (4_096, 4_096, 100)];
 /// Tokens of client submissions start here: in the range of tids, so a
 /// replayed transaction's outcome taken for a live reply would show.
 const TOKEN_BASE: Token = 1;
@@ -292,12 +295,14 @@ impl Cluster {
         config.epoch_gather_us = 30;
         config.step_messages_max = [2, 8, 64][rng.below(3) as usize];
         // Moves copy over several epochs (a fixed share, or one entity
-        // per logged microsecond since the last share), or in one.
+        // per logged microsecond since the last share), or in one; each
+        // run after a crash paces the moves it sequences another way
+        // (`Cluster::run_config`), and replays the logged ones at theirs.
         (
             config.move_share_entities,
             config.move_share_min_entities,
             config.move_share_per_ms,
-        ) = [(1, 1, 100), (3, 3, 100), (64, 1, 1_000), (4_096, 4_096, 100)][(seed % 4) as usize];
+        ) = MOVE_SHARES[(seed % 4) as usize];
         // Every shard stops at a change of the layout (as the runtime's
         // do), or only those leaving their node.
         config.pause_at_handover = seed / 3 % 2 == 1;
@@ -369,6 +374,18 @@ impl Cluster {
         )
     }
 
+    /// The configuration of the current run: the seed's, with the pace of
+    /// the moves it sequences turned by the run.
+    fn run_config(&self) -> Config {
+        let mut config = self.config.clone();
+        (
+            config.move_share_entities,
+            config.move_share_min_entities,
+            config.move_share_per_ms,
+        ) = MOVE_SHARES[((self.seed + self.runs.saturating_sub(1)) % 4) as usize];
+        config
+    }
+
     /// A fresh run of every shard, recovered from the disks (the first
     /// one: from the initial load).
     fn start_run(&mut self) -> (Run, Restart) {
@@ -382,7 +399,7 @@ impl Cluster {
         self.runs += 1;
         let mut sim = Sim::new(
             self.app.clone(),
-            self.config.clone(),
+            self.run_config(),
             n,
             mix64(self.seed ^ (self.runs << 48)),
         );
@@ -462,6 +479,7 @@ impl Cluster {
                 op: OpId(0),
                 partition: rng.below(8) as u32,
                 to: rng.below(u64::from(self.shards)) as ShardId,
+                share: None,
             }
             .request()
         } else if self.handovers && rng.chance(HANDOVER_CHANCE) {
@@ -522,7 +540,13 @@ impl Cluster {
                 return;
             }
             let shard = ready[self.rng.below(ready.len() as u64) as usize];
-            let request = self.sent[&token].request.clone();
+            let pace = self.run_config().move_share();
+            let sent = self.sent.get_mut(&token).expect("queued");
+            // A move naming no pace is logged with the run's.
+            if sent.key.is_none() {
+                sent.request = Move::with_default_share(sent.request.clone(), pace);
+            }
+            let request = sent.request.clone();
             self.run.sim.submit(shard, token, request).expect("request accepted");
             self.in_flight.insert(token);
             self.outbox.pop_front();

@@ -122,6 +122,7 @@ fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64, 
                 op: OpId(0),
                 partition: rng.below(8) as u32,
                 to: rng.below(u64::from(shards)) as ShardId,
+                share: None,
             };
             tokens.insert(token, None);
             sim.submit(rng.below(u64::from(shards)) as ShardId, token, m.request())

@@ -697,7 +697,9 @@ fn large_early_messages_cross_with_the_hand_off() {
 /// decides it at the same epoch as the live run, because snapshot votes
 /// read the epochs' logged times and replay counts the snapshots it does
 /// not take, and a copy's shares (so its switch) follow the logged times
-/// too (odd seeds: from 1 to 16 entities by the time since the last).
+/// too (odd seeds: from 1 to 16 entities by the time since the last) at
+/// the pace logged with the move — replayed here by a process configured
+/// with the other pace.
 #[test]
 fn replay_decides_a_waiting_handover_where_the_live_run_did() {
     for seed in 0..20 {
@@ -728,7 +730,15 @@ fn replay_decides_a_waiting_handover_where_the_live_run_did() {
         }
         let live: Vec<_> = sim.handovers().iter().map(|s| (s.epoch, s.shard, s.to)).collect();
         assert_eq!(live.len(), 1, "seed {seed}");
-        let mut fresh = Sim::new(app.clone(), config, 2, seed + 100);
+        // Replayed by a process configured with the other pace: the moves'
+        // logged pace holds.
+        let mut replaying = config;
+        (
+            replaying.move_share_entities,
+            replaying.move_share_min_entities,
+            replaying.move_share_per_ms,
+        ) = if seed % 2 == 0 { (16, 1, 100) } else { (1, 1, 100) };
+        let mut fresh = Sim::new(app.clone(), replaying, 2, seed + 100);
         fresh.set_layout(Layout::contiguous(&[1, 1, 0]));
         for (op, k, v) in &initial {
             fresh.load(*op, k, Some(v.clone()));
@@ -739,4 +749,95 @@ fn replay_decides_a_waiting_handover_where_the_live_run_did() {
         assert_eq!(fresh.state(), sim.state(), "seed {seed}");
         assert_eq!(live, replayed, "seed {seed}: the handover's epoch in replay");
     }
+}
+
+/// A snapshot holding queued moves carries their pace: a cluster recovered
+/// from it by processes configured with another pace replays the moves,
+/// and the handover waiting behind them, at the epochs the live run did.
+/// Each complete snapshot before the handover is tried as the one
+/// recovered from (later manifests dropped, as if the crash came first).
+#[test]
+fn recovery_paces_a_snapshots_queued_moves_as_logged() {
+    let nodes = [1u16, 1, 1];
+    let (mut recoveries, mut with_queued) = (0, 0);
+    for seed in 0..12u64 {
+        let app = bank(8);
+        let mut config = test_config(8);
+        config.snapshot_interval_us = [1, 30][seed as usize % 2];
+        config.epoch_gather_us = 0;
+        (
+            config.move_share_entities,
+            config.move_share_min_entities,
+            config.move_share_per_ms,
+        ) = (1, 1, 100);
+        let mut sim = Sim::new(app.clone(), config.clone(), 3, seed);
+        sim.set_nodes(&nodes);
+        let initial = accounts(64, START_BALANCE);
+        for (op, k, v) in &initial {
+            sim.load(*op, k, Some(v.clone()));
+        }
+        sim.submit(0, 0, move_to(0, 1)).unwrap();
+        while sim.shard(0).epoch() < 3 {
+            assert!(sim.step());
+        }
+        sim.submit(0, 1, move_to(3, 1)).unwrap();
+        sim.submit(0, 2, move_to(0, 2)).unwrap();
+        sim.submit(0, 3, hand(0, 1)).unwrap();
+        for t in 4..80u64 {
+            sim.submit(0, t, transfer(&app, t % 64, (t + 1) % 64, 1)).unwrap();
+            sim.run();
+        }
+        let live: Vec<_> = sim.handovers().iter().map(|s| (s.epoch, s.shard, s.to)).collect();
+        assert_eq!(live.len(), 1, "seed {seed}");
+        let events = sim.disk_events().to_vec();
+        let chunks = sim.take_snapshots();
+        let logs = sim.logs();
+        let sealed = |shard: ShardId, epoch: Epoch| {
+            logs.iter()
+                .find(|b| (b.shard, b.epoch) == (shard, epoch))
+                .expect("a sealed batch")
+                .clone()
+        };
+        // Snapshots every node committed, before the handover.
+        let mut manifested: BTreeMap<Epoch, usize> = BTreeMap::new();
+        for e in &events {
+            if let DiskEvent::NodeManifest { epoch, .. } = e {
+                *manifested.entry(*epoch).or_default() += 1;
+            }
+        }
+        let candidates = manifested
+            .iter()
+            .filter(|(e, n)| **n == nodes.len() && **e < live[0].0)
+            .map(|(e, _)| *e);
+        for snapshot in candidates {
+            let kept: Vec<DiskEvent> = events
+                .iter()
+                .filter(|e| !matches!(e, DiskEvent::NodeManifest { epoch, .. } if *epoch > snapshot))
+                .cloned()
+                .collect();
+            let mut disks = styx_engine::sim::Disks::new(&nodes, &initial);
+            disks.absorb(&kept, &chunks, &sealed);
+            let mut other = config.clone();
+            (
+                other.move_share_entities,
+                other.move_share_min_entities,
+                other.move_share_per_ms,
+            ) = (64, 8, 1_000);
+            let mut rec = Sim::new(app.clone(), other, 3, seed + 1_000 * snapshot);
+            rec.set_nodes(&nodes);
+            let restart = disks.restart(&mut rec).expect("recovers");
+            let at = format!("seed {seed}, from snapshot {snapshot}");
+            assert_eq!(restart.snapshot(), snapshot, "{at}");
+            recoveries += 1;
+            with_queued += usize::from(!rec.shard(0).partition_map().queued().is_empty());
+            rec.run();
+            let replayed: Vec<_> = rec.handovers().iter().map(|s| (s.epoch, s.shard, s.to)).collect();
+            assert_eq!(replayed, live, "{at}: the handover's epoch after recovery");
+            assert_eq!(rec.state(), sim.state(), "{at}");
+        }
+    }
+    assert!(
+        with_queued > 0,
+        "none of {recoveries} recoveries restored a snapshot with queued moves"
+    );
 }

@@ -65,8 +65,9 @@ impl Request {
     }
 
     /// A partition move: `__move` on any operator, a partition target, the
-    /// target shard (`u16`) as its argument. The engine checks the shard
-    /// and the argument when it takes the request (an abort, nothing run).
+    /// target shard (`u16`) as its argument, optionally followed by the
+    /// move's pace (three `u32`). The engine checks the shard and the
+    /// argument when it takes the request (an abort, nothing run).
     fn resolve_move(&self, corr: u32, app: &App, op: OpId) -> Result<styx_engine::Request, Error> {
         let Address::Partition(partition) = self.target else {
             return Err(Error::WrongTarget {
@@ -256,6 +257,7 @@ mod tests {
             op: OpId(0),
             partition: 2,
             to: 1,
+            share: None,
         }
         .request();
         expected.client = resolved.client;

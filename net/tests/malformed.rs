@@ -446,7 +446,12 @@ fn a_placement_places_keys_like_the_engine_after_moves() {
         moved: vec![vec![(1, 0), (5, 0), (9, 2)]],
     };
     let mut engine = PartitionMap::new(&app, 3);
-    let mv = |partition, to| Move { op, partition, to };
+    let mv = |partition, to| Move {
+        op,
+        partition,
+        to,
+        share: None,
+    };
     engine.apply(&mut [(1, mv(1, 0)), (2, mv(5, 0)), (3, mv(9, 2))]);
     for k in 0..1_000u64 {
         let key = Key::from(k);

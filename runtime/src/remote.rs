@@ -46,8 +46,9 @@ const DIAL_RETRY_MAX: Duration = Duration::from_millis(20);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const LINK_MAGIC: u64 = 0x5354_5958_4c49_4e4b; // "STYXLINK"
 /// The peer link's version: 2 dropped `Done2`'s pending flag, 3 moved
-/// the snapshot vote from `Done2` to `Flags`, 4 added `Done1`'s handovers.
-const LINK_VERSION: u16 = 4;
+/// the snapshot vote from `Done2` to `Flags`, 4 added `Done1`'s handovers,
+/// 5 each `Done1` move's pace.
+const LINK_VERSION: u16 = 5;
 const HANDSHAKE_BYTES: usize = 22;
 
 struct Outgoing {

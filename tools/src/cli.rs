@@ -139,9 +139,45 @@ pub struct RebalanceArgs {
     /// decided and switches later).
     #[arg(long, default_value_t = 60.0)]
     wait_s: f64,
+    /// The move's pace, logged with it: the most entities its copy sends
+    /// at one epoch end [default: the daemon's `--move-share-entities`;
+    /// given any of the three, the others not given are the engine's
+    /// defaults, 1 024, 16 and 100, a bound moved out of the way of the
+    /// other one given].
+    #[arg(long)]
+    share_entities: Option<u32>,
+    /// The least entities of the move's copy at one epoch end.
+    #[arg(long)]
+    share_min_entities: Option<u32>,
+    /// Entities of the move's copy per millisecond of logged time.
+    #[arg(long)]
+    share_per_ms: Option<u32>,
 }
 
 impl RebalanceArgs {
+    /// The pace the moves name, if any of its flags is given.
+    fn pace(&self) -> Result<Option<styx_engine::MoveShare>, String> {
+        if self.share_entities.is_none() && self.share_min_entities.is_none() && self.share_per_ms.is_none() {
+            return Ok(None);
+        }
+        let default = styx_engine::Config::default().move_share();
+        // One bound given alone moves the other's default out of its way
+        // (as `styxd --move-share-*` does).
+        let (most, least) = match (self.share_entities, self.share_min_entities) {
+            (Some(most), Some(least)) => (most, least),
+            (Some(most), None) => (most, default.least.min(most)),
+            (None, Some(least)) => (default.most.max(least), least),
+            (None, None) => (default.most, default.least),
+        };
+        styx_engine::MoveShare {
+            most,
+            least,
+            per_ms: self.share_per_ms.unwrap_or(default.per_ms),
+        }
+        .check()
+        .map(Some)
+    }
+
     /// The metrics addresses: given, else beside each node's client
     /// address as MAP lists them (beside the one connected to, for a
     /// daemon older than MAP).
@@ -467,6 +503,10 @@ pub fn rebalance(a: RebalanceArgs) -> ExitCode {
         eprintln!("error: --wait-s must be positive");
         return ExitCode::from(2);
     }
+    if let Err(e) = a.pace() {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     if a.auto {
         return rebalance_auto(a);
     }
@@ -480,7 +520,8 @@ pub fn rebalance(a: RebalanceArgs) -> ExitCode {
     finish(on_client(move || async move {
         let client = client(&a.connect)?;
         let watch = a.watch(&client).await?;
-        move_partition(&client, &a.operator, partition, shard, watch.as_ref()).await?;
+        let pace = a.pace()?;
+        move_partition(&client, &a.operator, partition, shard, pace, watch.as_ref()).await?;
         Ok(ExitCode::SUCCESS)
     }))
 }
@@ -492,15 +533,17 @@ async fn move_partition(
     operator: &str,
     partition: u32,
     shard: u16,
+    pace: Option<styx_engine::MoveShare>,
     watch: Option<&Watch>,
 ) -> Result<(), String> {
     let start = Instant::now();
+    let args = styx_engine::Move::args(shard, pace);
     let outcome = client
         .call_address(
             operator,
             Address::Partition(partition),
             styx_engine::MOVE_FUNCTION,
-            Payload::encode(&shard),
+            args,
         )
         .await;
     let tid = match outcome {
@@ -627,7 +670,7 @@ fn rebalance_auto(a: RebalanceArgs) -> ExitCode {
             } else {
                 // One at a time: each waits for its switch (unless
                 // --no-wait), so the next is planned against a settled map.
-                move_partition(&client, &a.operator, m.partition, m.to, watch.as_ref()).await?;
+                move_partition(&client, &a.operator, m.partition, m.to, a.pace()?, watch.as_ref()).await?;
             }
         }
         Ok(ExitCode::SUCCESS)
@@ -685,7 +728,7 @@ fn drain_node(a: RebalanceArgs, node: u16) -> ExitCode {
                     a.operator
                 );
             } else {
-                move_partition(&client, &a.operator, partition, to, watch.as_ref()).await?;
+                move_partition(&client, &a.operator, partition, to, a.pace()?, watch.as_ref()).await?;
             }
         }
         Ok(ExitCode::SUCCESS)

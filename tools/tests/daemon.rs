@@ -661,6 +661,48 @@ fn rebalance_moves_partitions_while_transfers_run_and_survives_restarts() {
     let d = d.restart();
     assert_eq!(balances(&d, keys), after, "after kill -9");
     assert_eq!(after.values().sum::<i64>(), keys as i64 * START);
+
+    // A move may name its own pace (the CLI sends it; that the engine
+    // logs and keeps it is engine/tests/handovers.rs's to check); a pace
+    // that never ends is refused before anything is sent, and by the
+    // server.
+    let metrics = d.metrics.clone().expect("a metrics address");
+    let paced = |extra: &[&str], partition: &str, to: &str| {
+        let mut args = vec!["rebalance", "--connect", &d.addr, "--metrics", &metrics];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["account", partition, to]);
+        styx(&args)
+    };
+    let (code, out) = paced(&["--share-per-ms", "5000", "--share-min-entities", "64"], "21", "0");
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("switched within"), "{out}");
+    assert_eq!(owners(&d, 21), vec![0, 0]);
+    let (code, out) = paced(&["--share-entities", "8", "--share-min-entities", "64"], "21", "1");
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("above its most"), "{out}");
+    let (code, out) = paced(&["--share-entities", "8"], "21", "1");
+    assert_eq!(code, 0, "{out}: the least share's default moves out of the way");
+    assert_eq!(owners(&d, 21), vec![1, 1]);
+    let (code, out) = paced(&["--share-entities", "0"], "21", "0");
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("never ends"), "{out}");
+    let mut c = d.connect();
+    c.send(Body::Request(styx_net::Request {
+        client: 0,
+        seq: 0,
+        ack: 0,
+        operator: "account".into(),
+        function: styx_engine::MOVE_FUNCTION.into(),
+        target: styx_engine::Address::Partition(21),
+        args: Payload::encode(&(1u16, (0u32, 0u32, 1u32))),
+    }));
+    let f = c.recv().unwrap();
+    match f.body.outcome() {
+        Some((_, Outcome::Aborted(a))) => assert!(a.message().contains("never ends"), "{a:?}"),
+        other => panic!("a move that never ends answered {other:?}"),
+    }
+    assert_eq!(owners(&d, 21), vec![1, 1], "the refused move moved nothing");
+    assert_eq!(balances(&d, keys), after);
 }
 
 /// `styx rebalance --auto` moves load off the shard that carries it, by

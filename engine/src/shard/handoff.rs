@@ -325,8 +325,10 @@ impl Shard {
 const EPOCH_MAX: Epoch = 1 << 48;
 const LC_MAX: u64 = 1 << 56;
 
-/// Version of a hand-off's encoding.
-const HANDOFF_VERSION: u8 = 1;
+/// Version of a hand-off's encoding (2: queued moves carry their pace).
+/// Hand-offs cross between processes of one build, so only this one is
+/// read.
+const HANDOFF_VERSION: u8 = 2;
 
 /// A count of items of at least `item_bytes` bytes each, checked against
 /// the bytes left (a hostile count allocates nothing).

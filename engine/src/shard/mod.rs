@@ -473,10 +473,12 @@ impl Shard {
     /// client id is sequenced by that client's home shard, which keeps its
     /// outcomes: a retry gets the first attempt's outcome and never runs
     /// twice; a retry of a forgotten seq gets a `Forgotten` abort.
-    pub fn submit(&mut self, token: Token, request: Request) -> Result<(), Abort> {
+    pub fn submit(&mut self, token: Token, mut request: Request) -> Result<(), Abort> {
         Shard::validate(&self.exec.app, &request)?;
         if let Some(Ok(m)) = Move::of(&request) {
             m.check(&self.exec.app, self.exec.n_shards).map_err(Abort::unknown)?;
+            // Its pace is logged with it: one naming none gets this shard's.
+            request = Move::with_default_share(request, self.config.move_share());
         }
         if let Some(Ok(h)) = Handover::of(&request) {
             h.check(self.exec.n_shards, self.layout.nodes())

@@ -12,7 +12,8 @@
 //! - *Copy.* The old owner, still owning and serving the partition, lists
 //!   its live slots at E's end and sends a share of them at the end of E
 //!   and of each later epoch (`Install`, not `last`), in proportion to the
-//!   logged time since its last share (`Shard::move_share`).
+//!   logged time since its last share, at the move's logged pace
+//!   (`MoveShare`, `Shard::move_elapsed_us`).
 //!   It also records every key of the partition its epochs touch from E + 1
 //!   on (a superset of those written or deleted). The new owner stages the
 //!   entities in its slab, indexed apart from its partitions: nothing sees
@@ -36,10 +37,11 @@
 //! the partition (deleting 100 000 entities at once stalled every shard's
 //! next epoch for tens of milliseconds). Every step is a function of the
 //! log: when the switch comes depends only on the partition's live
-//! entities at E's end and on the old owner's batches' logged times (with
-//! the share settings, `Shard::move_share`), so replay switches at the
-//! same epoch. No snapshot is taken while a move is
-//! under way (every shard holds the same map, so all skip alike): the
+//! entities at E's end, on the old owner's batches' logged times and on
+//! the pace logged with the move (`MoveShare`), so replay switches at the
+//! same epoch whatever the replaying process is configured with. No
+//! snapshot is taken while a move is under way (every shard holds the
+//! same map, so all skip alike): the
 //! staged copy and the recorded keys live only in memory, and recovery
 //! from a snapshot before E replays the whole move.
 //!
@@ -56,7 +58,7 @@ use crate::ids::{Epoch, OpId, ShardId, Tid};
 use crate::key::Key;
 use crate::layout::Handover;
 use crate::message::Message;
-use crate::partition_map::{Move, Moving};
+use crate::partition_map::{Move, MoveShare, Moving};
 use crate::value::Value;
 
 /// Entities in one `Install` message at most, and the key and value bytes
@@ -70,6 +72,8 @@ struct Outgoing {
     op: OpId,
     partition: u32,
     to: ShardId,
+    /// The move's pace.
+    share: MoveShare,
     /// Its live slots at the move's start, sent in this order.
     slots: Vec<u32>,
     /// How many of `slots` were sent.
@@ -84,6 +88,8 @@ struct Outgoing {
 struct Retiring {
     op: OpId,
     partition: u32,
+    /// The move's pace.
+    share: MoveShare,
     /// Its table's slots at the switch (tombstones among them are skipped).
     slots: Vec<u32>,
     /// How many of `slots` were deleted.
@@ -299,6 +305,9 @@ impl Shard {
                 op: g.op,
                 partition: g.partition,
                 to: g.to,
+                // A move logged before moves carried their pace: this
+                // shard's settings, as then.
+                share: g.share.unwrap_or_else(|| self.config.move_share()),
                 slots,
                 cursor: 0,
                 touched: Vec::new(),
@@ -315,31 +324,29 @@ impl Shard {
                 self.moves.expected += 1;
             }
         }
-        let share = self.move_share(self.moves.copy_us);
-        self.send_shares(epoch, share);
+        let elapsed_us = self.move_elapsed_us(self.moves.copy_us);
+        self.send_shares(epoch, elapsed_us);
         self.moves.copy_us = (!self.moves.outgoing.is_empty()).then_some(self.m.epoch_now_us);
         self.retire_share();
         self.try_install()
     }
 
-    /// How many entities each copy sends, and the retiring partitions
-    /// delete, at this epoch's end, `since` the last such epoch end
-    /// (`None`: none): `Config::move_share_per_ms` for each millisecond of
-    /// logged time since, at least `Config::move_share_min_entities` (the
-    /// first share after none was under way on this shard, and those of
-    /// epochs back to back: an idle shard's empty epochs follow each other
-    /// within microseconds while a move is under way), at most
-    /// `Config::move_share_entities`. So a move takes
-    /// about the same fraction of every epoch, short or long (a saturated
-    /// shard's, a light load's, or one waiting on other nodes), where a
-    /// fixed count weighed most on short epochs. The times are the
-    /// batches' logged ones, so replay sends the same shares and switches
-    /// at the same epoch (an epoch a log lost replays at time 0: the share
-    /// at its end is the floor, the next epoch's the most, in this replay
-    /// as in any later one).
-    fn move_share(&self, since: Option<u64>) -> usize {
-        let elapsed_us = since.map_or(0, |last| self.m.epoch_now_us.saturating_sub(last));
-        move_share(&self.config, elapsed_us)
+    /// The logged time since the epoch end `since` (`None`: none) that
+    /// sets each copy's share, and each retiring partition's deletes, at
+    /// this epoch's end ([`MoveShare::entities`]): the move's `per_ms`
+    /// for each millisecond of it, at least its `least` (the first share
+    /// after none was under way on this shard, and those of epochs back to
+    /// back: an idle shard's empty epochs follow each other within
+    /// microseconds while a move is under way), at most its `most`. So a
+    /// move takes about the same fraction of every epoch, short or long (a
+    /// saturated shard's, a light load's, or one waiting on other nodes),
+    /// where a fixed count weighed most on short epochs. The times are the
+    /// batches' logged ones and the pace is logged with the move, so replay
+    /// sends the same shares and switches at the same epoch (an epoch a log
+    /// lost replays at time 0: the share at its end is the floor, the next
+    /// epoch's the most, in this replay as in any later one).
+    fn move_elapsed_us(&self, since: Option<u64>) -> u64 {
+        since.map_or(0, |last| self.m.epoch_now_us.saturating_sub(last))
     }
 
     /// Deletes a share of the retiring partitions, timed by their own
@@ -349,8 +356,11 @@ impl Shard {
             self.moves.retire_us = None;
             return;
         }
-        let share = self.move_share(self.moves.retire_us);
-        self.retire(share);
+        // One budget for all (the largest pace's share): an epoch end
+        // deletes no more with several partitions retiring than with one.
+        let elapsed_us = self.move_elapsed_us(self.moves.retire_us);
+        let budget = self.moves.retiring.iter().map(|r| r.share.entities(elapsed_us)).max();
+        self.retire(budget.unwrap_or(0));
         self.moves.retire_us = (!self.moves.retiring.is_empty()).then_some(self.m.epoch_now_us);
     }
 
@@ -434,14 +444,14 @@ impl Shard {
     /// Sends each copy's next `share` slots (those still holding an entity
     /// of the partition: one deleted or reused since was touched, so the
     /// delta carries it).
-    fn send_shares(&mut self, epoch: Epoch, share: usize) {
+    fn send_shares(&mut self, epoch: Epoch, elapsed_us: u64) {
         let mut guard = self.exec.st.borrow_mut();
         let st = &mut *guard;
         for o in &mut self.moves.outgoing {
             if o.cursor == o.slots.len() {
                 continue;
             }
-            let end = (o.cursor + share).min(o.slots.len());
+            let end = o.cursor.saturating_add(o.share.entities(elapsed_us)).min(o.slots.len());
             let mut out = Outbox::new(epoch, o.op, o.partition, o.to);
             for &slot in &o.slots[o.cursor..end] {
                 if let Some((key, value)) = st.store.entity_at(slot, o.op, o.partition) {
@@ -486,6 +496,7 @@ impl Shard {
         self.moves.retiring.push(Retiring {
             op: o.op,
             partition: o.partition,
+            share: o.share,
             slots,
             cursor: 0,
         });
@@ -626,53 +637,5 @@ impl Outbox {
             last,
         };
         exec.route(st, self.to, msg);
-    }
-}
-
-/// [`Shard::move_share`], from the configuration alone.
-fn move_share(config: &crate::Config, elapsed_us: u64) -> usize {
-    let most = config.move_share_entities.max(1);
-    let least = config.move_share_min_entities.clamp(1, most);
-    let share = (elapsed_us as u128 * config.move_share_per_ms as u128 / 1_000).min(most as u128) as usize;
-    share.max(least)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::move_share;
-    use crate::Config;
-
-    #[test]
-    fn the_share_follows_the_time_since_the_last_between_a_floor_and_a_ceiling() {
-        let config = Config {
-            move_share_entities: 1_024,
-            move_share_min_entities: 16,
-            move_share_per_ms: 100,
-            ..Config::default()
-        };
-        assert_eq!(move_share(&config, 0), 16);
-        assert_eq!(move_share(&config, 100), 16);
-        assert_eq!(move_share(&config, 660), 66);
-        assert_eq!(move_share(&config, 2_500), 250);
-        assert_eq!(move_share(&config, 10_240), 1_024);
-        assert_eq!(move_share(&config, u64::MAX), 1_024, "a time 0 before: the most");
-        let shares: Vec<usize> = (0..20_000).step_by(7).map(|us| move_share(&config, us)).collect();
-        assert!(shares.windows(2).all(|w| w[0] <= w[1]), "never falls with time");
-        // Out of range settings still move: never 0, the floor never above
-        // the ceiling.
-        let odd = Config {
-            move_share_entities: 8,
-            move_share_min_entities: 1_000,
-            ..config.clone()
-        };
-        assert_eq!(move_share(&odd, 0), 8);
-        let zero = Config {
-            move_share_entities: 0,
-            move_share_min_entities: 0,
-            move_share_per_ms: usize::MAX,
-            ..config
-        };
-        assert_eq!(move_share(&zero, 0), 1);
-        assert_eq!(move_share(&zero, u64::MAX), 1);
     }
 }

@@ -25,7 +25,7 @@ use crate::config::SnapshotChunk;
 use crate::ids::Epoch;
 use crate::key::{Key, partition_of};
 use crate::layout::{Layout, LayoutMeta};
-use crate::partition_map::{MapMeta, PartitionMap};
+use crate::partition_map::{MapMeta, MapMetaNoShare, PartitionMap, meta_of_no_share};
 use crate::value::Value;
 
 /// Entities a step copies into the running snapshot: bounds the pause.
@@ -44,8 +44,12 @@ const SPARE_CHUNK_ENTRIES_MAX: usize = 2 * SNAPSHOT_CHUNK_ENTRIES_MAX;
 type SnapshotEntry = (crate::OpId, Key, Option<Value>);
 /// Version of the machine state in a snapshot's `meta`: 3 added the
 /// partition map, 4 its queued moves, 5 the layout (shard → node), 6 the
-/// logged time the snapshot was agreed at (the next vote counts from it).
-const META_VERSION: u8 = 6;
+/// logged time the snapshot was agreed at (the next vote counts from it),
+/// 7 each queued move's pace.
+const META_VERSION: u8 = 7;
+/// The version before the queued moves' pace: they take the restoring
+/// shard's settings (moves did not log their pace then).
+const META_VERSION_NO_SHARE: u8 = 6;
 /// The version before the vote's time: the next vote falls at once.
 const META_VERSION_NO_VOTE_TIME: u8 = 5;
 /// The version before the layout: the driver's layout holds (shards could
@@ -231,10 +235,10 @@ impl Shard {
             .to_vec()
     }
 
-    /// Decodes a snapshot's machine state, of this version or the four
+    /// Decodes a snapshot's machine state, of this version or the five
     /// before.
     fn decode_meta(meta: &[u8]) -> Result<Meta, crate::DecodeError> {
-        type MetaNoLayout = (u8, Epoch, u64, Vec<ClientMeta>, MapMeta);
+        type MetaNoLayout = (u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare);
         type MetaNoQueue = (u8, Epoch, u64, Vec<ClientMeta>, (u64, Vec<(u16, u32, u16)>));
         let payload = Payload::from_bytes(meta);
         // The leading version byte says which layout follows.
@@ -245,12 +249,19 @@ impl Shard {
                 .map(|(v, epoch, lc, clients, map, layout, voted_us)| {
                     (v, epoch, lc, clients, map, Some(layout), voted_us)
                 }),
+            META_VERSION_NO_SHARE => payload
+                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare, LayoutMeta, u64)>()
+                .map(|(v, epoch, lc, clients, map, layout, voted_us)| {
+                    (v, epoch, lc, clients, meta_of_no_share(map), Some(layout), voted_us)
+                }),
             META_VERSION_NO_VOTE_TIME => payload
-                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMeta, LayoutMeta)>()
-                .map(|(v, epoch, lc, clients, map, layout)| (v, epoch, lc, clients, map, Some(layout), 0)),
+                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare, LayoutMeta)>()
+                .map(|(v, epoch, lc, clients, map, layout)| {
+                    (v, epoch, lc, clients, meta_of_no_share(map), Some(layout), 0)
+                }),
             META_VERSION_NO_LAYOUT => payload
                 .decode::<MetaNoLayout>()
-                .map(|(v, epoch, lc, clients, map)| (v, epoch, lc, clients, map, None, 0)),
+                .map(|(v, epoch, lc, clients, map)| (v, epoch, lc, clients, meta_of_no_share(map), None, 0)),
             META_VERSION_NO_QUEUE => {
                 payload
                     .decode::<MetaNoQueue>()
@@ -363,9 +374,10 @@ impl Shard {
 mod tests {
     use super::*;
 
-    /// Snapshots of the four versions before still restore: without a
-    /// map (the default one), without queued moves (none queued), and
-    /// without a layout (the driver's holds).
+    /// Snapshots of the five versions before still restore: without a
+    /// map (the default one), without queued moves (none queued), without
+    /// a layout (the driver's holds), and without the queued moves' pace
+    /// (the restoring shard's settings).
     #[test]
     fn metas_of_earlier_versions_decode() {
         let clients: Vec<ClientMeta> = vec![(7, 3, 2, vec![])];
@@ -392,17 +404,19 @@ mod tests {
             Shard::decode_meta(&v3).unwrap(),
             (3, 9, 40, clients.clone(), (2, moved.clone(), vec![]), None, 0)
         );
-        let map: MapMeta = (2, moved, vec![(5, 0, 2, 0)]);
+        let old_map: MapMetaNoShare = (2, moved.clone(), vec![(5, 0, 2, 0)]);
+        // Queued moves of a snapshot before their pace was logged: none.
+        let map_read: MapMeta = (2, moved.clone(), vec![(5, 0, 2, 0, None)]);
         let v4 = bytes(Payload::encode(&(
             META_VERSION_NO_LAYOUT,
             9u64,
             40u64,
             clients.clone(),
-            map.clone(),
+            old_map.clone(),
         )));
         assert_eq!(
             Shard::decode_meta(&v4).unwrap(),
-            (4, 9, 40, clients.clone(), map.clone(), None, 0)
+            (4, 9, 40, clients.clone(), map_read.clone(), None, 0)
         );
         let layout: LayoutMeta = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)]);
         let v5 = bytes(Payload::encode(&(
@@ -410,14 +424,28 @@ mod tests {
             9u64,
             40u64,
             clients.clone(),
-            map.clone(),
+            old_map.clone(),
             layout.clone(),
         )));
         assert_eq!(
             Shard::decode_meta(&v5).unwrap(),
-            (5, 9, 40, clients.clone(), map.clone(), Some(layout.clone()), 0)
+            (5, 9, 40, clients.clone(), map_read.clone(), Some(layout.clone()), 0)
         );
         let v6 = bytes(Payload::encode(&(
+            META_VERSION_NO_SHARE,
+            9u64,
+            40u64,
+            clients.clone(),
+            old_map,
+            layout.clone(),
+            1_234u64,
+        )));
+        assert_eq!(
+            Shard::decode_meta(&v6).unwrap(),
+            (6, 9, 40, clients.clone(), map_read, Some(layout.clone()), 1_234)
+        );
+        let map: MapMeta = (2, moved, vec![(5, 0, 2, 0, None), (6, 0, 3, 1, Some((64, 8, 50)))]);
+        let v7 = bytes(Payload::encode(&(
             META_VERSION,
             9u64,
             40u64,
@@ -427,7 +455,7 @@ mod tests {
             1_234u64,
         )));
         assert_eq!(
-            Shard::decode_meta(&v6).unwrap(),
+            Shard::decode_meta(&v7).unwrap(),
             (META_VERSION, 9, 40, clients, map, Some(layout), 1_234)
         );
         assert!(matches!(Shard::decode_meta(&[9]), Err(crate::DecodeError::Tag(9))));

@@ -527,6 +527,7 @@ pub fn move_to(partition: u32, to: ShardId) -> Request {
         op: OpId(0),
         partition,
         to,
+        share: None,
     }
     .request()
 }
