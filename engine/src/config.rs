@@ -193,6 +193,17 @@ pub struct Batch {
     pub txns: Vec<(Tid, Request)>,
 }
 
+impl Batch {
+    /// The batch's transactions: its entries but the shard's logged
+    /// snapshot interval (`crate::interval`), which nothing runs or
+    /// answers.
+    pub fn transactions(&self) -> impl Iterator<Item = &(Tid, Request)> {
+        self.txns
+            .iter()
+            .filter(|(_, r)| crate::interval::SnapshotInterval::of(r).is_none())
+    }
+}
+
 /// Part of one shard's incremental snapshot at the end of `epoch`: the
 /// entities changed since the shard's previous snapshot (`None`: deleted).
 /// Chunks of one snapshot come in order; the last carries the shard's

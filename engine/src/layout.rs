@@ -14,8 +14,8 @@
 //! wait while a snapshot is due: snapshot votes therefore read the epochs'
 //! logged times, and replay counts the snapshots it does not take, so they
 //! fall at the same epochs as live — `replay_decides_a_waiting_handover_
-//! where_the_live_run_did` — given the same snapshot interval, a setting
-//! not logged; a move's pace is logged with it.)
+//! where_the_live_run_did` — and the interval each shard votes by, and
+//! each move's pace, are logged: `crate::interval`, `MoveShare`.)
 //!
 //! The layout starts as the driver gives it (`Layout::contiguous`: node 0
 //! runs the first shards, node 1 the next, as a cluster file numbers them)

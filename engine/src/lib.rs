@@ -38,6 +38,7 @@ mod epoch;
 pub mod guide;
 mod history;
 mod ids;
+pub mod interval;
 mod key;
 pub mod layout;
 mod message;

@@ -63,13 +63,14 @@ impl Oracle {
         )
     }
 
-    /// Learns the transactions of logged batches.
+    /// Learns the transactions of logged batches (a shard's logged
+    /// snapshot interval, `crate::interval`, is none).
     ///
     /// # Panics
     /// If a tid is logged twice.
     pub fn log<'a>(&mut self, batches: impl IntoIterator<Item = &'a Batch>) {
         for b in batches {
-            for (tid, request) in &b.txns {
+            for (tid, request) in b.transactions() {
                 let twice = self.logged.insert(*tid, (b.epoch, b.now_us, request.clone()));
                 assert!(twice.is_none(), "tid {tid} logged twice");
             }

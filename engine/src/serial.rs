@@ -97,12 +97,15 @@ impl Serial {
 
     /// Runs one transaction to completion and applies it if it commits.
     pub fn execute(&self, tid: Tid, now_us: u64, request: &Request) -> Outcome {
-        if let Err(abort) = crate::Shard::validate(&self.txn.app, request) {
+        if let Err(abort) = crate::Shard::validate_logged(&self.txn.app, request) {
             return Outcome::Aborted(abort);
         }
-        if crate::Move::of(request).is_some() || crate::Handover::of(request).is_some() {
-            // Where partitions and shards live does not change what
-            // transactions see.
+        if crate::Move::of(request).is_some()
+            || crate::Handover::of(request).is_some()
+            || crate::interval::SnapshotInterval::of(request).is_some()
+        {
+            // Where partitions and shards live, and when snapshots are
+            // taken, does not change what transactions see.
             return Outcome::Committed(crate::Payload::encode(&()));
         }
         let txn = &self.txn;

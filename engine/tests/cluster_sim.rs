@@ -710,7 +710,7 @@ impl Cluster {
         // log holds durably stays there.
         let epoch_of: HashMap<Tid, Epoch> = (0..self.shards)
             .flat_map(|s| self.disks.log(s))
-            .flat_map(|b| b.txns.iter().map(|(tid, _)| (*tid, b.epoch)).collect::<Vec<_>>())
+            .flat_map(|b| b.transactions().map(|(tid, _)| (*tid, b.epoch)).collect::<Vec<_>>())
             .collect();
         let complete = logged.iter().copied().min().unwrap_or(0);
         for (_, r) in self.replies.iter().filter(|(run, _)| *run == self.runs) {
@@ -791,7 +791,7 @@ impl Cluster {
         let logs: Vec<Vec<styx_engine::Batch>> = (0..n).map(|s| self.disks.log(s)).collect();
         for log in &logs {
             for b in log {
-                for (tid, r) in &b.txns {
+                for (tid, r) in b.transactions() {
                     assert!(
                         logged.insert(*tid, (b.epoch, b.now_us, r)).is_none(),
                         "tid {tid} logged twice"
@@ -911,7 +911,7 @@ impl Cluster {
         assert!(
             (0..n).all(|s| self.run.sim.log(s)[before[s as usize]..]
                 .iter()
-                .all(|b| b.txns.is_empty())),
+                .all(|b| b.transactions().next().is_none())),
             "a retry of an answered request was sequenced again"
         );
         assert!(

@@ -177,7 +177,7 @@ fn live_run(shards: u16, seed: u64, fsync_busy: f64, snapshot_interval_us: u64, 
     let mut logged = HashMap::new();
     let mut by_client = BTreeMap::new();
     for b in batches.values() {
-        for (tid, r) in &b.txns {
+        for (tid, r) in b.transactions() {
             assert!(
                 logged.insert(*tid, (b.epoch, b.now_us, r.clone())).is_none(),
                 "tid {tid} logged twice"
@@ -389,7 +389,7 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
         assert!(
             disks.log(s)[synced[s as usize] as usize..]
                 .iter()
-                .all(|b| b.txns.is_empty()),
+                .all(|b| b.transactions().next().is_none()),
             "{at}: shard {s} got a lost epoch back with transactions"
         );
     }
@@ -406,7 +406,8 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
     for s in 0..shards {
         let again: Vec<Epoch> = rec.log(s).iter().map(|b| b.epoch).collect();
         assert!(
-            again.is_empty() || (moved && again[0] == last + 1 && rec.log(s).iter().all(|b| b.txns.is_empty())),
+            again.is_empty()
+                || (moved && again[0] == last + 1 && rec.log(s).iter().all(|b| b.transactions().next().is_none())),
             "{at}: shard {s} logged epochs {again:?} again after recovery",
         );
     }
@@ -452,7 +453,10 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
         (snapshot + 1..=last).collect::<Vec<_>>(),
         "{at}: recovery ran exactly the logged epochs after the snapshot"
     );
-    let survived_tids: BTreeSet<Tid> = survived.iter().flat_map(|b| b.txns.iter().map(|(t, _)| *t)).collect();
+    let survived_tids: BTreeSet<Tid> = survived
+        .iter()
+        .flat_map(|b| b.transactions().map(|(t, _)| *t))
+        .collect();
     if survived
         .iter()
         .flat_map(|b| &b.txns)
@@ -577,7 +581,7 @@ fn crash_at(live: &Live, k: usize, mut disks: Disks, counts: &mut Counts) {
     assert!(
         (0..shards).all(|s| rec.log(s)[logged_before[s as usize]..]
             .iter()
-            .all(|b| b.txns.is_empty())),
+            .all(|b| b.transactions().next().is_none())),
         "{at}: a retry after recovery was sequenced again"
     );
     assert!(rec.state() == state, "{at}: a retry after recovery changed the state");

@@ -699,7 +699,8 @@ fn large_early_messages_cross_with_the_hand_off() {
 /// not take, and a copy's shares (so its switch) follow the logged times
 /// too (odd seeds: from 1 to 16 entities by the time since the last) at
 /// the pace logged with the move — replayed here by a process configured
-/// with the other pace.
+/// with the other pace and another snapshot interval (each shard logs the
+/// interval it votes by: `styx_engine::interval`).
 #[test]
 fn replay_decides_a_waiting_handover_where_the_live_run_did() {
     for seed in 0..20 {
@@ -730,14 +731,18 @@ fn replay_decides_a_waiting_handover_where_the_live_run_did() {
         }
         let live: Vec<_> = sim.handovers().iter().map(|s| (s.epoch, s.shard, s.to)).collect();
         assert_eq!(live.len(), 1, "seed {seed}");
-        // Replayed by a process configured with the other pace: the moves'
-        // logged pace holds.
+        // Replayed by a process configured with the other pace and another
+        // snapshot interval: the moves' logged pace and the shards' logged
+        // interval hold.
         let mut replaying = config;
         (
             replaying.move_share_entities,
             replaying.move_share_min_entities,
             replaying.move_share_per_ms,
         ) = if seed % 2 == 0 { (16, 1, 100) } else { (1, 1, 100) };
+        // (Never due, or hardly ever: a due snapshot holds the second move
+        // in the queue until the first one's copy switches.)
+        replaying.snapshot_interval_us = [0, 1_000_000_000][seed as usize % 2];
         let mut fresh = Sim::new(app.clone(), replaying, 2, seed + 100);
         fresh.set_layout(Layout::contiguous(&[1, 1, 0]));
         for (op, k, v) in &initial {
@@ -751,9 +756,11 @@ fn replay_decides_a_waiting_handover_where_the_live_run_did() {
     }
 }
 
-/// A snapshot holding queued moves carries their pace: a cluster recovered
-/// from it by processes configured with another pace replays the moves,
-/// and the handover waiting behind them, at the epochs the live run did.
+/// A snapshot holding queued moves carries their pace (and the interval
+/// its shards voted by): a cluster recovered from it by processes
+/// configured with another pace and another snapshot interval replays the
+/// moves, and the handover waiting behind them, at the epochs the live run
+/// did.
 /// Each complete snapshot before the handover is tried as the one
 /// recovered from (later manifests dropped, as if the crash came first).
 #[test]
@@ -823,11 +830,19 @@ fn recovery_paces_a_snapshots_queued_moves_as_logged() {
                 other.move_share_min_entities,
                 other.move_share_per_ms,
             ) = (64, 8, 1_000);
+            other.snapshot_interval_us = [0, 1_000_000_000][seed as usize % 2];
             let mut rec = Sim::new(app.clone(), other, 3, seed + 1_000 * snapshot);
             rec.set_nodes(&nodes);
             let restart = disks.restart(&mut rec).expect("recovers");
             let at = format!("seed {seed}, from snapshot {snapshot}");
             assert_eq!(restart.snapshot(), snapshot, "{at}");
+            for s in 0..3 {
+                assert_eq!(
+                    rec.shard(s).snapshot_interval_us(),
+                    config.snapshot_interval_us,
+                    "{at}: shard {s} restored another interval than it logged"
+                );
+            }
             recoveries += 1;
             with_queued += usize::from(!rec.shard(0).partition_map().queued().is_empty());
             rec.run();

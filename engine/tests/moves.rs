@@ -237,7 +237,9 @@ fn retries_across_a_move_are_exactly_once() {
             );
         }
         assert!(
-            (0..shards).all(|s| sim.log(s)[logged[s as usize]..].iter().all(|b| b.txns.is_empty())),
+            (0..shards).all(|s| sim.log(s)[logged[s as usize]..]
+                .iter()
+                .all(|b| b.transactions().next().is_none())),
             "{at}: a retry was sequenced again"
         );
         assert_eq!(sim.state(), state, "{at}: a retry changed the state");

@@ -123,7 +123,7 @@ fn snapshot_plus_log_replay_equals_the_live_run() {
                 assert_eq!(shard.restore(meta).unwrap(), *epoch);
             }
             let later: Vec<_> = logs.iter().filter(|b| b.epoch > *epoch).cloned().collect();
-            let replayed_txns: usize = later.iter().map(|b| b.txns.len()).sum();
+            let replayed_txns: usize = later.iter().map(|b| b.transactions().count()).sum();
             rec.replay(later);
             rec.run();
             assert!(
@@ -139,7 +139,7 @@ fn snapshot_plus_log_replay_equals_the_live_run() {
             for r in replayed {
                 let logged_in = logs
                     .iter()
-                    .find(|b| b.txns.iter().any(|(t, _)| *t == r.tid))
+                    .find(|b| b.transactions().any(|(t, _)| *t == r.tid))
                     .map(|b| b.epoch);
                 assert_eq!(
                     live.get(&r.tid),

@@ -1,5 +1,7 @@
 //! Snapshot votes read the epoch's logged time (meta version 6 carries
-//! the time of the last vote): a restore from any snapshot, then replay,
+//! the time of the last vote) and the logged interval (each run logs the
+//! one it votes by; meta version 8 carries it): a restore from any
+//! snapshot, then replay, by a process configured with another interval,
 //! decides handovers (which wait while a snapshot is due) at the epochs the
 //! live run did; and a restart on a clock behind the logged times still
 //! takes snapshots. Written from a review's scratch tests.
@@ -7,6 +9,7 @@
 mod common;
 
 use common::*;
+use styx_engine::interval::SnapshotInterval;
 use styx_engine::sim::{Sim, test_config};
 use styx_engine::{Batch, Epoch, Layout, ShardId, SnapshotChunk};
 
@@ -89,7 +92,8 @@ fn restore(live: &Live, interval: u64, epoch: Epoch, files: &[SnapshotFile], met
     fresh
 }
 
-/// Restores from every complete snapshot and replays the rest: the state,
+/// Restores from every complete snapshot and replays the rest, with
+/// snapshots off or hardly ever due in the restoring process: the state,
 /// and the handovers after the snapshot, are the live run's.
 #[test]
 fn a_restore_from_any_snapshot_decides_handovers_like_the_live_run() {
@@ -107,7 +111,8 @@ fn a_restore_from_any_snapshot_decides_handovers_like_the_live_run() {
                 .filter(|s| s.epoch > epoch)
                 .map(|s| (s.epoch, s.shard, s.to))
                 .collect();
-            let fresh = restore(&live, interval, epoch, files, |m| m.to_vec());
+            let other = [0, 1_000_000_000][seed as usize % 2];
+            let fresh = restore(&live, other, epoch, files, |m| m.to_vec());
             assert_eq!(fresh.state(), live.sim.state(), "seed {seed} snapshot {epoch}");
             let got: Vec<_> = fresh.handovers().iter().map(|s| (s.epoch, s.shard, s.to)).collect();
             assert_eq!(
@@ -140,4 +145,57 @@ fn a_restart_on_a_clock_behind_the_log_still_takes_snapshots() {
     }
     let taken = fresh.take_snapshots().iter().filter(|c| c.last).count();
     assert!(taken >= 2, "{taken} snapshot files after the restore");
+}
+
+/// The intervals a shard's log holds, with their epochs.
+fn logged_intervals<'a>(log: impl IntoIterator<Item = &'a Batch>) -> Vec<(Epoch, u64)> {
+    log.into_iter()
+        .flat_map(|b| {
+            b.txns
+                .iter()
+                .filter_map(move |(_, r)| SnapshotInterval::of(r).map(|i| (b.epoch, i.expect("an interval").0)))
+        })
+        .collect()
+}
+
+/// Each run logs the interval it votes by, first in its first batch (and
+/// again in the first after the shard is rebuilt from a hand-off) and
+/// never as a transaction; a process restored with another interval votes
+/// by the logged one through its replay, then logs and votes by its own.
+#[test]
+fn each_run_logs_the_interval_it_votes_by_first() {
+    let live = live_run(5, 30, 0);
+    for s in 0..2 {
+        let log: Vec<&Batch> = live.logs.iter().filter(|b| b.shard == s).collect();
+        let intervals = logged_intervals(log.iter().copied());
+        assert_eq!(intervals.first(), Some(&(log[0].epoch, 30)), "shard {s}");
+        assert!(intervals.iter().all(|(_, us)| *us == 30), "shard {s}: {intervals:?}");
+        for (epoch, _) in &intervals {
+            let b = log.iter().find(|b| b.epoch == *epoch).expect("its batch");
+            assert!(
+                SnapshotInterval::of(&b.txns[0].1).is_some(),
+                "shard {s}: first in its batch"
+            );
+        }
+        assert!(
+            log.iter()
+                .all(|b| b.transactions().all(|(_, r)| SnapshotInterval::of(r).is_none()))
+        );
+        assert_eq!(live.sim.shard(s).snapshot_interval_us(), 30);
+    }
+    let all = complete_snapshots(&live.chunks, 2);
+    let (&epoch, files) = all.first_key_value().expect("a complete snapshot");
+    let mut fresh = restore(&live, 500, epoch, files, |m| m.to_vec());
+    for s in 0..2 {
+        assert_eq!(fresh.shard(s).snapshot_interval_us(), 30, "shard {s} after its replay");
+    }
+    let app = bank(8);
+    fresh.submit(0, 10_000, transfer(&app, 1, 2, 1)).unwrap();
+    fresh.run();
+    for s in 0..2 {
+        let log = fresh.log(s);
+        assert!(!log.is_empty(), "shard {s} ran no epoch after the replay");
+        assert_eq!(logged_intervals(log), vec![(log[0].epoch, 500)], "shard {s}");
+        assert_eq!(fresh.shard(s).snapshot_interval_us(), 500, "shard {s}");
+    }
 }

@@ -166,6 +166,11 @@ impl Shard {
     /// Takes a request into the pending queue, or answers it from the
     /// client table (a retry), or parks it behind its first attempt.
     pub(super) fn accept(&mut self, to: ReplyTo, request: Request) -> Result<(), Abort> {
+        if crate::interval::SnapshotInterval::of(&request).is_some() {
+            // A peer's `Submit` was checked there; a shard's own entry is
+            // never a request (a buggy or hostile peer's would be sealed).
+            return Err(Abort::unknown("a snapshot interval is not a request"));
+        }
         if self.seq.pending.len() >= self.config.pending_txns_max {
             return Err(Abort::with_kind(
                 crate::AbortKind::Rejected,

@@ -75,6 +75,9 @@ pub struct Handoff {
     snapshot_last_us: u64,
     /// A snapshot of `epoch` was due: the new node takes it.
     snapshot_due: bool,
+    /// The interval the shard's log set (`crate::interval`): it votes by it
+    /// on the new node until its first batch there logs that node's.
+    snapshot_interval_us: Option<u64>,
 }
 
 impl Handoff {
@@ -185,6 +188,7 @@ impl Shard {
                 self.snap.last_us
             },
             snapshot_due,
+            snapshot_interval_us: self.snap.interval_us,
         }
     }
 
@@ -227,7 +231,7 @@ impl Shard {
             .iter()
             .chain(h.clients.submitted_in_replay.iter())
             .map(|(_, r)| r)
-            .chain(h.replay.iter().flatten().flat_map(|b| b.txns.iter().map(|(_, r)| r)))
+            .chain(h.replay.iter().flatten().flat_map(|b| b.transactions().map(|(_, r)| r)))
             .chain(forwarded.clone());
         for r in forwarded {
             Shard::validate(&app, r).map_err(|a| invalid(format!("a forwarded request: {}", a.message())))?;
@@ -309,6 +313,8 @@ impl Shard {
         // Every entity is marked: the first snapshot here is whole.
         shard.snap.next_is_base = shard.config.snapshot_interval_us > 0;
         shard.m.epoch_now_us = h.snapshot_last_us;
+        // Before the snapshot due: its meta carries the interval in force.
+        shard.snap.interval_us = h.snapshot_interval_us;
         if h.snapshot_due {
             shard.snapshot_or_mark(h.epoch);
         }
@@ -325,10 +331,11 @@ impl Shard {
 const EPOCH_MAX: Epoch = 1 << 48;
 const LC_MAX: u64 = 1 << 56;
 
-/// Version of a hand-off's encoding (2: queued moves carry their pace).
+/// Version of a hand-off's encoding (2: queued moves carry their pace, 3:
+/// the logged snapshot interval).
 /// Hand-offs cross between processes of one build, so only this one is
 /// read.
-const HANDOFF_VERSION: u8 = 2;
+const HANDOFF_VERSION: u8 = 3;
 
 /// A count of items of at least `item_bytes` bytes each, checked against
 /// the bytes left (a hostile count allocates nothing).
@@ -423,7 +430,7 @@ fn decode_batch_of_log(input: &mut &[u8], app: &App, n_shards: u16) -> Result<Ba
     for _ in 0..n {
         let tid = u64::decode(input)?;
         let r = Request::decode(input)?;
-        Shard::validate(app, &r).map_err(|a| DecodeError::Invalid(a.to_string()))?;
+        Shard::validate_logged(app, &r).map_err(|a| DecodeError::Invalid(a.to_string()))?;
         txns.push((tid, r));
     }
     Ok(Batch {
@@ -512,7 +519,7 @@ impl Handoff {
         )
             .encode(&mut w);
         self.partition_invocations.encode(&mut w);
-        (self.snapshot_last_us, self.snapshot_due).encode(&mut w);
+        (self.snapshot_last_us, self.snapshot_due, self.snapshot_interval_us).encode(&mut w);
         w.into_vec()
     }
 
@@ -636,7 +643,7 @@ impl Handoff {
         if !shape_ok {
             return Err(DecodeError::Invalid("partition counters of another application".into()));
         }
-        let (snapshot_last_us, snapshot_due) = <(u64, bool)>::decode(input)?;
+        let (snapshot_last_us, snapshot_due, snapshot_interval_us) = <(u64, bool, Option<u64>)>::decode(input)?;
         if !input.is_empty() {
             return Err(DecodeError::Trailing(input.len()));
         }
@@ -662,6 +669,7 @@ impl Handoff {
             partition_invocations,
             snapshot_last_us,
             snapshot_due,
+            snapshot_interval_us,
         })
     }
 }

@@ -29,6 +29,7 @@ use crate::config::{Batch, Durability, Outcome, Request};
 use crate::history::EpochRecord;
 use crate::ids::Epoch;
 use crate::ids::{ShardSet, Tid};
+use crate::interval::SnapshotInterval;
 use crate::message::Phase;
 use crate::partition_map::Move;
 use std::collections::VecDeque;
@@ -171,10 +172,15 @@ impl Shard {
                 Some(b) if b.epoch == epoch => {
                     let b = queue.pop_front().expect("front");
                     self.seq.lc = self.seq.lc.max(b.lc);
-                    (
-                        b.now_us,
-                        b.txns.into_iter().map(|(tid, r)| (tid, ReplyTo::Replayed, r)).collect(),
-                    )
+                    let mut txns = Vec::with_capacity(b.txns.len());
+                    for (tid, r) in b.txns {
+                        match SnapshotInterval::of(&r) {
+                            // The live run's interval from this epoch on.
+                            Some(i) => self.snap.interval_us = Some(i.expect("a logged interval was checked").0),
+                            None => txns.push((tid, ReplyTo::Replayed, r)),
+                        }
+                    }
+                    (b.now_us, txns)
                 }
                 // An epoch without a batch here runs empty, as one a log
                 // lost: logged at 0, so it never votes for a snapshot (the
@@ -183,18 +189,32 @@ impl Shard {
             },
             None => {
                 let take = self.seq.pending.len().min(self.seq.epoch_cap);
+                // The interval this run votes by, first in its first logged
+                // batch (`crate::interval`): not a transaction (nothing
+                // runs or answers it), only logged, with a tid of its own.
+                let mut interval = None;
+                if self.config.durability == Durability::Log && !self.snap.interval_logged {
+                    self.snap.interval_logged = true;
+                    self.snap.interval_us = Some(self.config.snapshot_interval_us);
+                    self.seq.lc += 1;
+                    let request = SnapshotInterval(self.config.snapshot_interval_us).request();
+                    interval = Some((self.seq.lc * n + sid, request));
+                }
                 let mut sealed = Vec::with_capacity(take);
                 for (to, request) in self.seq.pending.drain(..take) {
                     self.seq.lc += 1;
                     sealed.push((self.seq.lc * n + sid, to, request));
                 }
                 if self.config.durability == Durability::Log {
+                    let mut txns = Vec::with_capacity(sealed.len() + 1);
+                    txns.extend(interval);
+                    txns.extend(sealed.iter().map(|(tid, _, r)| (*tid, r.clone())));
                     self.outputs.log.push(Batch {
                         epoch,
                         shard: self.exec.id,
                         lc: self.seq.lc,
                         now_us: self.m.now_us,
-                        txns: sealed.iter().map(|(tid, _, r)| (*tid, r.clone())).collect(),
+                        txns,
                     });
                 }
                 (self.m.now_us, sealed)

@@ -431,8 +431,18 @@ impl Shard {
         &self.layout
     }
 
+    /// Checks an entry of a logged batch: a request as [`Shard::validate`]
+    /// checks it, or a shard's logged snapshot interval (`crate::interval`).
+    pub fn validate_logged(app: &App, request: &Request) -> Result<(), Abort> {
+        match crate::interval::SnapshotInterval::of(request) {
+            Some(i) => i.map(|_| ()).map_err(Abort::unknown),
+            None => Shard::validate(app, request),
+        }
+    }
+
     /// Checks a request before it is accepted: the function exists, runs on
-    /// that kind of address, and the partition is in range.
+    /// that kind of address, and the partition is in range (a shard's
+    /// logged snapshot interval is none).
     pub fn validate(app: &App, request: &Request) -> Result<(), Abort> {
         let f = request.function;
         if f.op.0 as usize >= app.operator_count() {
@@ -442,6 +452,13 @@ impl Shard {
             // The shard count is checked where it is known (`submit`).
             let m = m.map_err(Abort::unknown)?;
             return m.check(app, SHARDS_MAX as u16).map(|_| ()).map_err(Abort::unknown);
+        }
+        if crate::interval::SnapshotInterval::of(request).is_some() {
+            // Only in a log, put there by the shard itself: never a request
+            // to run (`Shard::validate_logged`).
+            return Err(Abort::unknown(
+                "a snapshot interval is logged by a shard itself, not sent as a request",
+            ));
         }
         if let Some(h) = Handover::of(request) {
             // The shard and node counts are checked where known (`submit`).
@@ -578,6 +595,13 @@ impl Shard {
     /// a share of it).
     pub fn is_snapshotting(&self) -> bool {
         self.snap.is_running()
+    }
+
+    /// The snapshot interval this shard votes by (µs; 0: none): the one its
+    /// log set last (restored with a snapshot, replayed, or logged by this
+    /// run at its first batch), else the configured one (`crate::interval`).
+    pub fn snapshot_interval_us(&self) -> u64 {
+        self.snap.interval_us.unwrap_or(self.config.snapshot_interval_us)
     }
 
     /// Whether local work is waiting for [`Shard::step`].

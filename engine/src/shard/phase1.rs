@@ -135,10 +135,12 @@ impl Shard {
             st.tables.conflict_flags(&st.store)
         };
         self.m.stage = Stage::Check;
-        // By the epoch's logged time, in replay too (where the snapshot is
-        // not taken but counted): the vote holds queued moves, so it must
-        // fall at the same epochs live and in replay.
-        let snapshot = snapshot_due(self.m.epoch_now_us, self.snap.last_us, self.config.snapshot_interval_us);
+        // By the epoch's logged time and the logged interval, in replay too
+        // (where the snapshot is not taken but counted): the vote holds
+        // queued moves, so it must fall at the same epochs live and in
+        // replay.
+        let interval_us = self.snap.interval_us.unwrap_or(self.config.snapshot_interval_us);
+        let snapshot = snapshot_due(self.m.epoch_now_us, self.snap.last_us, interval_us);
         self.exec.broadcast(Message::Flags {
             epoch: self.m.epoch,
             flags,

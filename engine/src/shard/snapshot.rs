@@ -45,8 +45,11 @@ type SnapshotEntry = (crate::OpId, Key, Option<Value>);
 /// Version of the machine state in a snapshot's `meta`: 3 added the
 /// partition map, 4 its queued moves, 5 the layout (shard → node), 6 the
 /// logged time the snapshot was agreed at (the next vote counts from it),
-/// 7 each queued move's pace.
-const META_VERSION: u8 = 7;
+/// 7 each queued move's pace, 8 the logged snapshot interval.
+const META_VERSION: u8 = 8;
+/// The version before the logged interval: the restoring shard's
+/// configured one until its log sets one.
+const META_VERSION_NO_INTERVAL: u8 = 7;
 /// The version before the queued moves' pace: they take the restoring
 /// shard's settings (moves did not log their pace then).
 const META_VERSION_NO_SHARE: u8 = 6;
@@ -64,8 +67,18 @@ const META_VERSION_DEFAULT_MAP: u8 = 2;
 /// A snapshot's machine state: version, epoch, sequencer counter, client
 /// table, partition map (its version, the partitions off the default, the
 /// moves queued), layout (none before version 5), the snapshot's logged
-/// time (0 before version 6).
-type Meta = (u8, Epoch, u64, Vec<ClientMeta>, MapMeta, Option<LayoutMeta>, u64);
+/// time (0 before version 6), the logged snapshot interval (none before
+/// version 8, or when no log had set one).
+type Meta = (
+    u8,
+    Epoch,
+    u64,
+    Vec<ClientMeta>,
+    MapMeta,
+    Option<LayoutMeta>,
+    u64,
+    Option<u64>,
+);
 
 /// A snapshot being copied.
 struct Snapshotting {
@@ -86,6 +99,12 @@ pub(super) struct Snapshots {
     pub(super) last_us: u64,
     /// Some shard voted for a snapshot after this epoch.
     pub(super) vote: bool,
+    /// The interval this shard votes by, as its log last set it
+    /// (`crate::interval`; `None`: no log set it, the configured one).
+    pub(super) interval_us: Option<u64>,
+    /// This shard logged its configured interval since it started (it
+    /// does so in the first batch it logs).
+    pub(super) interval_logged: bool,
     /// Slots of deleted entities a finished snapshot released, reclaimed at
     /// the next epoch end.
     pub(super) reclaim_later: Vec<u32>,
@@ -105,6 +124,8 @@ impl Snapshots {
             running: None,
             last_us: 0,
             vote: false,
+            interval_us: None,
+            interval_logged: false,
             reclaim_later: Vec::new(),
             next_is_base: false,
             spare: Vec::new(),
@@ -230,12 +251,22 @@ impl Shard {
         let map = self.exec.map.borrow().to_meta();
         let layout = self.layout.to_meta();
         let voted_us = self.snap.last_us;
-        Payload::encode(&(META_VERSION, epoch, self.seq.lc, clients, map, layout, voted_us))
-            .as_bytes()
-            .to_vec()
+        let interval_us = self.snap.interval_us;
+        Payload::encode(&(
+            META_VERSION,
+            epoch,
+            self.seq.lc,
+            clients,
+            map,
+            layout,
+            voted_us,
+            interval_us,
+        ))
+        .as_bytes()
+        .to_vec()
     }
 
-    /// Decodes a snapshot's machine state, of this version or the five
+    /// Decodes a snapshot's machine state, of this version or the six
     /// before.
     fn decode_meta(meta: &[u8]) -> Result<Meta, crate::DecodeError> {
         type MetaNoLayout = (u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare);
@@ -245,33 +276,47 @@ impl Shard {
         let version = *meta.first().ok_or(crate::DecodeError::Short { expected: 1 })?;
         match version {
             META_VERSION => payload
+                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMeta, LayoutMeta, u64, Option<u64>)>()
+                .map(|(v, epoch, lc, clients, map, layout, voted_us, interval_us)| {
+                    (v, epoch, lc, clients, map, Some(layout), voted_us, interval_us)
+                }),
+            META_VERSION_NO_INTERVAL => payload
                 .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMeta, LayoutMeta, u64)>()
                 .map(|(v, epoch, lc, clients, map, layout, voted_us)| {
-                    (v, epoch, lc, clients, map, Some(layout), voted_us)
+                    (v, epoch, lc, clients, map, Some(layout), voted_us, None)
                 }),
             META_VERSION_NO_SHARE => payload
                 .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare, LayoutMeta, u64)>()
                 .map(|(v, epoch, lc, clients, map, layout, voted_us)| {
-                    (v, epoch, lc, clients, meta_of_no_share(map), Some(layout), voted_us)
+                    (
+                        v,
+                        epoch,
+                        lc,
+                        clients,
+                        meta_of_no_share(map),
+                        Some(layout),
+                        voted_us,
+                        None,
+                    )
                 }),
             META_VERSION_NO_VOTE_TIME => payload
                 .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare, LayoutMeta)>()
                 .map(|(v, epoch, lc, clients, map, layout)| {
-                    (v, epoch, lc, clients, meta_of_no_share(map), Some(layout), 0)
+                    (v, epoch, lc, clients, meta_of_no_share(map), Some(layout), 0, None)
                 }),
             META_VERSION_NO_LAYOUT => payload
                 .decode::<MetaNoLayout>()
-                .map(|(v, epoch, lc, clients, map)| (v, epoch, lc, clients, meta_of_no_share(map), None, 0)),
+                .map(|(v, epoch, lc, clients, map)| (v, epoch, lc, clients, meta_of_no_share(map), None, 0, None)),
             META_VERSION_NO_QUEUE => {
                 payload
                     .decode::<MetaNoQueue>()
                     .map(|(v, epoch, lc, clients, (version, moved))| {
-                        (v, epoch, lc, clients, (version, moved, Vec::new()), None, 0)
+                        (v, epoch, lc, clients, (version, moved, Vec::new()), None, 0, None)
                     })
             }
             META_VERSION_DEFAULT_MAP => payload
                 .decode::<(u8, Epoch, u64, Vec<ClientMeta>)>()
-                .map(|(v, epoch, lc, clients)| (v, epoch, lc, clients, (0, Vec::new(), Vec::new()), None, 0)),
+                .map(|(v, epoch, lc, clients)| (v, epoch, lc, clients, (0, Vec::new(), Vec::new()), None, 0, None)),
             v => Err(crate::DecodeError::Tag(v)),
         }
     }
@@ -281,7 +326,7 @@ impl Shard {
     /// Replay the logged epochs after it with [`Shard::replay`].
     pub fn restore(&mut self, meta: &[u8]) -> Result<Epoch, crate::DecodeError> {
         assert_eq!(self.m.epoch, 0, "restore into a shard that already ran");
-        let (_, epoch, lc, clients, map, layout, voted_us) = Shard::decode_meta(meta)?;
+        let (_, epoch, lc, clients, map, layout, voted_us, interval_us) = Shard::decode_meta(meta)?;
         let map =
             PartitionMap::from_meta(&self.exec.app, self.exec.n_shards, &map).map_err(crate::DecodeError::Invalid)?;
         if let Some(layout) = layout {
@@ -290,6 +335,7 @@ impl Shard {
         self.install_map(map)?;
         self.clients.restore(clients);
         self.snap.last_us = voted_us;
+        self.snap.interval_us = interval_us;
         self.m.epoch = epoch;
         self.seq.lc = lc;
         // A snapshot is only complete once every shard's input through its
@@ -374,10 +420,11 @@ impl Shard {
 mod tests {
     use super::*;
 
-    /// Snapshots of the five versions before still restore: without a
+    /// Snapshots of the six versions before still restore: without a
     /// map (the default one), without queued moves (none queued), without
-    /// a layout (the driver's holds), and without the queued moves' pace
-    /// (the restoring shard's settings).
+    /// a layout (the driver's holds), without the queued moves' pace
+    /// (the restoring shard's settings), and without the logged interval
+    /// (the restoring shard's).
     #[test]
     fn metas_of_earlier_versions_decode() {
         let clients: Vec<ClientMeta> = vec![(7, 3, 2, vec![])];
@@ -390,7 +437,7 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v2).unwrap(),
-            (2, 9, 40, clients.clone(), (0, vec![], vec![]), None, 0)
+            (2, 9, 40, clients.clone(), (0, vec![], vec![]), None, 0, None)
         );
         let moved = vec![(0u16, 1u32, 1u16)];
         let v3 = bytes(Payload::encode(&(
@@ -402,7 +449,7 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v3).unwrap(),
-            (3, 9, 40, clients.clone(), (2, moved.clone(), vec![]), None, 0)
+            (3, 9, 40, clients.clone(), (2, moved.clone(), vec![]), None, 0, None)
         );
         let old_map: MapMetaNoShare = (2, moved.clone(), vec![(5, 0, 2, 0)]);
         // Queued moves of a snapshot before their pace was logged: none.
@@ -416,7 +463,7 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v4).unwrap(),
-            (4, 9, 40, clients.clone(), map_read.clone(), None, 0)
+            (4, 9, 40, clients.clone(), map_read.clone(), None, 0, None)
         );
         let layout: LayoutMeta = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)]);
         let v5 = bytes(Payload::encode(&(
@@ -429,7 +476,16 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v5).unwrap(),
-            (5, 9, 40, clients.clone(), map_read.clone(), Some(layout.clone()), 0)
+            (
+                5,
+                9,
+                40,
+                clients.clone(),
+                map_read.clone(),
+                Some(layout.clone()),
+                0,
+                None
+            )
         );
         let v6 = bytes(Payload::encode(&(
             META_VERSION_NO_SHARE,
@@ -442,11 +498,11 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v6).unwrap(),
-            (6, 9, 40, clients.clone(), map_read, Some(layout.clone()), 1_234)
+            (6, 9, 40, clients.clone(), map_read, Some(layout.clone()), 1_234, None)
         );
         let map: MapMeta = (2, moved, vec![(5, 0, 2, 0, None), (6, 0, 3, 1, Some((64, 8, 50)))]);
         let v7 = bytes(Payload::encode(&(
-            META_VERSION,
+            META_VERSION_NO_INTERVAL,
             9u64,
             40u64,
             clients.clone(),
@@ -456,7 +512,30 @@ mod tests {
         )));
         assert_eq!(
             Shard::decode_meta(&v7).unwrap(),
-            (META_VERSION, 9, 40, clients, map, Some(layout), 1_234)
+            (
+                7,
+                9,
+                40,
+                clients.clone(),
+                map.clone(),
+                Some(layout.clone()),
+                1_234,
+                None
+            )
+        );
+        let v8 = bytes(Payload::encode(&(
+            META_VERSION,
+            9u64,
+            40u64,
+            clients.clone(),
+            map.clone(),
+            layout.clone(),
+            1_234u64,
+            Some(250_000u64),
+        )));
+        assert_eq!(
+            Shard::decode_meta(&v8).unwrap(),
+            (META_VERSION, 9, 40, clients, map, Some(layout), 1_234, Some(250_000))
         );
         assert!(matches!(Shard::decode_meta(&[9]), Err(crate::DecodeError::Tag(9))));
         assert!(Shard::decode_meta(&[]).is_err());

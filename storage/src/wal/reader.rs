@@ -492,7 +492,7 @@ impl Reader {
                     segment: index,
                     offset: pos,
                     header,
-                    txns: batch.as_ref().map_or(0, |b| b.txns.len() as u32),
+                    txns: batch.as_ref().map_or(0, |b| b.transactions().count() as u32),
                 });
             }
             cur.pos = pos + align_up(header.record_len(), cur.alignment);
