@@ -614,6 +614,21 @@ impl Store {
         out
     }
 
+    /// Starts tracking changes for snapshots if this store did not (its
+    /// shard is configured without snapshots, yet the shards agreed on one:
+    /// a peer configured otherwise voted, or a snapshot was due when the
+    /// shard was handed here), marking every entity; returns whether it did
+    /// — the snapshot must then hold them all (a base), as nothing before
+    /// it was tracked.
+    pub fn start_tracking(&mut self) -> bool {
+        if self.snapshots {
+            return false;
+        }
+        self.snapshots = true;
+        self.mark_all_dirty();
+        true
+    }
+
     /// Marks every entity changed since the last snapshot (none was taken
     /// here): the next snapshot holds them all.
     pub fn mark_all_dirty(&mut self) {

@@ -199,3 +199,41 @@ fn each_run_logs_the_interval_it_votes_by_first() {
         assert_eq!(fresh.shard(s).snapshot_interval_us(), 500, "shard {s}");
     }
 }
+
+/// A shard configured without snapshots among shards that take them (a
+/// node started with `--snapshot-interval-ms 0` in a cluster, or a shard
+/// handed to one): a snapshot its peers' votes start holds all of its
+/// entities — whole, as it tracked no change before — not only those
+/// changed since.
+#[test]
+fn a_shard_configured_without_snapshots_snapshots_whole_when_its_peers_vote() {
+    let app = bank(8);
+    let mut config = test_config(8);
+    config.snapshot_interval_us = 200;
+    let mut sim = Sim::new(app.clone(), config.clone(), 2, 3);
+    let off = styx_engine::Config {
+        snapshot_interval_us: 0,
+        ..config
+    };
+    sim.replace_shard(styx_engine::Shard::new(app.clone(), off, 1, 2));
+    let accounts_n = 64;
+    for (op, k, v) in &accounts(accounts_n, START_BALANCE) {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    for t in 0..200u64 {
+        sim.submit(0, t, transfer(&app, t % accounts_n, (t + 1) % accounts_n, 1))
+            .unwrap();
+        sim.run();
+    }
+    let all = complete_snapshots(&sim.take_snapshots(), 2);
+    assert!(all.len() >= 2, "{} complete snapshots", all.len());
+    for (epoch, files) in &all {
+        let entities: usize = files.iter().map(|(e, _)| e.len()).sum();
+        assert_eq!(
+            entities, accounts_n as usize,
+            "snapshot {epoch}: entities of both shards"
+        );
+        let total: i64 = files.iter().flat_map(|(e, _)| e.values()).map(balance_of).sum();
+        assert_eq!(total, accounts_n as i64 * START_BALANCE, "snapshot {epoch}: money");
+    }
+}

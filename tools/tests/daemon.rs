@@ -705,6 +705,83 @@ fn rebalance_moves_partitions_while_transfers_run_and_survives_restarts() {
     assert_eq!(balances(&d, keys), after);
 }
 
+/// Each shard logs the snapshot interval it votes by and each move its
+/// pace: a daemon killed (kill -9) while slow moves are under way recovers
+/// under other settings — no snapshots and fast moves, then snapshots
+/// every second — with every balance, and the moves it had decided finish.
+#[test]
+fn a_daemon_killed_mid_move_recovers_under_other_snapshot_and_move_settings() {
+    let dir = data_dir("other-settings");
+    let slow = [
+        "--shards",
+        "2",
+        "--snapshot-interval-ms",
+        "20",
+        "--move-share-entities",
+        "2",
+        "--move-share-min-entities",
+        "1",
+        "--move-share-per-ms",
+        "1",
+    ];
+    let mut d = Daemon::start(styxd(), &dir, &slow);
+    let keys = 600;
+    load(&d, keys);
+    // Every partition of the first 8 to the other shard: at 1 entity a
+    // millisecond (~9 each), the last still copying or queued at the kill.
+    let targets: Vec<(u32, u16)> = (0..8u32).map(|p| (p, ((p + 1) % 2) as u16)).collect();
+    for (p, to) in &targets {
+        let (code, out) = styx(&[
+            "rebalance",
+            "--connect",
+            &d.addr,
+            "--no-wait",
+            "account",
+            &p.to_string(),
+            &to.to_string(),
+        ]);
+        assert_eq!(code, 0, "{out}");
+    }
+    let mut c = d.connect();
+    for seq in 1..=200u64 {
+        let debtor = (seq * 7) % keys;
+        let creditor = (debtor + 1 + seq % (keys - 1)) % keys;
+        c.send(request(
+            3,
+            seq,
+            "account",
+            "transfer",
+            Key::from(debtor),
+            Payload::encode(&(creditor, 1i64)),
+        ));
+    }
+    for _ in 0..200 {
+        assert!(c.recv().unwrap().body.outcome().is_some());
+    }
+    let before = balances(&d, keys);
+    assert_eq!(before.values().sum::<i64>(), keys as i64 * START);
+    d.kill9();
+    let fast = [
+        "--shards",
+        "2",
+        "--snapshot-interval-ms",
+        "0",
+        "--move-share-entities",
+        "4096",
+    ];
+    let mut d = Daemon::start(styxd(), &dir, &fast);
+    assert_eq!(balances(&d, keys), before, "after kill -9, recovered without snapshots");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while targets.iter().any(|(p, to)| owners(&d, *p) != vec![*to, *to]) {
+        assert!(Instant::now() < deadline, "the decided moves never all switched");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    d.kill9();
+    let d = Daemon::start(styxd(), &dir, &["--shards", "2", "--snapshot-interval-ms", "1000"]);
+    assert_eq!(balances(&d, keys), before, "after a second kill -9");
+    assert_eq!(placement(&d), (8, targets), "the map after the moves");
+}
+
 /// `styx rebalance --auto` moves load off the shard that carries it, by
 /// the per-partition counts the daemon publishes on its metrics address.
 #[test]

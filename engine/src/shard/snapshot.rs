@@ -153,7 +153,13 @@ impl Shard {
         }
         // Partitions that moved away reach the snapshot as tombstones.
         self.finish_retiring();
-        let pending = self.exec.st.borrow_mut().store.begin_snapshot();
+        let (pending, untracked) = {
+            let store = &mut self.exec.st.borrow_mut().store;
+            // A shard configured without snapshots tracked nothing: its
+            // first one is whole.
+            let untracked = store.start_tracking();
+            (store.begin_snapshot(), untracked)
+        };
         self.snap.last_us = self.m.epoch_now_us;
         self.snap.running = Some(Snapshotting {
             epoch,
@@ -161,7 +167,7 @@ impl Shard {
             cursor: 0,
             entries: self.snap.spare.pop().unwrap_or_default(),
             meta: self.encode_meta(epoch),
-            base: std::mem::take(&mut self.snap.next_is_base),
+            base: std::mem::take(&mut self.snap.next_is_base) || untracked,
         });
         self.m.stats.snapshots += 1;
     }
