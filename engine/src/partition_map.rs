@@ -557,31 +557,13 @@ mod tests {
         assert!(mv(0, 0, 3).check(&app, 3).unwrap_err().contains("no shard 3"));
         let r = mv(0, 1, 2).request();
         assert_eq!(Move::of(&r), Some(Ok(mv(0, 1, 2))));
-        let never = MoveShare {
-            most: 0,
-            least: 0,
-            per_ms: 5,
+        let paced = |most, least| Move {
+            share: Some(MoveShare { most, least, per_ms: 5 }),
+            ..mv(0, 7, 2)
         };
-        let share = |m: Move| Move {
-            share: Some(never),
-            ..m
-        };
-        assert!(share(mv(0, 7, 2)).check(&app, 3).unwrap_err().contains("never ends"));
-        let upside_down = MoveShare {
-            most: 4,
-            least: 8,
-            per_ms: 5,
-        };
-        let share = |m: Move| Move {
-            share: Some(upside_down),
-            ..m
-        };
-        assert!(
-            share(mv(0, 7, 2))
-                .check(&app, 3)
-                .unwrap_err()
-                .contains("above its most")
-        );
+        assert!(paced(0, 0).check(&app, 3).unwrap_err().contains("never ends"));
+        assert!(paced(4, 8).check(&app, 3).unwrap_err().contains("above its most"));
+        assert!(paced(8, 4).check(&app, 3).is_ok());
     }
 
     #[test]

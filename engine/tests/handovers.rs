@@ -692,6 +692,37 @@ fn large_early_messages_cross_with_the_hand_off() {
     }
 }
 
+/// Loads 64 accounts into `sim`, moves partition 0 to shard 1, submits
+/// `then` (moves and a handover that waits behind them) three epochs into
+/// its copy, and runs transfers; returns the accounts loaded and the
+/// handovers `(epoch, shard, node)`.
+fn run_with_a_waiting_handover(
+    sim: &mut Sim,
+    app: &styx_engine::App,
+    then: &[Request],
+) -> (
+    Vec<(OpId, styx_engine::Key, styx_engine::Value)>,
+    Vec<(Epoch, ShardId, u16)>,
+) {
+    let initial = accounts(64, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    sim.submit(0, 0, move_to(0, 1)).unwrap();
+    while sim.shard(0).epoch() < 3 {
+        assert!(sim.step());
+    }
+    for (token, r) in (1..).zip(then) {
+        sim.submit(0, token, r.clone()).unwrap();
+    }
+    for t in 100..180u64 {
+        sim.submit(0, t, transfer(app, t % 64, (t + 1) % 64, 1)).unwrap();
+        sim.run();
+    }
+    let live = sim.handovers().iter().map(|s| (s.epoch, s.shard, s.to)).collect();
+    (initial, live)
+}
+
 /// A handover waiting behind partition moves, with snapshots due at
 /// almost every epoch (which hold queued moves live): replaying the log
 /// decides it at the same epoch as the live run, because snapshot votes
@@ -715,21 +746,7 @@ fn replay_decides_a_waiting_handover_where_the_live_run_did() {
         config.epoch_gather_us = 0;
         let mut sim = Sim::new(app.clone(), config.clone(), 2, seed);
         sim.set_layout(Layout::contiguous(&[1, 1, 0]));
-        let initial = accounts(64, START_BALANCE);
-        for (op, k, v) in &initial {
-            sim.load(*op, k, Some(v.clone()));
-        }
-        sim.submit(0, 0, move_to(0, 1)).unwrap();
-        while sim.shard(0).epoch() < 3 {
-            assert!(sim.step());
-        }
-        sim.submit(0, 1, move_to(2, 1)).unwrap();
-        sim.submit(0, 2, hand(0, 2)).unwrap();
-        for t in 3..80u64 {
-            sim.submit(0, t, transfer(&app, t % 64, (t + 1) % 64, 1)).unwrap();
-            sim.run();
-        }
-        let live: Vec<_> = sim.handovers().iter().map(|s| (s.epoch, s.shard, s.to)).collect();
+        let (initial, live) = run_with_a_waiting_handover(&mut sim, &app, &[move_to(2, 1), hand(0, 2)]);
         assert_eq!(live.len(), 1, "seed {seed}");
         // Replayed by a process configured with the other pace and another
         // snapshot interval: the moves' logged pace and the shards' logged
@@ -779,22 +796,8 @@ fn recovery_paces_a_snapshots_queued_moves_as_logged() {
         ) = (1, 1, 100);
         let mut sim = Sim::new(app.clone(), config.clone(), 3, seed);
         sim.set_nodes(&nodes);
-        let initial = accounts(64, START_BALANCE);
-        for (op, k, v) in &initial {
-            sim.load(*op, k, Some(v.clone()));
-        }
-        sim.submit(0, 0, move_to(0, 1)).unwrap();
-        while sim.shard(0).epoch() < 3 {
-            assert!(sim.step());
-        }
-        sim.submit(0, 1, move_to(3, 1)).unwrap();
-        sim.submit(0, 2, move_to(0, 2)).unwrap();
-        sim.submit(0, 3, hand(0, 1)).unwrap();
-        for t in 4..80u64 {
-            sim.submit(0, t, transfer(&app, t % 64, (t + 1) % 64, 1)).unwrap();
-            sim.run();
-        }
-        let live: Vec<_> = sim.handovers().iter().map(|s| (s.epoch, s.shard, s.to)).collect();
+        let then = [move_to(3, 1), move_to(0, 2), hand(0, 1)];
+        let (initial, live) = run_with_a_waiting_handover(&mut sim, &app, &then);
         assert_eq!(live.len(), 1, "seed {seed}");
         let events = sim.disk_events().to_vec();
         let chunks = sim.take_snapshots();
