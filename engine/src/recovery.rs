@@ -39,7 +39,7 @@
 //! No I/O here: loading a snapshot's entities is a closure the caller
 //! passes to [`apply`].
 
-use crate::ids::{Epoch, OpId, ShardId};
+use crate::ids::{Epoch, OpId, ShardId, Tid};
 use crate::key::Key;
 use crate::shard::Shard;
 use crate::value::Value;
@@ -195,6 +195,13 @@ pub enum Error {
     Load { shard: ShardId, reason: String },
     /// A shard's snapshot holds machine state the engine cannot restore.
     Meta { shard: ShardId, reason: String },
+    /// A shard's log holds an entry this build cannot replay.
+    LogEntry {
+        shard: ShardId,
+        epoch: Epoch,
+        tid: Tid,
+        reason: String,
+    },
 }
 
 impl fmt::Display for Error {
@@ -241,6 +248,15 @@ impl fmt::Display for Error {
             Error::Meta { shard, reason } => {
                 write!(f, "shard {shard}: the snapshot's engine state is unreadable: {reason}")
             }
+            Error::LogEntry {
+                shard,
+                epoch,
+                tid,
+                reason,
+            } => write!(
+                f,
+                "shard {shard}'s log holds at epoch {epoch} an entry (tid {tid}) this build cannot replay: {reason} (written by another build or application, or damaged; nothing was replayed)"
+            ),
         }
     }
 }
@@ -598,6 +614,19 @@ pub fn apply<E: fmt::Display>(
             });
         }
     }
+    // Checked before any runs: a request of another build (or a damaged
+    // one the checksums missed) is an error naming it, not a panic
+    // halfway through the replay.
+    for b in &start.replay {
+        for (tid, request) in &b.txns {
+            shard.check_logged(request).map_err(|a| Error::LogEntry {
+                shard: id,
+                epoch: b.epoch,
+                tid: *tid,
+                reason: a.message().to_string(),
+            })?;
+        }
+    }
     shard.replay(start.replay);
     Ok(())
 }
@@ -886,5 +915,49 @@ mod tests {
         d.snapshots = vec![Snapshot::at(7, 0..0)];
         assert_eq!(d.survey().log_epoch, 2);
         assert_eq!(d.survey().snapshots, vec![7]);
+    }
+
+    /// A logged entry this build cannot run (another build's request, a
+    /// function the application no longer has, a move to a shard past the
+    /// count) stops the restore with an error naming it, before anything
+    /// is replayed — not a panic halfway through.
+    #[test]
+    fn a_log_entry_this_build_cannot_replay_is_an_error_naming_it() {
+        let mut app = crate::App::new("t");
+        app.operator("a", 4);
+        let app = std::sync::Arc::new(app);
+        let mut unknown = crate::Move {
+            op: OpId(0),
+            partition: 1,
+            to: 1,
+            share: None,
+        }
+        .request();
+        unknown.function.index = u16::MAX - 7;
+        let past = crate::Move {
+            op: OpId(0),
+            partition: 1,
+            to: 5,
+            share: None,
+        }
+        .request();
+        for (request, says) in [(unknown, "no function"), (past, "no shard 5")] {
+            let mut shard = Shard::new(app.clone(), crate::Config::default(), 0, 2);
+            let mut b = batch(0, 1, 4);
+            b.txns.push((2, request));
+            let start = ShardStart {
+                shard: 0,
+                snapshot: None,
+                relog: Vec::new(),
+                replay: vec![b],
+            };
+            let err = apply(start, &mut shard, |_| Ok::<_, String>(Vec::new())).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.contains("epoch 1") && text.contains("tid 2") && text.contains(says),
+                "{text}"
+            );
+            assert_eq!(shard.epoch(), 0, "nothing replayed");
+        }
     }
 }

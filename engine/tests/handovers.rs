@@ -692,18 +692,16 @@ fn large_early_messages_cross_with_the_hand_off() {
     }
 }
 
+/// Entities loaded before a run.
+type Initial = Vec<(OpId, styx_engine::Key, styx_engine::Value)>;
+/// Handovers `(epoch, shard, node)`.
+type Handed = Vec<(Epoch, ShardId, u16)>;
+
 /// Loads 64 accounts into `sim`, moves partition 0 to shard 1, submits
 /// `then` (moves and a handover that waits behind them) three epochs into
 /// its copy, and runs transfers; returns the accounts loaded and the
 /// handovers `(epoch, shard, node)`.
-fn run_with_a_waiting_handover(
-    sim: &mut Sim,
-    app: &styx_engine::App,
-    then: &[Request],
-) -> (
-    Vec<(OpId, styx_engine::Key, styx_engine::Value)>,
-    Vec<(Epoch, ShardId, u16)>,
-) {
+fn run_with_a_waiting_handover(sim: &mut Sim, app: &styx_engine::App, then: &[Request]) -> (Initial, Handed) {
     let initial = accounts(64, START_BALANCE);
     for (op, k, v) in &initial {
         sim.load(*op, k, Some(v.clone()));

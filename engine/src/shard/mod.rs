@@ -431,6 +431,21 @@ impl Shard {
         &self.layout
     }
 
+    /// Checks an entry of this shard's log before it is replayed: as
+    /// [`Shard::validate_logged`], and a move or handover against the
+    /// shard and node counts.
+    pub fn check_logged(&self, request: &Request) -> Result<(), Abort> {
+        Shard::validate_logged(&self.exec.app, request)?;
+        if let Some(Ok(m)) = Move::of(request) {
+            m.check(&self.exec.app, self.exec.n_shards).map_err(Abort::unknown)?;
+        }
+        if let Some(Ok(h)) = Handover::of(request) {
+            h.check(self.exec.n_shards, self.layout.nodes())
+                .map_err(Abort::unknown)?;
+        }
+        Ok(())
+    }
+
     /// Checks an entry of a logged batch: a request as [`Shard::validate`]
     /// checks it, or a shard's logged snapshot interval (`crate::interval`).
     pub fn validate_logged(app: &App, request: &Request) -> Result<(), Abort> {

@@ -55,7 +55,8 @@
 //! |------:|---------------------------------------------------------------|
 //! | 8     | `lc`: the sequencer counter after sealing                     |
 //! | 8     | `now_us`: the epoch's timestamp                               |
-//! | 4     | number of transactions, then for each one:                    |
+//! | 4     | number of entries (the transactions, and first in a shard's   |
+//! |       | first batch of a run its snapshot interval), then each one:   |
 //! | 8     | tid                                                           |
 //! | 2     | operator ([`OpId`](styx_engine::OpId))                        |
 //! | 2     | function index                                                |
