@@ -436,6 +436,12 @@ impl Shard {
     /// shard and node counts.
     pub fn check_logged(&self, request: &Request) -> Result<(), Abort> {
         Shard::validate_logged(&self.exec.app, request)?;
+        self.check_counts(request)
+    }
+
+    /// A move or handover (already validated) against this cluster's shard
+    /// and node counts; any other request passes.
+    fn check_counts(&self, request: &Request) -> Result<(), Abort> {
         if let Some(Ok(m)) = Move::of(request) {
             m.check(&self.exec.app, self.exec.n_shards).map_err(Abort::unknown)?;
         }
@@ -507,17 +513,13 @@ impl Shard {
     /// twice; a retry of a forgotten seq gets a `Forgotten` abort.
     pub fn submit(&mut self, token: Token, mut request: Request) -> Result<(), Abort> {
         Shard::validate(&self.exec.app, &request)?;
-        if let Some(Ok(m)) = Move::of(&request) {
-            m.check(&self.exec.app, self.exec.n_shards).map_err(Abort::unknown)?;
-            // Its pace is logged with it: one naming none gets this shard's.
-            request = Move::with_default_share(request, self.config.move_share());
-        }
-        if let Some(Ok(h)) = Handover::of(&request) {
-            h.check(self.exec.n_shards, self.layout.nodes())
-                .map_err(Abort::unknown)?;
-            if !self.config.spare_nodes {
-                self.check_leaves_no_node_empty(h)?;
-            }
+        self.check_counts(&request)?;
+        // A move's pace is logged with it: one naming none gets this shard's.
+        request = Move::with_default_share(request, self.config.move_share());
+        if let Some(Ok(h)) = Handover::of(&request)
+            && !self.config.spare_nodes
+        {
+            self.check_leaves_no_node_empty(h)?;
         }
         assert!(self.seq.replay.is_none(), "submit while replaying");
         if let Some(c) = request.client {
