@@ -295,6 +295,7 @@ pub fn run(params: Params) -> Report {
             .collect(),
         heartbeat: Duration::from_millis(100),
         failure_timeout: Duration::from_secs(5),
+        placement: None,
     };
     now_us();
     let duration_us = (params.handovers as u64 + 1) * params.every.as_micros() as u64;

@@ -16,8 +16,12 @@ use styx_runtime::cluster::{Node, Spec};
 /// peer = "127.0.0.1:7500"     # control plane; shard s's data links on port + 1 + s
 ///                             # (s of the cluster's shards: reserve them all)
 /// client = "127.0.0.1:7400"
-/// shards = 1
+/// shards = 1                  # or the shards it runs by id: shards = [0, 2]
 /// ```
+///
+/// A count numbers the shards in order (node 0 runs the first ones, and
+/// so on); lists place them, every shard of `0..total` on exactly one
+/// node. Either every node gives a count or every node gives a list.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterFile {
@@ -32,7 +36,15 @@ pub struct ClusterNode {
     pub id: u16,
     pub peer: String,
     pub client: String,
-    pub shards: u16,
+    pub shards: Shards,
+}
+
+/// A node's shards in the file: how many, or which.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub enum Shards {
+    Count(u16),
+    Ids(Vec<u16>),
 }
 
 impl ClusterFile {
@@ -57,13 +69,19 @@ impl ClusterFile {
                 id: n.id,
                 peer: addr("peer", &n.peer)?,
                 client: addr("client", &n.client)?,
-                shards: n.shards,
+                shards: match &n.shards {
+                    Shards::Count(c) => *c,
+                    Shards::Ids(ids) => u16::try_from(ids.len())
+                        .map_err(|_| format!("{}: node {} lists {} shards", path.display(), n.id, ids.len()))?,
+                },
             });
         }
+        let placement = placement(&file.nodes).map_err(|e| format!("{}: {e}", path.display()))?;
         let spec = Spec {
             nodes,
             heartbeat: Duration::from_millis(file.heartbeat_ms.unwrap_or(100)),
             failure_timeout: Duration::from_millis(file.failure_timeout_ms.unwrap_or(500)),
+            placement,
         };
         spec.validate().map_err(|e| format!("{}: {e}", path.display()))?;
         if let Some(n) = spec.nodes.iter().find(|n| n.shards == 0) {
@@ -77,12 +95,61 @@ impl ClusterFile {
     }
 }
 
+/// The node of each shard when the nodes list their shards, `None` when
+/// they count them; refuses a mix, a shard listed twice or none of `0..total`
+/// left out.
+fn placement(nodes: &[ClusterNode]) -> Result<Option<Vec<u16>>, String> {
+    let lists = nodes.iter().filter(|n| matches!(n.shards, Shards::Ids(_))).count();
+    if lists == 0 {
+        return Ok(None);
+    }
+    if lists != nodes.len() {
+        return Err(
+            "either every node lists its shards (shards = [0, 2]) or every node counts them (shards = 2)".into(),
+        );
+    }
+    let total: usize = nodes
+        .iter()
+        .map(|n| match &n.shards {
+            Shards::Ids(ids) => ids.len(),
+            Shards::Count(_) => 0,
+        })
+        .sum();
+    let mut node_of: Vec<Option<u16>> = vec![None; total];
+    for n in nodes {
+        let Shards::Ids(ids) = &n.shards else { continue };
+        for &s in ids {
+            match node_of.get_mut(usize::from(s)) {
+                None => {
+                    return Err(format!(
+                        "node {} lists shard {s}, but the nodes list {total} shards: shards are numbered 0..{total}",
+                        n.id
+                    ));
+                }
+                Some(Some(other)) => {
+                    return Err(format!("shard {s} is listed by node {other} and by node {}", n.id));
+                }
+                Some(slot) => *slot = Some(n.id),
+            }
+        }
+    }
+    // Every id is below `total` and none twice, so every slot is filled.
+    Ok(Some(
+        node_of
+            .into_iter()
+            .map(|n| n.expect("each shard placed once"))
+            .collect(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::ClusterFile;
 
-    fn file(shards: [u16; 2]) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("styx-cluster-file-{}-{shards:?}", std::process::id()));
+    /// A file of one node per entry, `shards = {entry}`.
+    fn file(shards: &[&str]) -> std::path::PathBuf {
+        let name = shards.join("_").replace(['[', ']', ',', ' '], "");
+        let dir = std::env::temp_dir().join(format!("styx-cluster-file-{}-{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("cluster.toml");
         let mut text = String::new();
@@ -99,11 +166,46 @@ mod tests {
 
     #[test]
     fn a_node_without_shards_is_refused_by_name() {
-        let spec = ClusterFile::load(&file([2, 1])).unwrap();
+        let spec = ClusterFile::load(&file(&["2", "1"])).unwrap();
         assert_eq!(spec.n_shards(), 3);
+        assert_eq!(spec.shards_of(1), [2]);
         // The runtime runs spares (`run_rounds`); a daemon does not yet.
-        let err = ClusterFile::load(&file([2, 0])).unwrap_err();
+        let err = ClusterFile::load(&file(&["2", "0"])).unwrap_err();
         assert!(err.contains("node 1 has no shards"), "{err}");
         assert!(err.contains("spare"), "{err}");
+        let err = ClusterFile::load(&file(&["[0, 1]", "[]"])).unwrap_err();
+        assert!(err.contains("node 1 has no shards"), "{err}");
+    }
+
+    #[test]
+    fn nodes_listing_their_shards_place_them() {
+        let spec = ClusterFile::load(&file(&["[0, 2]", "[3, 1]"])).unwrap();
+        assert_eq!(spec.n_shards(), 4);
+        assert_eq!(spec.shards_of(0), [0, 2]);
+        assert_eq!(spec.shards_of(1), [1, 3]);
+        assert_eq!(spec.node_of(3), 1);
+        assert_eq!(spec.layout().placed().shards_of(0).collect::<Vec<_>>(), [0, 2]);
+        // Another placement of the same counts is another cluster.
+        let other = ClusterFile::load(&file(&["[1, 2]", "[0, 3]"])).unwrap();
+        assert_ne!(spec.fingerprint(), other.fingerprint());
+        assert_ne!(
+            spec.fingerprint(),
+            ClusterFile::load(&file(&["2", "2"])).unwrap().fingerprint()
+        );
+    }
+
+    #[test]
+    fn a_placement_that_misses_or_repeats_a_shard_is_refused_by_name() {
+        for (shards, says) in [
+            (&["[0, 1]", "[1, 2]"][..], "shard 1 is listed by node 0 and by node 1"),
+            (
+                &["[0, 1]", "[3]"][..],
+                "node 1 lists shard 3, but the nodes list 3 shards",
+            ),
+            (&["[0, 1]", "1"][..], "either every node lists its shards"),
+        ] {
+            let err = ClusterFile::load(&file(shards)).unwrap_err();
+            assert!(err.contains(says), "{shards:?}: {err}");
+        }
     }
 }

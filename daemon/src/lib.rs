@@ -46,7 +46,6 @@ pub mod settings;
 pub use settings::{Flags, Fsync, LogFormat, SchemaFormat, Settings};
 
 use clap::{CommandFactory, FromArgMatches};
-use std::ops::Range;
 use std::process::ExitCode;
 use std::sync::Arc;
 use styx_engine::{App, ShardId};
@@ -113,8 +112,9 @@ pub struct Start<'a> {
     pub dir: &'a DataDir,
     /// Shards of the whole engine (every node of a cluster).
     pub shards: u16,
-    /// This node's shards.
-    pub local: Range<ShardId>,
+    /// This node's shards, in increasing order (any of the engine's: a
+    /// cluster file may place them).
+    pub local: Vec<ShardId>,
 }
 
 /// The command line: the common flags, then the extension's.

@@ -105,7 +105,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
     if settings.fsync == Fsync::None {
         tracing::warn!("fsync = none: acknowledged transactions can be lost in a crash of the machine");
     }
-    let metrics = Metrics::of_shards(local.start, n_local);
+    let metrics = Metrics::of_ids(&local);
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| format!("signal handler: {e}"))?;
@@ -153,8 +153,15 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             recovering: AtomicUsize::new(n_local),
             started,
             server_name: format!("{} {} ({})", program.name, env!("CARGO_PKG_VERSION"), app.name()),
-            first_shard: local.start,
+            first_shard: local[0],
             map: partition_map(&spec, node, &app),
+            layout: {
+                let layout = spec.layout();
+                styx_net::Layout {
+                    version: layout.version(),
+                    node_of: (0..layout.n_shards()).map(|s| layout.node_of(s)).collect(),
+                }
+            },
             failure: Default::default(),
             rates: styx_runtime::server::Rates::new(&metrics),
         });
@@ -216,7 +223,7 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             });
         }
         tracing::info!(%listen, shards = n_local, threads, round, "serving");
-        let first = local.start;
+        let first = local[0];
         let server = shared.clone();
         styx_runtime::run(app.clone(), opts, move |shard| {
             let http = if shard.id() == first { metrics_addr } else { None };
@@ -266,7 +273,8 @@ fn app_fingerprint(app: &App) -> u64 {
     h
 }
 
-/// What MAP answers on `node` of `spec`.
+/// What MAP answers on `node` of `spec`: its nodes' ranges number the
+/// shards in order (LAYOUT answers where a cluster file placed them).
 fn partition_map(spec: &Spec, node: u16, app: &App) -> styx_net::Map {
     styx_net::Map {
         node,
@@ -275,7 +283,7 @@ fn partition_map(spec: &Spec, node: u16, app: &App) -> styx_net::Map {
             .nodes
             .iter()
             .map(|n| styx_net::MapNode {
-                first_shard: spec.shards_of(n.id).start,
+                first_shard: spec.first_of(n.id) as u16,
                 shards: n.shards,
                 client: n.client.to_string(),
             })
@@ -287,6 +295,7 @@ fn partition_map(spec: &Spec, node: u16, app: &App) -> styx_net::Map {
                 partitions: info.partitions(),
             })
             .collect(),
+        placed: None,
     }
 }
 

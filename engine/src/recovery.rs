@@ -45,7 +45,6 @@ use crate::shard::Shard;
 use crate::value::Value;
 use crate::{Batch, DecodeError};
 use std::fmt;
-use std::ops::Range;
 
 /// A complete snapshot (its manifest is committed), as recovery needs it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -59,10 +58,10 @@ pub struct Snapshot {
 
 impl Snapshot {
     /// A snapshot of `shards` at `epoch` whose logs resume right after it.
-    pub fn at(epoch: Epoch, shards: Range<ShardId>) -> Snapshot {
+    pub fn at(epoch: Epoch, shards: impl IntoIterator<Item = ShardId>) -> Snapshot {
         Snapshot {
             epoch,
-            log_after: shards.map(|s| (s, epoch)).collect(),
+            log_after: shards.into_iter().map(|s| (s, epoch)).collect(),
         }
     }
 
@@ -89,8 +88,8 @@ pub struct Log {
 /// What one node's disk holds, for the shards `shards` it runs.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Disk {
-    /// The shards this node runs.
-    pub shards: Range<ShardId>,
+    /// The shards this node runs, in increasing order.
+    pub shards: Vec<ShardId>,
     /// The complete snapshots it keeps, oldest first.
     pub snapshots: Vec<Snapshot>,
     /// The shards that have a log on this disk (whatever node wrote it).
@@ -163,9 +162,9 @@ impl ShardStart {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Error {
     /// The disk's snapshots list other shards than the node runs.
-    SnapshotShards { holds: Vec<ShardId>, runs: Range<ShardId> },
+    SnapshotShards { holds: Vec<ShardId>, runs: Vec<ShardId> },
     /// The disk holds a log of a shard the node does not run.
-    LogShard { shard: ShardId, runs: Range<ShardId> },
+    LogShard { shard: ShardId, runs: Vec<ShardId> },
     /// Nodes lack the snapshot `epoch` that node `recorder` recorded as
     /// complete on every node.
     LostSnapshot {
@@ -211,12 +210,12 @@ impl fmt::Display for Error {
                 f,
                 "the data directory holds shards {}; this node runs shards {} (start with the shard count, cluster file and node id it was written with, or an empty directory)",
                 describe(holds),
-                describe_range(runs)
+                describe(runs)
             ),
             Error::LogShard { shard, runs } => write!(
                 f,
                 "the data directory has a log for shard {shard}; this node runs shards {} (start with the shard count, cluster file and node id it was written with)",
-                describe_range(runs)
+                describe(runs)
             ),
             Error::LostSnapshot { nodes, epoch, recorder } => write!(
                 f,
@@ -270,36 +269,32 @@ impl From<Error> for String {
     }
 }
 
+/// `0..=3` for shards in a row, else `0, 2, 5`.
 fn describe(shards: &[ShardId]) -> String {
     match (shards.first(), shards.last()) {
-        (Some(a), Some(b)) if shards.len() > 1 => format!("{a}..={b}"),
-        (Some(a), _) => a.to_string(),
+        (Some(a), Some(b)) if shards.len() > 1 && usize::from(b - a) + 1 == shards.len() => format!("{a}..={b}"),
+        (Some(_), _) => shards.iter().map(ShardId::to_string).collect::<Vec<_>>().join(", "),
         _ => "none".into(),
     }
-}
-
-fn describe_range(shards: &Range<ShardId>) -> String {
-    describe(&shards.clone().collect::<Vec<_>>())
 }
 
 /// Refuses a disk written with other shards than `shards`: every
 /// snapshot must list exactly them, and no log may be of another shard.
 /// Cheap: a caller may check before it reads (and cuts) any log.
-pub fn check_shards(shards: &Range<ShardId>, snapshots: &[Snapshot], log_shards: &[ShardId]) -> Result<(), Error> {
-    let wanted: Vec<ShardId> = shards.clone().collect();
+pub fn check_shards(shards: &[ShardId], snapshots: &[Snapshot], log_shards: &[ShardId]) -> Result<(), Error> {
     for s in snapshots {
         let holds = s.shards();
-        if holds != wanted {
+        if holds != shards {
             return Err(Error::SnapshotShards {
                 holds,
-                runs: shards.clone(),
+                runs: shards.to_vec(),
             });
         }
     }
     if let Some(shard) = log_shards.iter().find(|s| !shards.contains(s)) {
         return Err(Error::LogShard {
             shard: *shard,
-            runs: shards.clone(),
+            runs: shards.to_vec(),
         });
     }
     Ok(())
@@ -381,7 +376,7 @@ pub fn start(disk: Disk, plan: &Plan) -> Result<Start, Error> {
     check_shards(&disk.shards, &disk.snapshots, &disk.log_shards)?;
     assert_eq!(
         disk.logs.iter().map(|l| l.shard).collect::<Vec<_>>(),
-        disk.shards.clone().collect::<Vec<_>>(),
+        disk.shards,
         "one log per shard, in order"
     );
     let snapshot = plan_snapshot(&disk, plan)?;
@@ -547,7 +542,7 @@ pub fn recover_handed(disks: Vec<Disk>) -> Result<(Plan, Vec<Start>), Error> {
         let snapshot = plan_snapshot(disk, &plan)?;
         let restores: Vec<ShardId> = match &snapshot {
             Some(s) => s.shards(),
-            None => disk.shards.clone().collect(),
+            None => disk.shards.clone(),
         };
         let mut shards = Vec::with_capacity(restores.len());
         for shard in restores {
@@ -564,7 +559,7 @@ pub fn recover_handed(disks: Vec<Disk>) -> Result<(Plan, Vec<Start>), Error> {
         });
     }
     // Every shard the disks were first given, restored by one node.
-    let n_shards = disks.iter().map(|d| d.shards.end).max().unwrap_or(0);
+    let n_shards = disks.iter().flat_map(|d| d.shards.last()).max().map_or(0, |s| s + 1);
     let mut times = vec![0u32; usize::from(n_shards)];
     let mut foreign = Vec::new();
     for s in starts.iter().flat_map(|s| &s.shards) {
@@ -634,6 +629,7 @@ pub fn apply<E: fmt::Display>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ops::Range;
 
     fn survey(snapshots: &[Epoch], log_epoch: Epoch) -> Survey {
         Survey {
@@ -662,6 +658,7 @@ mod tests {
     }
 
     fn disk(shards: Range<ShardId>, snapshots: &[Epoch], logs: Vec<Log>) -> Disk {
+        let shards: Vec<ShardId> = shards.collect();
         Disk {
             snapshots: snapshots.iter().map(|e| Snapshot::at(*e, shards.clone())).collect(),
             log_shards: logs.iter().map(|l| l.shard).collect(),
@@ -816,7 +813,7 @@ mod tests {
         d.log_shards.push(3);
         let e = recover(vec![d]).unwrap_err();
         assert!(e.to_string().contains("has a log for shard 3"), "{e}");
-        assert_eq!(check_shards(&(2..4), &[Snapshot::at(1, 2..4)], &[2, 3]), Ok(()));
+        assert_eq!(check_shards(&[2, 3], &[Snapshot::at(1, 2..4)], &[2, 3]), Ok(()));
     }
 
     /// Without handovers, recovering from merged pieces decides what

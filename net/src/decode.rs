@@ -22,8 +22,9 @@
 
 use crate::error::{Error, ErrorCode};
 use crate::frame::{
-    Body, Frame, FrameType, MAP_NODES_MAX, MAP_OPERATORS_MAX, Map, MapNode, MapOperator, PLACEMENT_MOVED_MAX,
-    Placement, Request, Status, TARGET_ENTITY, TARGET_PARTITION, VERSION, Welcome, abort_kind_on_wire,
+    Body, Frame, FrameType, LAYOUT_SHARDS_MAX, Layout, MAP_NODES_MAX, MAP_OPERATORS_MAX, Map, MapNode, MapOperator,
+    PLACEMENT_MOVED_MAX, Placement, Request, Status, TARGET_ENTITY, TARGET_PARTITION, VERSION, Welcome,
+    abort_kind_on_wire,
 };
 use crate::limits::{
     BUFFER_RETAINED_MAX, ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, HEADER_LEN, NAME_LEN_MAX,
@@ -293,6 +294,7 @@ fn parse(frame: &[u8]) -> Result<Frame, Error> {
                 shards,
                 nodes,
                 operators,
+                placed: None,
             };
             if !map.is_consistent() {
                 // Ranges that do not tile the shards cannot place anything.
@@ -301,6 +303,17 @@ fn parse(frame: &[u8]) -> Result<Frame, Error> {
             Body::MapReply(map)
         }
         FrameType::Placement => Body::Placement,
+        FrameType::Layout => Body::Layout,
+        FrameType::LayoutReply => {
+            let version = r.u64("version")?;
+            let count = r.count("layout shards", LAYOUT_SHARDS_MAX)?;
+            // Each entry takes 2 bytes: no more room than the frame can fill.
+            let mut node_of = Vec::with_capacity(count.min(r.bytes.len() / 2));
+            for _ in 0..count {
+                node_of.push(r.u16("node")?);
+            }
+            Body::LayoutReply(Layout { version, node_of })
+        }
         FrameType::PlacementReply => {
             let version = r.u64("version")?;
             let count = r.count("operators", MAP_OPERATORS_MAX)?;

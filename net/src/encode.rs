@@ -9,8 +9,8 @@
 
 use crate::error::Error;
 use crate::frame::{
-    Body, Frame, MAP_NODES_MAX, MAP_OPERATORS_MAX, PLACEMENT_MOVED_MAX, Request, TARGET_ENTITY, TARGET_PARTITION,
-    VERSION, abort_kind_on_wire,
+    Body, Frame, LAYOUT_SHARDS_MAX, MAP_NODES_MAX, MAP_OPERATORS_MAX, PLACEMENT_MOVED_MAX, Request, TARGET_ENTITY,
+    TARGET_PARTITION, VERSION, abort_kind_on_wire,
 };
 use crate::limits::{ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, HEADER_LEN, NAME_LEN_MAX, PEER_NAME_LEN_MAX, PREFIX_LEN};
 use styx_engine::{ABORT_MESSAGE_LEN_MAX, Address, KEY_LEN_MAX, PAYLOAD_LEN_MAX};
@@ -68,6 +68,8 @@ fn body_len(body: &Body) -> usize {
         }
         Body::Placement => 0,
         Body::PlacementReply(p) => 8 + 2 + p.moved.iter().map(|m| 4 + 6 * m.len()).sum::<usize>(),
+        Body::Layout => 0,
+        Body::LayoutReply(l) => 8 + 2 + 2 * l.node_of.len(),
         Body::Request(r) => {
             let target = match &r.target {
                 Address::Entity(key) => 4 + key.as_bytes().len(),
@@ -96,9 +98,14 @@ fn check(frame: &Frame) -> Result<(), Error> {
     match &frame.body {
         Body::Hello { client, .. } => cap("client name", client.len(), PEER_NAME_LEN_MAX),
         Body::Welcome(w) => cap("server name", w.server.len(), PEER_NAME_LEN_MAX),
-        Body::Ping { .. } | Body::Pong { .. } | Body::Status | Body::StatusReply(_) | Body::Map | Body::Placement => {
-            Ok(())
-        }
+        Body::Ping { .. }
+        | Body::Pong { .. }
+        | Body::Status
+        | Body::StatusReply(_)
+        | Body::Map
+        | Body::Placement
+        | Body::Layout => Ok(()),
+        Body::LayoutReply(l) => cap("layout shards", l.node_of.len(), LAYOUT_SHARDS_MAX),
         Body::PlacementReply(p) => {
             cap("operators", p.moved.len(), MAP_OPERATORS_MAX)?;
             cap(
@@ -206,7 +213,14 @@ fn write_body(body: &Body, out: &mut Vec<u8>) {
             out.extend_from_slice(&s.connections.to_le_bytes());
             out.extend_from_slice(&s.in_flight.to_le_bytes());
         }
-        Body::Map | Body::Placement => {}
+        Body::Map | Body::Placement | Body::Layout => {}
+        Body::LayoutReply(l) => {
+            out.extend_from_slice(&l.version.to_le_bytes());
+            out.extend_from_slice(&(l.node_of.len() as u16).to_le_bytes());
+            for n in &l.node_of {
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+        }
         Body::PlacementReply(p) => {
             out.extend_from_slice(&p.version.to_le_bytes());
             out.extend_from_slice(&(p.moved.len() as u16).to_le_bytes());

@@ -45,6 +45,7 @@ pub enum FrameType {
     Status = 0x03,
     Map = 0x04,
     Placement = 0x05,
+    Layout = 0x06,
     Request = 0x10,
     Get = 0x11,
     Welcome = 0x81,
@@ -52,6 +53,7 @@ pub enum FrameType {
     StatusReply = 0x83,
     MapReply = 0x84,
     PlacementReply = 0x85,
+    LayoutReply = 0x86,
     Committed = 0x90,
     Aborted = 0x91,
     State = 0x92,
@@ -59,12 +61,13 @@ pub enum FrameType {
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 16] = [
+    pub const ALL: [FrameType; 18] = [
         FrameType::Hello,
         FrameType::Ping,
         FrameType::Status,
         FrameType::Map,
         FrameType::Placement,
+        FrameType::Layout,
         FrameType::Request,
         FrameType::Get,
         FrameType::Welcome,
@@ -72,6 +75,7 @@ impl FrameType {
         FrameType::StatusReply,
         FrameType::MapReply,
         FrameType::PlacementReply,
+        FrameType::LayoutReply,
         FrameType::Committed,
         FrameType::Aborted,
         FrameType::State,
@@ -129,6 +133,10 @@ pub enum Body {
     Placement,
     /// Server, answers PLACEMENT.
     PlacementReply(Placement),
+    /// Client: asks which node runs which shard.
+    Layout,
+    /// Server, answers LAYOUT.
+    LayoutReply(Layout),
     /// Client: run one transaction.
     Request(Request),
     /// Client: read one entity's state.
@@ -156,6 +164,8 @@ impl Body {
             Body::MapReply(_) => FrameType::MapReply,
             Body::Placement => FrameType::Placement,
             Body::PlacementReply(_) => FrameType::PlacementReply,
+            Body::Layout => FrameType::Layout,
+            Body::LayoutReply(_) => FrameType::LayoutReply,
             Body::Request(_) => FrameType::Request,
             Body::Get { .. } => FrameType::Get,
             Body::Committed { .. } => FrameType::Committed,
@@ -241,6 +251,29 @@ pub struct Map {
     pub nodes: Vec<MapNode>,
     /// Every operator of the application, in registration order.
     pub operators: Vec<MapOperator>,
+    /// The node (index into `nodes`) of each shard, as LAYOUT answered
+    /// ([`Map::with_layout`]); `None` places shards by the nodes' ranges.
+    /// Not part of MAP_REPLY: a decoded map has none, an encoded one
+    /// leaves it out.
+    pub placed: Option<Vec<u16>>,
+}
+
+/// Shards a LAYOUT_REPLY lists at most: it bounds what a decoder
+/// allocates.
+pub const LAYOUT_SHARDS_MAX: usize = 4096;
+
+/// Which node runs which shard, answering LAYOUT: the cluster's layout.
+/// MAP's ranges number the shards in order, as a cluster file that counts
+/// each node's shards does; a cluster file may place them otherwise, and
+/// (later) shards move between nodes. A client routes by this, else by
+/// MAP's ranges (an older server answers LAYOUT `UNKNOWN_FRAME_TYPE`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Layout {
+    /// The layout's version: 0 for the cluster's first, one more at each
+    /// change. A client that saw a version needs no answer of a lower one.
+    pub version: u64,
+    /// The node (an index into MAP's node list) of each shard, by shard.
+    pub node_of: Vec<u16>,
 }
 
 /// Partitions a PLACEMENT_REPLY lists at most over all operators (a map
@@ -314,6 +347,57 @@ impl Map {
                 client,
             }],
             operators,
+            placed: None,
+        }
+    }
+
+    /// This map placing shards by `layout` (LAYOUT's answer) instead of the
+    /// nodes' ranges; refuses a layout of another shard count or naming a
+    /// node the map does not list.
+    pub fn with_layout(mut self, layout: &Layout) -> Result<Map, String> {
+        if layout.node_of.len() != usize::from(self.shards) {
+            return Err(format!(
+                "a layout of {} shards for a map of {}",
+                layout.node_of.len(),
+                self.shards
+            ));
+        }
+        if let Some((s, n)) = layout
+            .node_of
+            .iter()
+            .enumerate()
+            .find(|(_, n)| usize::from(**n) >= self.nodes.len())
+        {
+            return Err(format!("shard {s} on node {n}, of {} nodes", self.nodes.len()));
+        }
+        self.placed = Some(layout.node_of.clone());
+        Ok(self)
+    }
+
+    /// The layout the nodes' ranges describe (what LAYOUT answers for a
+    /// cluster numbered in order).
+    pub fn layout_by_ranges(&self) -> Layout {
+        let mut node_of = vec![0u16; usize::from(self.shards)];
+        for (i, n) in self.nodes.iter().enumerate() {
+            for s in n.first_shard..n.first_shard.saturating_add(n.shards) {
+                if let Some(slot) = node_of.get_mut(usize::from(s)) {
+                    *slot = i as u16;
+                }
+            }
+        }
+        Layout { version: 0, node_of }
+    }
+
+    /// The shards of node `node` (an index into `nodes`), in order.
+    pub fn shards_of_node(&self, node: usize) -> Vec<u16> {
+        match &self.placed {
+            Some(p) => (0..self.shards)
+                .filter(|s| usize::from(p[usize::from(*s)]) == node)
+                .collect(),
+            None => self
+                .nodes
+                .get(node)
+                .map_or_else(Vec::new, |n| (n.first_shard..n.first_shard + n.shards).collect()),
         }
     }
 
@@ -324,6 +408,9 @@ impl Map {
 
     /// The node (index into `nodes`) that holds `shard`.
     pub fn node_of_shard(&self, shard: u16) -> Option<usize> {
+        if let Some(p) = &self.placed {
+            return p.get(usize::from(shard)).map(|n| usize::from(*n));
+        }
         self.nodes
             .iter()
             .position(|n| (n.first_shard..n.first_shard + n.shards).contains(&shard))

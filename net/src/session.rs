@@ -33,7 +33,8 @@
 
 use crate::error::{ErrorCode, error_frame};
 use crate::frame::{
-    Body, Frame, Map, PLACEMENT_MOVED_MAX, Placement, Status, VERSION_MAX, VERSION_MIN, Welcome, negotiate,
+    Body, Frame, LAYOUT_SHARDS_MAX, Layout, Map, PLACEMENT_MOVED_MAX, Placement, Status, VERSION_MAX, VERSION_MIN,
+    Welcome, negotiate,
 };
 use crate::limits::Limits;
 use crate::{Decoder, MAP_OPERATORS_MAX, convert, encode};
@@ -52,6 +53,11 @@ pub trait Server {
     /// What PLACEMENT answers, now: the partitions off the default rule by
     /// the server's current partition map.
     fn placement(&self) -> Placement;
+    /// What LAYOUT answers, now: which node runs which shard. By default
+    /// the layout MAP's ranges describe.
+    fn layout(&self) -> Layout {
+        self.map().layout_by_ranges()
+    }
     /// Whether the server is draining: new requests get `SHUTTING_DOWN`.
     fn is_shutting_down(&self) -> bool;
     /// What STATUS answers, now.
@@ -219,6 +225,24 @@ impl Session {
                     Frame {
                         corr,
                         body: Body::PlacementReply(placement),
+                    }
+                }
+            }
+            Body::Layout => {
+                let layout = server.layout();
+                if layout.node_of.len() > LAYOUT_SHARDS_MAX {
+                    error_frame(
+                        corr,
+                        ErrorCode::INTERNAL,
+                        &format!(
+                            "{} shards, more than LAYOUT lists ({LAYOUT_SHARDS_MAX})",
+                            layout.node_of.len()
+                        ),
+                    )
+                } else {
+                    Frame {
+                        corr,
+                        body: Body::LayoutReply(layout),
                     }
                 }
             }

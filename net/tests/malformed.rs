@@ -95,7 +95,7 @@ fn length_below_the_header() {
 
 #[test]
 fn unknown_frame_type() {
-    for t in [0x00u8, 0x06, 0x12, 0x80, 0x86, 0x93, 0xfe] {
+    for t in [0x00u8, 0x07, 0x12, 0x80, 0x87, 0x93, 0xfe] {
         assert!(FrameType::from_u8(t).is_none());
         let bytes = Raw::default().u64(1).frame(t, 5);
         assert_eq!(recoverable(&bytes), Error::UnknownFrameType { corr: 5, frame_type: t });
@@ -429,6 +429,82 @@ fn placements_out_of_order_or_too_long() {
 }
 
 #[test]
+fn layouts_too_long_or_cut_short() {
+    let reply = FrameType::LayoutReply as u8;
+    // A count past the cap is refused before anything is read for it.
+    let many = Raw::default()
+        .u64(1)
+        .u16(styx_net::LAYOUT_SHARDS_MAX as u16 + 1)
+        .frame(reply, 1);
+    assert_eq!(recoverable(&many).code(), ErrorCode::FIELD_TOO_LONG);
+    // A count the frame cannot hold is a truncated field, not an allocation.
+    let short = Raw::default().u64(1).u16(4_000).u16(0).frame(reply, 2);
+    assert_eq!(recoverable(&short).code(), ErrorCode::FIELD_OVERRUN);
+    // The encoder refuses what the decoder would.
+    let too_long = styx_net::Frame {
+        corr: 3,
+        body: Body::LayoutReply(styx_net::Layout {
+            version: 0,
+            node_of: vec![0; styx_net::LAYOUT_SHARDS_MAX + 1],
+        }),
+    };
+    assert_eq!(
+        encode(&too_long, &mut Vec::new()).unwrap_err().code(),
+        ErrorCode::FIELD_TOO_LONG
+    );
+}
+
+#[test]
+fn a_layout_places_shards_on_the_nodes_it_names() {
+    let map = styx_net::Map {
+        node: 1,
+        shards: 4,
+        nodes: vec![
+            styx_net::MapNode {
+                first_shard: 0,
+                shards: 2,
+                client: "a:1".into(),
+            },
+            styx_net::MapNode {
+                first_shard: 2,
+                shards: 2,
+                client: "b:1".into(),
+            },
+        ],
+        operators: vec![],
+        placed: None,
+    };
+    assert_eq!(map.layout_by_ranges().node_of, [0, 0, 1, 1]);
+    assert_eq!(map.shards_of_node(1), [2, 3]);
+    let layout = styx_net::Layout {
+        version: 0,
+        node_of: vec![0, 1, 0, 1],
+    };
+    let placed = map.clone().with_layout(&layout).unwrap();
+    assert_eq!(placed.node_of_shard(1), Some(1));
+    assert_eq!(placed.node_of_shard(2), Some(0));
+    assert_eq!(placed.node_of_shard(4), None);
+    assert_eq!(placed.shards_of_node(0), [0, 2]);
+    assert_eq!(placed.shards_of_node(1), [1, 3]);
+    // A layout of another cluster does not fit.
+    let err = map
+        .clone()
+        .with_layout(&styx_net::Layout {
+            version: 0,
+            node_of: vec![0, 1, 0],
+        })
+        .unwrap_err();
+    assert!(err.contains("3 shards for a map of 4"), "{err}");
+    let err = map
+        .with_layout(&styx_net::Layout {
+            version: 0,
+            node_of: vec![0, 1, 2, 1],
+        })
+        .unwrap_err();
+    assert!(err.contains("shard 2 on node 2, of 2 nodes"), "{err}");
+}
+
+#[test]
 fn a_placement_places_keys_like_the_engine_after_moves() {
     use styx_engine::{App, Move, PartitionMap, Shard};
     let mut app = App::new("placement");
@@ -492,6 +568,7 @@ fn a_map_places_keys_like_the_engine() {
             name: "account".into(),
             partitions: 12,
         }],
+        placed: None,
     };
     for k in 0..1_000u64 {
         let key = Key::from(k);

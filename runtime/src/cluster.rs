@@ -32,7 +32,6 @@
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -105,6 +104,10 @@ pub struct Spec {
     pub nodes: Vec<Node>,
     pub heartbeat: Duration,
     pub failure_timeout: Duration,
+    /// The node of each shard, when the cluster file places them; `None`:
+    /// numbered in order (node 0 runs the first `nodes[0].shards`, and so
+    /// on). Either way `nodes[n].shards` counts node `n`'s.
+    pub placement: Option<Vec<u16>>,
 }
 
 impl Spec {
@@ -119,6 +122,7 @@ impl Spec {
             }],
             heartbeat: Duration::from_millis(100),
             failure_timeout: Duration::from_millis(500),
+            placement: None,
         }
     }
 
@@ -163,6 +167,23 @@ impl Spec {
                 }
             }
         }
+        if let Some(placement) = &self.placement {
+            if placement.len() != total {
+                return Err(format!(
+                    "a placement of {} shards for nodes of {total}",
+                    placement.len()
+                ));
+            }
+            for n in &self.nodes {
+                let placed = placement.iter().filter(|p| **p == n.id).count();
+                if placed != usize::from(n.shards) {
+                    return Err(format!("node {} has {} shards but is placed {placed}", n.id, n.shards));
+                }
+            }
+            if let Some(p) = placement.iter().find(|p| usize::from(**p) >= self.nodes.len()) {
+                return Err(format!("a shard placed on node {p}, of {} nodes", self.nodes.len()));
+            }
+        }
         if self.failure_timeout <= self.heartbeat {
             return Err(format!(
                 "failure_timeout ({:?}) must exceed heartbeat ({:?})",
@@ -176,10 +197,15 @@ impl Spec {
         self.nodes.iter().map(|n| n.shards).sum()
     }
 
-    /// The global shard ids of `node`.
-    pub fn shards_of(&self, node: u16) -> Range<ShardId> {
-        let base: u16 = self.nodes[..usize::from(node)].iter().map(|n| n.shards).sum();
-        base..base + self.nodes[usize::from(node)].shards
+    /// The global shard ids of `node`, in increasing order.
+    pub fn shards_of(&self, node: u16) -> Vec<ShardId> {
+        match &self.placement {
+            Some(p) => (0..p.len() as ShardId).filter(|s| p[usize::from(*s)] == node).collect(),
+            None => {
+                let base: u16 = self.nodes[..usize::from(node)].iter().map(|n| n.shards).sum();
+                (base..base + self.nodes[usize::from(node)].shards).collect()
+            }
+        }
     }
 
     /// The node that runs `shard`.
@@ -188,6 +214,16 @@ impl Spec {
             .iter()
             .position(|n| self.shards_of(n.id).contains(&shard))
             .expect("a shard of the cluster") as u16
+    }
+
+    /// The index of `node`'s first shard among the cluster's when they
+    /// are numbered in order (the shards of the nodes before it): where its
+    /// executors start among a shared machine's CPUs, whatever the placement.
+    pub fn first_of(&self, node: u16) -> usize {
+        self.nodes[..usize::from(node)]
+            .iter()
+            .map(|n| usize::from(n.shards))
+            .sum()
     }
 
     /// The other nodes that share `node`'s machine, by their peer
@@ -203,9 +239,13 @@ impl Spec {
         })
     }
 
-    /// The cluster file's numbering: node 0 runs the first shards, and so on.
+    /// The cluster file's layout: its placement, or node 0 running the
+    /// first shards, and so on.
     pub fn layout(&self) -> Layout {
-        Layout::contiguous(&self.nodes.iter().map(|n| n.shards).collect::<Vec<_>>())
+        match &self.placement {
+            Some(p) => Layout::placed_on(self.nodes.len() as u16, p.clone()).expect("a validated placement"),
+            None => Layout::contiguous(&self.nodes.iter().map(|n| n.shards).collect::<Vec<_>>()),
+        }
     }
 
     /// A hash of the layout every node must agree on.
@@ -213,6 +253,10 @@ impl Spec {
         let mut h = 0xcbf2_9ce4_8422_2325u64;
         for n in &self.nodes {
             let text = format!("{}|{}|{}|{};", n.id, n.peer, n.client, n.shards);
+            h = styx_engine::mix64(h ^ styx_engine::stable_hash(text.as_bytes()));
+        }
+        if let Some(p) = &self.placement {
+            let text = format!("placed {p:?}");
             h = styx_engine::mix64(h ^ styx_engine::stable_hash(text.as_bytes()));
         }
         h
@@ -1211,10 +1255,11 @@ mod tests {
             nodes: vec![node(0, 7000, 2), node(1, 7010, 1), node(2, 7020, 3)],
             heartbeat: Duration::from_millis(50),
             failure_timeout: Duration::from_millis(300),
+            placement: None,
         };
         spec.validate().unwrap();
         assert_eq!(spec.n_shards(), 6);
-        assert_eq!(spec.shards_of(1), 2..3);
+        assert_eq!(spec.shards_of(1), [2]);
         assert_eq!(spec.node_of(5), 2);
         let run = Run::single(spec.clone(), Plan::of(&[survey(&[], 0)]).unwrap());
         // Shard s's links on its node's peer port + 1 + s.
@@ -1252,7 +1297,7 @@ mod tests {
         let mut spare = spec.clone();
         spare.nodes[1].shards = 0;
         spare.validate().unwrap();
-        assert_eq!(spare.shards_of(1), 2..2);
+        assert!(spare.shards_of(1).is_empty());
         assert_eq!(spare.layout().shards_of(1).count(), 0);
         for n in &mut spare.nodes {
             n.shards = 0;
@@ -1299,6 +1344,7 @@ mod tests {
             nodes: vec![node(0), node(1), node(2)],
             heartbeat: Duration::from_millis(20),
             failure_timeout: Duration::from_millis(200),
+            placement: None,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let threads: Vec<_> = (0..3u16)
@@ -1372,6 +1418,7 @@ mod tests {
             nodes: vec![node(0), node(1)],
             heartbeat: Duration::from_millis(20),
             failure_timeout: Duration::from_millis(200),
+            placement: None,
         };
         let alternate = Layout::placed_on(2, vec![0, 1, 0, 1]).unwrap();
         // A control plane on other ports (a listener lives as long as the
@@ -1468,6 +1515,7 @@ mod tests {
             nodes: vec![node(0, 1), node(1, 0)],
             heartbeat: Duration::from_millis(5),
             failure_timeout: Duration::from_secs(2),
+            placement: None,
         };
         let moved = Layout::placed_on(2, vec![1]).unwrap().with_version(1);
         let threads: Vec<_> = (0..2u16)
@@ -1536,6 +1584,7 @@ mod tests {
             nodes: vec![node(0, 1), node(1, 0), node(2, 0)],
             heartbeat: Duration::from_millis(5),
             failure_timeout: Duration::from_secs(2),
+            placement: None,
         };
         let threads: Vec<_> = (0..3u16)
             .map(|i| {
@@ -1577,6 +1626,7 @@ mod tests {
             nodes: vec![node(0), node(1)],
             heartbeat: Duration::from_millis(1),
             failure_timeout: Duration::from_secs(2),
+            placement: None,
         };
         let blob = |shard: u16, len: usize| -> Vec<u8> {
             (0..len).map(|i| (i as u64 * 31 + u64::from(shard)) as u8).collect()

@@ -123,8 +123,8 @@ pub struct ShardStart {
 pub struct Durable {
     dir: Arc<DataDir>,
     options: wal::Options,
-    /// The shards whose logs and snapshot files live here.
-    shards: std::ops::Range<ShardId>,
+    /// The shards whose logs and snapshot files live here, in increasing order.
+    shards: Vec<ShardId>,
     starts: Mutex<Vec<Option<ShardStart>>>,
     /// The snapshot every shard restores.
     manifest: Option<Manifest>,
@@ -198,7 +198,7 @@ fn in_dir(dir: &DataDir, e: recovery::Error) -> Error {
 pub struct Surveyed {
     dir: Arc<DataDir>,
     options: wal::Options,
-    shards: std::ops::Range<ShardId>,
+    shards: Vec<ShardId>,
     catalog: Catalog,
     disk: recovery::Disk,
     /// Per shard, where its log resumes.
@@ -264,7 +264,7 @@ impl Surveyed {
             }),
             files_changed: Condvar::new(),
             committer: Mutex::new(Committer { catalog: self.catalog }),
-            log_durable: shards.clone().map(|_| AtomicU64::new(0)).collect(),
+            log_durable: shards.iter().map(|_| AtomicU64::new(0)).collect(),
             committed_epoch: AtomicU64::new(snapshot_epoch.unwrap_or(0)),
             collected_through: AtomicU64::new(0),
             run,
@@ -284,11 +284,7 @@ impl Durable {
     /// a single node's, or one node's part of a cluster): the kept
     /// snapshots and each shard's log after the oldest (cutting torn
     /// tails). Refuses a directory written with other shards.
-    pub fn survey(
-        dir: Arc<DataDir>,
-        shards: std::ops::Range<ShardId>,
-        options: wal::Options,
-    ) -> Result<Surveyed, Error> {
+    pub fn survey(dir: Arc<DataDir>, shards: Vec<ShardId>, options: wal::Options) -> Result<Surveyed, Error> {
         let catalog = Catalog::open(&dir)?;
         let manifests = styx_storage::snapshot::complete_manifests(&dir.snapshot_dir())?;
         let snapshots: Vec<recovery::Snapshot> = manifests.iter().map(Manifest::for_recovery).collect();
@@ -297,8 +293,8 @@ impl Durable {
         recovery::check_shards(&shards, &snapshots, &log_shards).map_err(|e| in_dir(&dir, e))?;
         let oldest = manifests.first();
         let after: Vec<(ShardId, Epoch)> = shards
-            .clone()
-            .map(|s| (s, oldest.and_then(|m| m.shard(s)).map_or(0, |ss| ss.log_after)))
+            .iter()
+            .map(|&s| (s, oldest.and_then(|m| m.shard(s)).map_or(0, |ss| ss.log_after)))
             .collect();
         let mut logs = Vec::with_capacity(shards.len());
         let mut tails = Vec::with_capacity(shards.len());
@@ -328,7 +324,7 @@ impl Durable {
     /// A single node's recovery: the latest complete snapshot and each
     /// shard's log after it.
     pub fn open(dir: DataDir, shards: usize, options: wal::Options) -> Result<(Arc<Durable>, Recovered), Error> {
-        let surveyed = Durable::survey(Arc::new(dir), 0..shards as ShardId, options)?;
+        let surveyed = Durable::survey(Arc::new(dir), (0..shards as ShardId).collect(), options)?;
         let plan = Plan::of(&[surveyed.survey()]).map_err(|e| in_dir(&surveyed.dir, e))?;
         let client = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
         let run = Arc::new(Run::single(Spec::single(shards as u16, client), plan));
@@ -337,6 +333,13 @@ impl Durable {
 
     pub fn dir(&self) -> &DataDir {
         &self.dir
+    }
+
+    /// `shard`'s index among the shards whose files live here.
+    fn local_index(&self, shard: ShardId) -> usize {
+        self.shards
+            .binary_search(&shard)
+            .expect("a shard whose files live here")
     }
 }
 
@@ -420,7 +423,7 @@ impl ShardDurable {
         on_background: Option<fn()>,
     ) -> ShardDurable {
         let id = shard.id();
-        let local = usize::from(id - durable.shards.start);
+        let local = durable.local_index(id);
         let ShardStart { start, tail } = durable.starts.lock().expect("starts lock")[local]
             .take()
             .expect("one start per shard");
@@ -502,7 +505,7 @@ impl ShardDurable {
                 writer_thread(&durable, id, &queue, &emptied, &writing, metrics.as_deref());
             })
         };
-        let committer = (id == durable.shards.start).then(|| {
+        let committer = (id == durable.shards[0]).then(|| {
             let durable = durable.clone();
             start_thread(id, "committer".into(), move || {
                 committer_thread(&durable, on_background)
@@ -668,7 +671,7 @@ async fn log_task(
                     .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
                 m.log_durable_epoch.store(epoch, Relaxed);
             }
-            durable.log_durable[usize::from(shard - durable.shards.start)].store(epoch, Relaxed);
+            durable.log_durable[durable.local_index(shard)].store(epoch, Relaxed);
             state.borrow_mut().durable = Some(epoch);
             crate::wake(&loop_waker);
         }
@@ -824,7 +827,7 @@ fn joined<T>(thread: std::thread::JoinHandle<Option<Result<T, String>>>, name: &
 /// merges: no shard's thread waits on the catalog's lock, and on `files`
 /// only while a file is added.
 fn committer_thread(durable: &Durable, on_background: Option<fn()>) {
-    let first = durable.shards.start;
+    let first = durable.shards[0];
     let mut files = durable.files.lock().expect("files lock");
     loop {
         if files.stop {

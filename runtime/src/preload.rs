@@ -121,13 +121,16 @@ pub fn write(
     dir: &DataDir,
     app: &Arc<App>,
     shards: u16,
-    local: std::ops::Range<ShardId>,
+    local: Vec<ShardId>,
     label: &str,
     load: Loader<'_>,
 ) -> Result<Preloaded, Error> {
     assert!(is_fresh(dir)?, "preload into a data directory that holds state");
     assert!(!label.contains('\n'), "a one-line label");
-    assert!(!local.is_empty() && local.end <= shards, "shards {local:?} of {shards}");
+    assert!(
+        !local.is_empty() && local.is_sorted() && local.iter().all(|s| *s < shards),
+        "shards {local:?} of {shards}"
+    );
     write_marker(dir, label)?;
     let meta = fresh_meta(app, shards, PRELOAD_EPOCH)?;
     let layout = Layout { shards, local };
@@ -145,25 +148,26 @@ pub fn write(
     Ok(preloaded)
 }
 
-/// The engine's shard count, and the shards whose files this directory holds.
+/// The engine's shard count, and the shards whose files this directory
+/// holds (in increasing order).
 struct Layout {
     shards: u16,
-    local: std::ops::Range<ShardId>,
+    local: Vec<ShardId>,
 }
 
 impl Layout {
     /// The index among the local files of the shard owning `key`, if local.
     fn file_of(&self, app: &App, op: OpId, key: &Key) -> Option<usize> {
         let s = Shard::owner(app, self.shards, op, key);
-        self.local.contains(&s).then(|| usize::from(s - self.local.start))
+        self.local.binary_search(&s).ok()
     }
 }
 
 fn writers(dir: &DataDir, layout: &Layout, meta: &[u8]) -> Result<Vec<FileWriter>, Error> {
     layout
         .local
-        .clone()
-        .map(|s| FileWriter::create(dir, Kind::Base, s, PRELOAD_EPOCH, 0, meta))
+        .iter()
+        .map(|&s| FileWriter::create(dir, Kind::Base, s, PRELOAD_EPOCH, 0, meta))
         .collect()
 }
 

@@ -343,7 +343,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
         // order, as the cluster file numbers them: nodes sharing a machine
         // spread over its CPUs whatever the layout.
         let pin_base = match &opts.cluster {
-            Some(run) => usize::from(run.spec.shards_of(run.node).start),
+            Some(run) => run.spec.first_of(run.node),
             None => 0,
         };
         let n_exec = if later {

@@ -89,6 +89,8 @@ pub struct ServerShared {
     pub first_shard: styx_engine::ShardId,
     /// What MAP answers: the cluster's nodes and the operators' partitions.
     pub map: styx_net::Map,
+    /// What LAYOUT answers: which node runs which shard.
+    pub layout: styx_net::Layout,
     /// Why serving stopped before it began (a listener could not start):
     /// set by [`ServerShared::fail`].
     pub failure: Mutex<Option<String>>,
@@ -122,6 +124,10 @@ impl styx_net::Server for ServerShared {
 
     fn map(&self) -> &Map {
         &self.map
+    }
+
+    fn layout(&self) -> styx_net::Layout {
+        self.layout.clone()
     }
 
     /// From the local shard with the newest published map (all shards

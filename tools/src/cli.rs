@@ -685,10 +685,10 @@ fn drain_node(a: RebalanceArgs, node: u16) -> ExitCode {
     finish(on_client(move || async move {
         let client = client(&a.connect)?;
         let map = client.map().await.map_err(|e| format!("MAP: {e}"))?;
-        let Some(n) = map.nodes.get(usize::from(node)) else {
+        if usize::from(node) >= map.nodes.len() {
             return Err(format!("no node {node} (the engine has {})", map.nodes.len()));
-        };
-        let draining = n.first_shard..n.first_shard + n.shards;
+        }
+        let draining = map.shards_of_node(usize::from(node));
         if draining.len() == usize::from(map.shards) {
             return Err(format!(
                 "node {node} runs every shard: there is nowhere to move its partitions"
@@ -715,9 +715,8 @@ fn drain_node(a: RebalanceArgs, node: u16) -> ExitCode {
             moves.push((l.partition, to, l.load));
         }
         println!(
-            "node {node} (shards {}..{}) holds {} partitions of {}: moving them off, invocations per shard after {carried:?}",
-            draining.start,
-            draining.end,
+            "node {node} (shards {}) holds {} partitions of {}: moving them off, invocations per shard after {carried:?}",
+            shard_list(&draining),
             moves.len(),
             a.operator
         );
@@ -817,6 +816,14 @@ pub fn status(a: StatusArgs) -> ExitCode {
     code
 }
 
+/// `0..2` for shards in a row (the range, end excluded), else `0,2,5`.
+fn shard_list(shards: &[u16]) -> String {
+    match (shards.first(), shards.last()) {
+        (Some(a), Some(b)) if usize::from(b - a) + 1 == shards.len() => format!("{a}..{}", b + 1),
+        _ => shards.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
+    }
+}
+
 /// One line per node of a cluster: its shards, epoch, rates, health.
 /// Fails (exit 1) if a node does not answer.
 async fn print_nodes(map: &styx_net::Map, connect: &Connect) -> ExitCode {
@@ -827,7 +834,7 @@ async fn print_nodes(map: &styx_net::Map, connect: &Connect) -> ExitCode {
     );
     let mut down = 0;
     for (i, n) in map.nodes.iter().enumerate() {
-        let shards = format!("{}..{}", n.first_shard, n.first_shard + n.shards);
+        let shards = shard_list(&map.shards_of_node(i));
         let one = Connect {
             connect: n.client.clone(),
             timeout: connect.timeout.min(2.0),

@@ -92,10 +92,16 @@ fn cluster(root: &Path, preload: &[&str]) -> (PathBuf, Vec<Node>) {
 
 /// The same with `shards` shards on each node.
 fn cluster_of(root: &Path, preload: &[&str], shards: u16) -> (PathBuf, Vec<Node>) {
+    let each = shards.to_string();
+    cluster_placed(root, preload, &[each.as_str(); NODES], NODES as u16 * shards)
+}
+
+/// The same with node `i`'s `shards = {shards[i]}` in the cluster file (a
+/// count or a list), `total` shards in all.
+fn cluster_placed(root: &Path, preload: &[&str], shards: &[&str; NODES], total: u16) -> (PathBuf, Vec<Node>) {
     // Per node: peer, a data-link port per shard of the cluster, client,
     // metrics (the client port + 1, where `styx` looks by default; off
     // unless a test turns it on).
-    let total = NODES as u16 * shards;
     let stride = 3 + total;
     let base = free_port_block(NODES as u16 * stride);
     let mut file = String::from("heartbeat_ms = 50\nfailure_timeout_ms = 400\n");
@@ -103,6 +109,7 @@ fn cluster_of(root: &Path, preload: &[&str], shards: u16) -> (PathBuf, Vec<Node>
     for i in 0..NODES as u16 {
         let peer = base + i * stride;
         let client = format!("127.0.0.1:{}", peer + 1 + total);
+        let shards = shards[usize::from(i)];
         file.push_str(&format!(
             "[[nodes]]\nid = {i}\npeer = \"127.0.0.1:{peer}\"\nclient = \"{client}\"\nshards = {shards}\n"
         ));
@@ -380,10 +387,16 @@ fn bench_through_kills(workload: &str, knobs: &[&str], in_flight: &str) {
 /// The same on nodes of `shards` shards each.
 fn bench_through_kills_of(workload: &str, knobs: &[&str], in_flight: &str, shards: u16) {
     let root = data_dir(&format!("cluster-bench-{workload}-{shards}"));
-    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
     let mut preload = vec!["--preload", workload];
     preload.extend_from_slice(knobs);
-    let (_, mut nodes) = cluster_of(&root, &preload, shards);
+    let (_, nodes) = cluster_of(&root, &preload, shards);
+    bench_through_kills_on(workload, knobs, in_flight, nodes, NODES as u64 * u64::from(shards));
+}
+
+/// The same on `nodes` (preloaded for `workload`, not started) of `shards`
+/// shards in all.
+fn bench_through_kills_on(workload: &str, knobs: &[&str], in_flight: &str, mut nodes: Vec<Node>, shards: u64) {
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
     for n in &mut nodes {
         n.spawn(bin);
     }
@@ -416,7 +429,7 @@ fn bench_through_kills_of(workload: &str, knobs: &[&str], in_flight: &str, shard
     let out = bench.wait_with_output().expect("styx bench finishes");
     let report = report_of(workload, &out);
     assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
-    assert_eq!(report["shards"], NODES as u64 * u64::from(shards));
+    assert_eq!(report["shards"], shards);
     assert_eq!(report["parameters"]["nodes"], NODES as u64);
     assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
     // The kills happened inside the run: connections broke and came back.
@@ -456,6 +469,48 @@ fn ycsbt_bench_rides_out_kill_9_of_nodes() {
 #[test]
 fn ycsbt_bench_on_nodes_of_two_shards_rides_out_kill_9_of_nodes() {
     bench_through_kills_of("ycsbt", &["--keys", "300"], "8", 2);
+}
+
+/// A cluster file that places the shards by list (node 0 runs shards 0
+/// and 3, node 1 runs 1 and 4, node 2 runs 2 and 5): every node answers
+/// LAYOUT with the placement and shows it in `styx status`, the bench
+/// routes by it, and the cluster rides out kill -9 of nodes as a cluster
+/// numbered in order does (each node recovers the shards it lists).
+#[test]
+fn a_cluster_placed_by_its_file_rides_out_kill_9_of_nodes() {
+    let root = data_dir("cluster-placed");
+    let knobs = ["--keys", "300"];
+    let (_, mut nodes) = cluster_placed(
+        &root,
+        &["--preload", "ycsbt", "--keys", "300"],
+        &["[0, 3]", "[4, 1]", "[2, 5]"],
+        6,
+    );
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    for n in &nodes {
+        let mut c = connect(&n.client, Duration::from_secs(60)).expect("the cluster serves");
+        c.send(Body::Layout);
+        match c.recv().expect("an answer").body {
+            Body::LayoutReply(l) => assert_eq!(l.node_of, [0, 1, 2, 0, 1, 2], "{}", n.client),
+            other => panic!("LAYOUT answered {other:?}"),
+        }
+    }
+    let (code, text) = styx(&["status", "--connect", &nodes[0].client, "--metrics", "127.0.0.1:1"]);
+    assert_eq!(code, 0, "{text}");
+    for (i, shards) in ["0,3", "1,4", "2,5"].iter().enumerate() {
+        let line = text
+            .lines()
+            .find(|l| l.contains(&nodes[i].client) && !l.starts_with("server"))
+            .unwrap_or_else(|| panic!("node {i} missing:\n{text}"));
+        assert!(line.contains(shards), "node {i} runs shards {shards}: {line}");
+    }
+    for n in &mut nodes {
+        n.kill9();
+    }
+    bench_through_kills_on("ycsbt", &knobs, "8", nodes, 6);
 }
 
 #[test]

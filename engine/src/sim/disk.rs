@@ -338,7 +338,7 @@ impl Disks {
             log_shards: logs.iter().filter(|l| !l.batches.is_empty()).map(|l| l.shard).collect(),
             logs,
             complete: self.complete[n],
-            shards,
+            shards: shards.collect(),
         }
     }
 

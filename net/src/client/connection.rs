@@ -31,7 +31,9 @@ use super::sync::{Answer, Slots};
 use crate::decode::Decoder;
 use crate::encode::{encode, encoded_len};
 use crate::error::ErrorCode;
-use crate::frame::{Body, Frame, FrameType, Map, Placement, Request, Status, VERSION_MAX, VERSION_MIN, Welcome};
+use crate::frame::{
+    Body, Frame, FrameType, Layout, Map, Placement, Request, Status, VERSION_MAX, VERSION_MIN, Welcome,
+};
 use crate::limits::{FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, IN_FLIGHT_MAX, PEER_NAME_LEN_MAX};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::Task;
@@ -238,6 +240,7 @@ impl Connection {
                 | FrameType::Status
                 | FrameType::Map
                 | FrameType::Placement
+                | FrameType::Layout
                 | FrameType::Request
                 | FrameType::Get
         ) {
@@ -335,15 +338,35 @@ impl Connection {
         }
     }
 
-    /// Where the engine's shards and partitions are (MAP): every node of a
-    /// cluster, the shards each holds and where clients reach it, and each
-    /// operator's partition count — what a client needs to send a request
-    /// to the node of its root. A server older than MAP answers
-    /// `UNKNOWN_FRAME_TYPE`; treat it as one node holding every shard.
+    /// Where the engine's shards and partitions are (MAP, then LAYOUT):
+    /// every node of a cluster, the shards each holds and where clients
+    /// reach it, and each operator's partition count — what a client needs
+    /// to send a request to the node of its root. The shards are placed by
+    /// the server's LAYOUT ([`Map::placed`]); a server older than LAYOUT
+    /// answers `UNKNOWN_FRAME_TYPE` and MAP's ranges place them. A server
+    /// older than MAP answers `UNKNOWN_FRAME_TYPE` to it too; treat it as
+    /// one node holding every shard.
     pub async fn map(&self) -> Result<Map, Error> {
-        match self.send(Body::Map).await? {
-            Body::MapReply(map) => Ok(map),
+        let map = match self.send(Body::Map).await? {
+            Body::MapReply(map) => map,
             other => unreachable!("the reader let a {:?} answer a MAP", other.frame_type()),
+        };
+        match self.layout().await? {
+            Some(layout) => map.with_layout(&layout).map_err(|reason| Error::Protocol {
+                reason: format!("LAYOUT does not fit MAP: {reason}"),
+            }),
+            None => Ok(map),
+        }
+    }
+
+    /// Which node runs which shard (LAYOUT); `None` from a server older
+    /// than LAYOUT (`UNKNOWN_FRAME_TYPE`), whose MAP ranges place them.
+    pub async fn layout(&self) -> Result<Option<Layout>, Error> {
+        match self.send(Body::Layout).await {
+            Ok(Body::LayoutReply(l)) => Ok(Some(l)),
+            Ok(other) => unreachable!("the reader let a {:?} answer a LAYOUT", other.frame_type()),
+            Err(Error::Server { code, .. }) if code == ErrorCode::UNKNOWN_FRAME_TYPE => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -562,6 +585,7 @@ fn answers(sent: FrameType, got: FrameType) -> bool {
                 | (Status, StatusReply)
                 | (Map, MapReply)
                 | (Placement, PlacementReply)
+                | (Layout, LayoutReply)
                 | (Request, Committed | Aborted)
                 | (Get, State)
         )

@@ -7,7 +7,7 @@
 use styx_engine::rng::Rng;
 use styx_engine::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind, Address, KEY_LEN_MAX, Key, PAYLOAD_LEN_MAX, Payload};
 use styx_net::{
-    Body, Decoder, Error, ErrorCode, FRAME_LEN_MAX, Frame, FrameType, Map, MapNode, MapOperator, NAME_LEN_MAX,
+    Body, Decoder, Error, ErrorCode, FRAME_LEN_MAX, Frame, FrameType, Layout, Map, MapNode, MapOperator, NAME_LEN_MAX,
     PEER_NAME_LEN_MAX, Placement, Request, Status, VERSION, Welcome, encode,
 };
 
@@ -88,6 +88,15 @@ pub fn samples() -> Vec<Frame> {
         frame(3, Body::Map),
         frame(4, Body::Placement),
         frame(4, Body::PlacementReply(Placement::default())),
+        frame(5, Body::Layout),
+        frame(5, Body::LayoutReply(Layout::default())),
+        frame(
+            5,
+            Body::LayoutReply(Layout {
+                version: u64::MAX,
+                node_of: vec![0, 2, 1, 0, u16::MAX],
+            }),
+        ),
         frame(
             4,
             Body::PlacementReply(Placement {
@@ -138,6 +147,7 @@ pub fn samples() -> Vec<Frame> {
                         partitions: u32::MAX,
                     },
                 ],
+                placed: None,
             }),
         ),
         request(4, Address::Entity(Key::from(5u64)), Payload::encode(&100i64)),
@@ -259,7 +269,7 @@ pub fn random_frame(rng: &mut Rng) -> Frame {
         AbortKind::Stalled,
         AbortKind::Concurrent,
     ];
-    let body = match rng.below(14) {
+    let body = match rng.below(16) {
         0 => Body::Hello {
             version_min: rng.next_u64() as u8,
             version_max: rng.next_u64() as u8,
@@ -342,8 +352,14 @@ pub fn random_frame(rng: &mut Rng) -> Frame {
                         partitions: 1 + rng.below(1 << 20) as u32,
                     })
                     .collect(),
+                placed: None,
             })
         }
+        13 => Body::Layout,
+        14 => Body::LayoutReply(Layout {
+            version: rng.next_u64(),
+            node_of: (0..rng.below(70)).map(|_| rng.below(8) as u16).collect(),
+        }),
         _ => Body::Error {
             code: ErrorCode(rng.next_u64() as u16),
             message: random_string(rng, 80),
