@@ -41,7 +41,7 @@ pub struct ClusterNode {
 
 /// A node's shards in the file: how many, or which.
 #[derive(Debug, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "a shard count or a list of shard ids, each 0..=65535")]
 pub enum Shards {
     Count(u16),
     Ids(Vec<u16>),
@@ -134,12 +134,13 @@ fn placement(nodes: &[ClusterNode]) -> Result<Option<Vec<u16>>, String> {
         }
     }
     // Every id is below `total` and none twice, so every slot is filled.
-    Ok(Some(
-        node_of
-            .into_iter()
-            .map(|n| n.expect("each shard placed once"))
-            .collect(),
-    ))
+    let node_of: Vec<u16> = node_of
+        .into_iter()
+        .map(|n| n.expect("each shard placed once"))
+        .collect();
+    // Lists that number the shards in order are the counts' layout: the
+    // same cluster (one fingerprint), whichever way the file says it.
+    Ok((!node_of.is_sorted()).then_some(node_of))
 }
 
 #[cfg(test)]
@@ -185,7 +186,14 @@ mod tests {
         assert_eq!(spec.shards_of(1), [1, 3]);
         assert_eq!(spec.node_of(3), 1);
         assert_eq!(spec.layout().placed().shards_of(0).collect::<Vec<_>>(), [0, 2]);
-        // Another placement of the same counts is another cluster.
+        // Lists in order are the counts' cluster; another placement of the
+        // same counts is another cluster.
+        let in_order = ClusterFile::load(&file(&["[0, 1]", "[2, 3]"])).unwrap();
+        assert_eq!(in_order.placement, None);
+        assert_eq!(
+            in_order.fingerprint(),
+            ClusterFile::load(&file(&["2", "2"])).unwrap().fingerprint()
+        );
         let other = ClusterFile::load(&file(&["[1, 2]", "[0, 3]"])).unwrap();
         assert_ne!(spec.fingerprint(), other.fingerprint());
         assert_ne!(
@@ -203,6 +211,8 @@ mod tests {
                 "node 1 lists shard 3, but the nodes list 3 shards",
             ),
             (&["[0, 1]", "1"][..], "either every node lists its shards"),
+            (&["[0, 1]", "[-1]"][..], "a shard count or a list of shard ids"),
+            (&["70000", "1"][..], "a shard count or a list of shard ids"),
         ] {
             let err = ClusterFile::load(&file(shards)).unwrap_err();
             assert!(err.contains(says), "{shards:?}: {err}");

@@ -272,7 +272,9 @@ impl From<Error> for String {
 /// `0..=3` for shards in a row, else `0, 2, 5`.
 fn describe(shards: &[ShardId]) -> String {
     match (shards.first(), shards.last()) {
-        (Some(a), Some(b)) if shards.len() > 1 && usize::from(b - a) + 1 == shards.len() => format!("{a}..={b}"),
+        (Some(a), Some(b)) if shards.len() > 1 && b.checked_sub(*a).map(usize::from) == Some(shards.len() - 1) => {
+            format!("{a}..={b}")
+        }
         (Some(_), _) => shards.iter().map(ShardId::to_string).collect::<Vec<_>>().join(", "),
         _ => "none".into(),
     }

@@ -240,27 +240,31 @@ pub const MAP_OPERATORS_MAX: usize = 128;
 /// shards, and each operator's partition count. With the engine's stable
 /// key hash this places every entity: an entity of `operator` with key `k`
 /// is in partition `hash64(k) % partitions`, partition `p` on shard
-/// `p % shards`, and shard `s` on the node whose range holds it.
+/// `p % shards`, and shard `s` on the node LAYOUT names ([`Map::placed`]),
+/// else on the node whose range holds it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Map {
     /// The answering node: an index into `nodes`.
     pub node: u16,
     /// Shards of the engine, all nodes together.
     pub shards: u16,
-    /// Every node in order; their shard ranges tile `0..shards`.
+    /// Every node in order; their shard ranges tile `0..shards`, numbering
+    /// the shards in order (LAYOUT says which each runs).
     pub nodes: Vec<MapNode>,
     /// Every operator of the application, in registration order.
     pub operators: Vec<MapOperator>,
-    /// The node (index into `nodes`) of each shard, as LAYOUT answered
-    /// ([`Map::with_layout`]); `None` places shards by the nodes' ranges.
-    /// Not part of MAP_REPLY: a decoded map has none, an encoded one
-    /// leaves it out.
-    pub placed: Option<Vec<u16>>,
+    /// Which node (index into `nodes`) runs each shard, as LAYOUT answered
+    /// ([`Map::with_layout`], checked against this map); `None` places
+    /// shards by the nodes' ranges. Not part of MAP_REPLY: a decoded map
+    /// has none, an encoded one leaves it out.
+    pub placed: Option<Layout>,
 }
 
-/// Shards a LAYOUT_REPLY lists at most: it bounds what a decoder
-/// allocates.
-pub const LAYOUT_SHARDS_MAX: usize = 4096;
+/// Shards a LAYOUT_REPLY lists at most: the engine's most. It bounds
+/// what a decoder allocates.
+pub const LAYOUT_SHARDS_MAX: usize = styx_engine::SHARDS_MAX;
+// The largest LAYOUT_REPLY fits the smallest frame limit a server may set.
+const _: () = assert!(crate::limits::HEADER_LEN + 8 + 2 + 2 * LAYOUT_SHARDS_MAX <= crate::limits::FRAME_LEN_MAX_FLOOR);
 
 /// Which node runs which shard, answering LAYOUT: the cluster's layout.
 /// MAP's ranges number the shards in order, as a cluster file that counts
@@ -321,7 +325,9 @@ impl Placement {
 /// One node of a [`Map`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MapNode {
-    /// Its first shard; it holds `first_shard..first_shard + shards`.
+    /// Its first shard, numbered in order: `first_shard..first_shard +
+    /// shards` (where the layout places shards otherwise, [`Map::placed`]
+    /// says which it runs).
     pub first_shard: u16,
     pub shards: u16,
     /// Where clients reach it (`host:port`).
@@ -370,13 +376,17 @@ impl Map {
         {
             return Err(format!("shard {s} on node {n}, of {} nodes", self.nodes.len()));
         }
-        self.placed = Some(layout.node_of.clone());
+        self.placed = Some(layout.clone());
         Ok(self)
     }
 
-    /// The layout the nodes' ranges describe (what LAYOUT answers for a
-    /// cluster numbered in order).
-    pub fn layout_by_ranges(&self) -> Layout {
+    /// The layout this map places shards by: LAYOUT's answer if it has
+    /// one, else the nodes' ranges (what LAYOUT answers for a cluster
+    /// numbered in order).
+    pub fn layout(&self) -> Layout {
+        if let Some(l) = &self.placed {
+            return l.clone();
+        }
         let mut node_of = vec![0u16; usize::from(self.shards)];
         for (i, n) in self.nodes.iter().enumerate() {
             for s in n.first_shard..n.first_shard.saturating_add(n.shards) {
@@ -391,8 +401,8 @@ impl Map {
     /// The shards of node `node` (an index into `nodes`), in order.
     pub fn shards_of_node(&self, node: usize) -> Vec<u16> {
         match &self.placed {
-            Some(p) => (0..self.shards)
-                .filter(|s| usize::from(p[usize::from(*s)]) == node)
+            Some(l) => (0..self.shards)
+                .filter(|s| l.node_of.get(usize::from(*s)).is_some_and(|n| usize::from(*n) == node))
                 .collect(),
             None => self
                 .nodes
@@ -408,8 +418,8 @@ impl Map {
 
     /// The node (index into `nodes`) that holds `shard`.
     pub fn node_of_shard(&self, shard: u16) -> Option<usize> {
-        if let Some(p) = &self.placed {
-            return p.get(usize::from(shard)).map(|n| usize::from(*n));
+        if let Some(l) = &self.placed {
+            return l.node_of.get(usize::from(shard)).map(|n| usize::from(*n));
         }
         self.nodes
             .iter()

@@ -54,9 +54,9 @@ pub trait Server {
     /// the server's current partition map.
     fn placement(&self) -> Placement;
     /// What LAYOUT answers, now: which node runs which shard. By default
-    /// the layout MAP's ranges describe.
+    /// the layout of what MAP answers ([`Map::layout`]).
     fn layout(&self) -> Layout {
-        self.map().layout_by_ranges()
+        self.map().layout()
     }
     /// Whether the server is draining: new requests get `SHUTTING_DOWN`.
     fn is_shutting_down(&self) -> bool;

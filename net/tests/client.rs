@@ -19,7 +19,10 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 use styx_engine::{Abort, AbortKind, Address, Key, Payload, TypedRequest};
 use styx_net::client::{Client, ConnectOptions, Connection, Error, Options, Outcome};
-use styx_net::{Body, Decoder, ErrorCode, FRAME_LEN_MAX, Frame, Request, Status, Welcome, encode, error_frame};
+use styx_net::{
+    Body, Decoder, ErrorCode, FRAME_LEN_MAX, Frame, Layout, Map, MapNode, MapOperator, Request, Status, Welcome,
+    encode, error_frame,
+};
 
 /// Runs `f` on a fresh glommio executor.
 fn run<G, F, T>(f: G) -> T
@@ -52,6 +55,9 @@ struct Config {
     overloaded: u32,
     /// Answer HELLO with this error.
     refuse_handshake: Option<ErrorCode>,
+    /// Answer LAYOUT with this; `None`: as a server older than LAYOUT
+    /// (`UNKNOWN_FRAME_TYPE`). MAP answers two nodes of two shards each.
+    layout: Option<Layout>,
 }
 
 impl Default for Config {
@@ -70,6 +76,7 @@ impl Default for Config {
             drop_after: 0,
             overloaded: 0,
             refuse_handshake: None,
+            layout: None,
         }
     }
 }
@@ -237,6 +244,11 @@ fn reply(fake: &Fake, frame: &Frame) -> Option<Frame> {
             committed: state.next_tid,
             ..Status::default()
         }),
+        Body::Map => Body::MapReply(fake_map()),
+        Body::Layout => match &fake.config.layout {
+            Some(l) => Body::LayoutReply(l.clone()),
+            None => return Some(error_frame(frame.corr, ErrorCode::UNKNOWN_FRAME_TYPE, "no LAYOUT here")),
+        },
         Body::Get { key, .. } => Body::State {
             value: state.totals.get(key.as_bytes()).map(|t| t.to_le_bytes().to_vec()),
         },
@@ -246,6 +258,26 @@ fn reply(fake: &Fake, frame: &Frame) -> Option<Frame> {
         other => panic!("the client sent {other:?}"),
     };
     Some(Frame { corr: frame.corr, body })
+}
+
+/// What the fake answers MAP: two nodes, shards 0 and 1 on the first by
+/// their ranges, 2 and 3 on the second.
+fn fake_map() -> Map {
+    let node = |first_shard, client: &str| MapNode {
+        first_shard,
+        shards: 2,
+        client: client.into(),
+    };
+    Map {
+        node: 0,
+        shards: 4,
+        nodes: vec![node(0, "a:1"), node(2, "b:1")],
+        operators: vec![MapOperator {
+            name: "counter".into(),
+            partitions: 8,
+        }],
+        placed: None,
+    }
 }
 
 fn run_request(config: &Config, state: &mut State, request: &Request) -> Option<Body> {
@@ -677,6 +709,43 @@ fn aborts_reads_status_and_ping() {
             client.get("counter", &[0u8, 0, 0, 0, 0, 0, 0, 3][..]).await.unwrap(),
             Some(1i64.to_le_bytes().to_vec())
         );
+    });
+}
+
+#[test]
+fn map_places_shards_by_layout_and_by_ranges_where_a_server_has_none() {
+    run(|| async {
+        // A server older than LAYOUT: MAP's ranges place the shards.
+        let (addr, _fake) = fake(Config::default());
+        let map = Client::connect(addr, options()).await.unwrap().map().await.unwrap();
+        assert_eq!(map.placed, None);
+        assert_eq!(map.node_of_shard(1), Some(0));
+        assert_eq!(map.shards_of_node(1), [2, 3]);
+        // A server that answers LAYOUT: its placement wins.
+        let layout = Layout {
+            version: 3,
+            node_of: vec![1, 0, 1, 0],
+        };
+        let (addr, _fake) = fake(Config {
+            layout: Some(layout.clone()),
+            ..Config::default()
+        });
+        let map = Client::connect(addr, options()).await.unwrap().map().await.unwrap();
+        assert_eq!(map.placed.as_ref(), Some(&layout));
+        assert_eq!(map.node_of_shard(1), Some(0));
+        assert_eq!(map.node_of_shard(0), Some(1));
+        assert_eq!(map.shards_of_node(1), [0, 2]);
+        // A layout that does not fit the map is the server's error, not a
+        // placement to route by.
+        let (addr, _fake) = fake(Config {
+            layout: Some(Layout {
+                version: 1,
+                node_of: vec![0, 1, 2, 0],
+            }),
+            ..Config::default()
+        });
+        let err = Client::connect(addr, options()).await.unwrap().map().await.unwrap_err();
+        assert!(err.to_string().contains("LAYOUT does not fit MAP"), "{err}");
     });
 }
 

@@ -1303,6 +1303,31 @@ mod tests {
             n.shards = 0;
         }
         assert_eq!(spare.validate().unwrap_err(), "no node has shards");
+        // A placement: each shard's node, as many on each as it counts.
+        let mut placed = spec.clone();
+        placed.placement = Some(vec![2, 0, 1, 2, 0, 2]);
+        placed.validate().unwrap();
+        assert_eq!(placed.shards_of(0), [1, 4]);
+        assert_eq!(placed.shards_of(2), [0, 3, 5]);
+        assert_eq!(placed.node_of(3), 2);
+        assert_eq!(placed.first_of(2), 3, "CPUs as if numbered in order");
+        assert_eq!(placed.layout().node_of(0), 2);
+        assert_eq!(
+            Run::single(placed.clone(), Plan::of(&[survey(&[], 0)]).unwrap())
+                .link_addr(0)
+                .port(),
+            7021
+        );
+        assert_ne!(placed.fingerprint(), spec.fingerprint());
+        for (bad, says) in [
+            (vec![2, 0, 1, 2, 0], "a placement of 5 shards for nodes of 6"),
+            (vec![2, 0, 1, 2, 0, 0], "node 0 has 2 shards but is placed 3"),
+            (vec![2, 0, 1, 2, 0, 3], "node 2 has 3 shards but is placed 2"),
+        ] {
+            let mut wrong = spec.clone();
+            wrong.placement = Some(bad);
+            assert_eq!(wrong.validate().unwrap_err(), says);
+        }
     }
 
     #[test]

@@ -819,7 +819,9 @@ pub fn status(a: StatusArgs) -> ExitCode {
 /// `0..2` for shards in a row (the range, end excluded), else `0,2,5`.
 fn shard_list(shards: &[u16]) -> String {
     match (shards.first(), shards.last()) {
-        (Some(a), Some(b)) if usize::from(b - a) + 1 == shards.len() => format!("{a}..{}", b + 1),
+        (Some(a), Some(b)) if b.checked_sub(*a).map(usize::from) == Some(shards.len() - 1) => {
+            format!("{a}..{}", u32::from(*b) + 1)
+        }
         _ => shards.iter().map(u16::to_string).collect::<Vec<_>>().join(","),
     }
 }

@@ -473,9 +473,10 @@ fn ycsbt_bench_on_nodes_of_two_shards_rides_out_kill_9_of_nodes() {
 
 /// A cluster file that places the shards by list (node 0 runs shards 0
 /// and 3, node 1 runs 1 and 4, node 2 runs 2 and 5): every node answers
-/// LAYOUT with the placement and shows it in `styx status`, the bench
-/// routes by it, and the cluster rides out kill -9 of nodes as a cluster
-/// numbered in order does (each node recovers the shards it lists).
+/// LAYOUT with the placement and `styx status` shows it (the client's
+/// routing by it: `net/tests/client.rs`), and the cluster rides out kill
+/// -9 of nodes as a cluster numbered in order does (each node recovers
+/// the shards it lists).
 #[test]
 fn a_cluster_placed_by_its_file_rides_out_kill_9_of_nodes() {
     let root = data_dir("cluster-placed");

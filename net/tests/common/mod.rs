@@ -358,7 +358,7 @@ pub fn random_frame(rng: &mut Rng) -> Frame {
         13 => Body::Layout,
         14 => Body::LayoutReply(Layout {
             version: rng.next_u64(),
-            node_of: (0..rng.below(70)).map(|_| rng.below(8) as u16).collect(),
+            node_of: (0..rng.below(65)).map(|_| rng.below(8) as u16).collect(),
         }),
         _ => Body::Error {
             code: ErrorCode(rng.next_u64() as u16),
