@@ -573,9 +573,14 @@ impl ShardDurable {
                 );
             }
             self.writing.fetch_add(1, Release);
+            // A whole snapshot (a shard that tracked no change until now,
+            // or one rebuilt from a hand-off) starts a new chain: as a
+            // delta on the old one, what was deleted while nothing was
+            // tracked would come back from the older files.
+            let previous = std::mem::replace(&mut self.parent_epoch, epoch);
             let job = WriteJob {
                 epoch,
-                parent: std::mem::replace(&mut self.parent_epoch, epoch),
+                parent: if c.base { 0 } else { previous },
                 meta: c.meta,
                 chunks: std::mem::take(&mut self.chunks),
                 queued: Instant::now(),

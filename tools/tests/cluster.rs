@@ -720,6 +720,84 @@ fn drain_node_moves_every_partition_off_it_under_load() {
     assert!(text.contains("no node 7"), "{text}");
 }
 
+/// A node configured without snapshots tracks no change until its peers
+/// vote for one; that first snapshot then holds every entity (a base) and
+/// must start a new chain: chained onto the preloaded base as a delta, the
+/// entities it deleted meanwhile (here: every partition drained off it)
+/// came back at the next restart.
+#[test]
+fn a_node_without_snapshots_starts_a_new_chain_when_its_peers_vote() {
+    let root = data_dir("cluster-untracked");
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    let (_, mut nodes) = cluster(&root, &["--preload", "ycsbt", "--keys", "300"]);
+    for (i, n) in nodes.iter_mut().enumerate() {
+        let at = n.args.iter().position(|a| a == "--snapshot-interval-ms").unwrap();
+        // Node 0 takes no snapshot of its own; the others' first vote comes
+        // after the drain below.
+        n.args[at + 1] = if i == 0 { "0" } else { "4000" }.into();
+        n.spawn(bin);
+    }
+    for n in &nodes {
+        connect(&n.client, Duration::from_secs(60)).expect("the cluster serves");
+    }
+    // Every partition of node 0's shard moves to node 1's: node 0 deletes
+    // them all, tracking nothing.
+    let on_0: Vec<u32> = (0..styx_tools::apps::PARTITIONS)
+        .filter(|p| styx_engine::partition_owner(*p, 3) == 0)
+        .collect();
+    for p in &on_0 {
+        let p = p.to_string();
+        let (code, text) = styx(&[
+            "rebalance",
+            "--connect",
+            &nodes[1].client,
+            "--no-wait",
+            "account",
+            &p,
+            "1",
+        ]);
+        assert_eq!(code, 0, "{text}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (version, moved) = loop {
+        let (version, moved) = placement(&nodes[0].client);
+        if moved.len() == on_0.len() {
+            break (version, moved);
+        }
+        assert!(Instant::now() < deadline, "not every move switched: {moved:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // A snapshot every node takes (voted by nodes 1 and 2), then every
+    // node killed and started again: node 0 restores from it.
+    std::thread::sleep(Duration::from_secs(6));
+    for n in &mut nodes {
+        n.kill9();
+    }
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    for n in &nodes {
+        connect(&n.client, Duration::from_secs(60)).expect("the cluster serves again");
+    }
+    // Each node answers PLACEMENT from its shards' published maps: they
+    // reach the moves' version once replay does.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for n in &nodes {
+        while placement(&n.client) != (version, moved.clone()) {
+            assert!(Instant::now() < deadline, "{}: the moves did not survive", n.client);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["verify", "ycsbt", "--connect", &addrs, "--keys", "300"])
+        .output()
+        .expect("styx runs");
+    let text = output_text(&out);
+    assert!(out.status.success(), "styx verify ycsbt: {text}");
+    assert!(text.contains("consistent"), "{text}");
+}
+
 #[test]
 fn status_shows_every_node() {
     let root = data_dir("cluster-status");
