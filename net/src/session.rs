@@ -100,6 +100,9 @@ pub struct Session {
     /// Answers taken by [`Session::write`] that the socket has not taken yet.
     writing: usize,
     closing: bool,
+    /// The engine will answer nothing more (it stopped): a closing
+    /// session does not wait for the requests still at it.
+    abandoned: bool,
 }
 
 impl Session {
@@ -114,6 +117,7 @@ impl Session {
             out: VecDeque::new(),
             writing: 0,
             closing: false,
+            abandoned: false,
         }
     }
 
@@ -129,9 +133,25 @@ impl Session {
         self.closing
     }
 
-    /// Ends the session: no more input; the answers queued still go out.
+    /// Ends the session: no more input; the answers queued still go out,
+    /// and those of the requests still at the engine once they come
+    /// ([`Session::awaits_engine`]).
     pub fn close(&mut self) {
         self.closing = true;
+    }
+
+    /// Ends the session for good: the engine stopped and will answer none
+    /// of the requests still at it (they stay owed, unwritten).
+    pub fn abandon(&mut self) {
+        self.closing = true;
+        self.abandoned = true;
+    }
+
+    /// Whether answers are still to come from the engine: a closing session
+    /// (its client half-closed, or sent a fatal frame after requests) waits
+    /// for them before its socket closes.
+    pub fn awaits_engine(&self) -> bool {
+        !self.abandoned && !self.at_engine.is_empty()
     }
 
     /// Frames read whose answers have not been written yet: what
@@ -167,7 +187,10 @@ impl Session {
             Ok(frame) => self.serve(frame, server),
             Err(e) => {
                 self.out.push_back(e.to_frame());
-                if e.is_fatal() {
+                // Before WELCOME any error closes the session: a first
+                // frame that does not decode is no HELLO (section 2: the
+                // first frame is HELLO, or the connection ends).
+                if e.is_fatal() || !self.is_welcomed() {
                     self.closing = true;
                 }
                 Received::Answered
@@ -588,6 +611,13 @@ mod tests {
         };
         // The frame after the refused one is never read.
         assert_eq!(feed(&mut s, &server, &bytes(&[ping, hello(4)])), [Received::Answered]);
+        // Nor after a first frame that does not decode.
+        let mut unknown = Session::new(&limits(16));
+        let mut input = vec![6u8, 0, 0, 0, 1, 0x7e, 10, 0, 0, 0];
+        input.extend(bytes(&[hello(6)]));
+        assert_eq!(feed(&mut unknown, &server, &input), [Received::Answered]);
+        assert!(unknown.is_closing() && !unknown.is_welcomed());
+        assert_eq!(error_code(&answers(&mut unknown)[0]), ErrorCode::UNKNOWN_FRAME_TYPE);
         assert!(s.is_closing() && !s.wants_input() && !s.is_welcomed());
         let refused = answers(&mut s);
         assert_eq!(refused.len(), 1);

@@ -44,8 +44,9 @@ const READ_CHUNK_BYTES: usize = 64 << 10;
 /// Bytes of encoded answers a connection hands its socket at a time (more
 /// when one answer is larger).
 const WRITE_CHUNK_BYTES: usize = 64 << 10;
-/// A connection that sends nothing for this long before HELLO is closed.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection that has not completed its HELLO this long after it was
+/// accepted is closed (however the bytes trickle in).
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// After a failed accept (out of file descriptors, say) a listener waits
 /// this long before the next: the failure usually lasts, and retrying at
 /// once would spin a core.
@@ -57,6 +58,8 @@ const ACCEPT_WARN_INTERVAL: Duration = Duration::from_secs(1);
 pub const HTTP_CONNECTIONS_MAX: usize = 64;
 /// An HTTP client has this long to send its request head.
 pub const HTTP_REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most an HTTP exchange (head read, answer written) may take.
+pub const HTTP_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(15);
 /// A client past `HTTP_CONNECTIONS_MAX` has this long to send its request
 /// head before it gets its 503 anyway.
 const HTTP_BUSY_DRAIN: Duration = Duration::from_millis(200);
@@ -436,7 +439,10 @@ impl Frontend for TcpFrontend {
     fn finish(self, _shard: &Shard) {
         drop(self.listeners);
         for c in self.hub.borrow_mut().conns.values_mut() {
-            c.close();
+            // The shard answers nothing more: the sockets close once what
+            // is queued is written (the clients retry elsewhere).
+            c.session.abandon();
+            c.wake_writer();
         }
     }
 }
@@ -518,6 +524,9 @@ async fn read_loop(
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
     // Bytes read and not handed to the session yet: `buf[start..end]`.
     let (mut start, mut end) = (0, 0);
+    // One deadline for the whole handshake, not per read: a byte every
+    // few seconds must not hold a connection (and a slot) without HELLO.
+    let handshake_by = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     loop {
         // Back-pressure: a session owing `in_flight_max` answers takes no
         // input, so nothing more is read until one has been written.
@@ -542,7 +551,7 @@ async fn read_loop(
                 reader.read(&mut buf).await
             } else {
                 let timeout = async {
-                    glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
+                    glommio::timer::sleep(handshake_by.saturating_duration_since(std::time::Instant::now())).await;
                     Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO"))
                 };
                 futures_lite::future::or(reader.read(&mut buf), timeout).await
@@ -637,7 +646,9 @@ async fn write_loop(
             };
             buf.clear();
             let taken = c.session.write(&mut buf, WRITE_CHUNK_BYTES);
-            if taken > 0 || c.session.is_closing() {
+            // A closing session still writes the answers of the requests
+            // at the engine (a client that half-closed reads them).
+            if taken > 0 || (c.session.is_closing() && !c.session.awaits_engine()) {
                 Poll::Ready(taken)
             } else {
                 c.writer = Some(cx.waker().clone());
@@ -703,11 +714,18 @@ async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
         open.set(open.get() + 1);
         let (shared, open) = (shared.clone(), open.clone());
         glommio::spawn_local(async move {
-            let timeout = async {
-                glommio::timer::sleep(HTTP_REQUEST_TIMEOUT).await;
-                None
-            };
-            if let Some(head) = futures_lite::future::or(read_head(&mut stream), timeout).await {
+            // The head within `HTTP_REQUEST_TIMEOUT`, the whole exchange
+            // within `HTTP_EXCHANGE_TIMEOUT`: a client that never reads its
+            // answer must not hold a slot (64 such would keep `/health`
+            // busy).
+            let exchange = async {
+                let timeout = async {
+                    glommio::timer::sleep(HTTP_REQUEST_TIMEOUT).await;
+                    None
+                };
+                let Some(head) = futures_lite::future::or(read_head(&mut stream), timeout).await else {
+                    return;
+                };
                 let path = head.split_whitespace().nth(1).unwrap_or("");
                 let (status, body, kind) = match path {
                     "/metrics" => ("200 OK", shared.metrics.render(), "text/plain; version=0.0.4"),
@@ -726,8 +744,17 @@ async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
                     ),
                 };
                 let _ = stream.write_all(&http_response(status, kind, &body)).await;
-            }
-            let _ = stream.close().await;
+            };
+            let deadline = glommio::timer::sleep(HTTP_EXCHANGE_TIMEOUT);
+            futures_lite::future::or(exchange, async {
+                deadline.await;
+            })
+            .await;
+            let _ = futures_lite::future::or(stream.close(), async {
+                glommio::timer::sleep(HTTP_REQUEST_TIMEOUT).await;
+                Ok(())
+            })
+            .await;
             open.set(open.get() - 1);
         })
         .detach();

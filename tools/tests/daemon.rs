@@ -440,6 +440,53 @@ fn a_client_that_disconnects_mid_pipeline_loses_nothing_acknowledged() {
     assert!(got.values().all(|b| *b == START), "{got:?}");
 }
 
+/// A client that sends its requests and then half-closes (shuts down its
+/// writing side) still reads every answer: the server writes the answers
+/// of the requests at the engine before it closes the connection. And a
+/// fatal frame after requests closes the session only after their answers.
+#[test]
+fn a_client_that_half_closes_still_gets_every_answer() {
+    let dir = data_dir("half-close");
+    let d = Daemon::start(styxd(), &dir, &["--shards", "2"]);
+    let keys = 10;
+    load(&d, keys);
+    let deposit = |k: u64| request(0, 0, "account", "deposit", Key::from(k), Payload::encode(&1i64));
+    let mut c = d.connect();
+    let sent: Vec<u32> = (0..200).map(|i| c.send(deposit(i % keys))).collect();
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut answered = Vec::new();
+    while let Some(f) = c.recv() {
+        assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+        answered.push(f.corr);
+    }
+    answered.sort_unstable();
+    assert_eq!(answered, sent, "every request answered before the close");
+    // A corr reused while its request is at the engine is fatal, and the
+    // first request's answer still goes out before the close.
+    let mut c = d.connect();
+    let mut pipeline = Vec::new();
+    for corr in [500, 501, 500] {
+        styx_net::encode(
+            &Frame {
+                corr,
+                body: deposit(u64::from(corr) % keys),
+            },
+            &mut pipeline,
+        )
+        .unwrap();
+    }
+    c.stream.write_all(&pipeline).unwrap();
+    let mut got = Vec::new();
+    while let Some(f) = c.recv() {
+        got.push((f.corr, matches!(f.body, Body::Committed { .. })));
+    }
+    got.sort_unstable();
+    assert!(got.contains(&(500, true)) && got.contains(&(501, true)), "{got:?}");
+    assert_eq!(got.len(), 3, "the two answers and the DUPLICATE_CORR error: {got:?}");
+    let total: i64 = balances(&d, keys).values().sum();
+    assert_eq!(total, START * keys as i64 + 202);
+}
+
 #[test]
 fn graceful_shutdown_leaves_a_directory_that_restarts_with_the_same_state() {
     let dir = data_dir("restart");

@@ -341,6 +341,48 @@ fn the_metrics_endpoint_caps_its_connections_and_closes_idle_ones() {
     assert!(began.elapsed() < limit);
 }
 
+/// A client that trickles bytes without ever completing a HELLO is closed
+/// once the handshake's deadline passes, however often it writes (a slot
+/// of the connection limit must not be held that way).
+#[test]
+fn a_handshake_trickled_a_byte_at_a_time_is_closed_at_its_deadline() {
+    let d = Daemon::start(styxd(), &data_dir("harden-trickle"), &["--shards", "1"]);
+    let mut c = TcpStream::connect(&d.addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_millis(100))).unwrap();
+    let began = Instant::now();
+    let limit = styx_runtime::server::HANDSHAKE_TIMEOUT + Duration::from_secs(4);
+    // A HELLO's header, one byte every second: it never completes.
+    let header = [200u8, 0, 0, 0, 1, 1, 9, 0, 0, 0];
+    let mut closed = false;
+    for byte in header.iter().cycle() {
+        let mut buf = [0u8; 64];
+        match c.read(&mut buf) {
+            Ok(0) => {
+                closed = true;
+                break;
+            }
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => {
+                closed = true;
+                break;
+            }
+        }
+        assert!(began.elapsed() < limit, "still open after {:?}", began.elapsed());
+        if c.write_all(&[*byte]).is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(900));
+    }
+    assert!(closed);
+    assert!(
+        began.elapsed() >= styx_runtime::server::HANDSHAKE_TIMEOUT - Duration::from_secs(1),
+        "closed before the deadline: {:?}",
+        began.elapsed()
+    );
+}
+
 #[test]
 fn failing_accepts_on_the_metrics_endpoint_do_not_spin() {
     // A daemon with few file descriptors left: once they are used up by

@@ -27,6 +27,10 @@ use std::collections::BTreeMap;
 /// client is forgotten (its retries would run again: size this above the
 /// number of live clients).
 pub const CLIENTS_MAX: usize = 1 << 20;
+/// Past [`CLIENTS_MAX`], the table is cut down to this many: a flood of new
+/// client ids pays for one eviction per `CLIENTS_MAX - CLIENTS_EVICT_TO`
+/// new clients, not one per epoch.
+pub const CLIENTS_EVICT_TO: usize = CLIENTS_MAX - CLIENTS_MAX / 16;
 /// Outcomes kept per client; older ones are forgotten even unacknowledged.
 pub const OUTCOMES_PER_CLIENT_MAX: usize = 4096;
 
@@ -146,7 +150,9 @@ impl Clients {
     }
 
     /// Forgets the least recently used clients (idle ones only: a client
-    /// with a request in flight stays) down to `CLIENTS_MAX`.
+    /// with a request in flight stays) down to `CLIENTS_EVICT_TO`. Which
+    /// ones is a function of the table (by last epoch, then id), so replay
+    /// forgets the same.
     fn evict(&mut self) {
         let mut idle: Vec<(Epoch, u64)> = self
             .table
@@ -154,10 +160,17 @@ impl Clients {
             .filter(|(_, s)| s.waiting.is_empty())
             .map(|(c, s)| (s.last_epoch, *c))
             .collect();
-        idle.sort_unstable();
-        let excess = self.table.len().saturating_sub(CLIENTS_MAX);
-        for (_, c) in idle.into_iter().take(excess) {
-            self.table.remove(&c);
+        let excess = self.table.len().saturating_sub(CLIENTS_EVICT_TO).min(idle.len());
+        if excess == 0 {
+            return;
+        }
+        // The `excess` least recently used (the pairs are distinct: the
+        // set is the same whatever the table's order).
+        if excess < idle.len() {
+            idle.select_nth_unstable(excess);
+        }
+        for (_, c) in &idle[..excess] {
+            self.table.remove(c);
         }
     }
 }
@@ -297,5 +310,29 @@ impl Clients {
                 .push(super::handoff::decode_waiting(input, app, n_shards)?);
         }
         Ok(clients)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn past_its_cap_the_table_forgets_the_least_recently_used_idle_clients_at_once() {
+        let mut c = Clients::new();
+        // Client i last recorded an outcome at epoch i; one past the cap.
+        let n = CLIENTS_MAX as u64 + 1;
+        c.restore((0..n).map(|i| (i, 1, i, Vec::new())).collect());
+        // The oldest client has a request in flight: it stays.
+        c.table.get_mut(&0).unwrap().waiting.insert(5, Vec::new());
+        c.evict();
+        assert_eq!(c.table.len(), CLIENTS_EVICT_TO);
+        assert!(c.table.contains_key(&0), "a client with a request in flight is kept");
+        let forgotten = n as usize - CLIENTS_EVICT_TO;
+        assert!((1..=forgotten as u64).all(|i| !c.table.contains_key(&i)));
+        assert!((forgotten as u64 + 1..n).all(|i| c.table.contains_key(&i)));
+        // Below the cap nothing more goes until it is passed again.
+        c.evict();
+        assert_eq!(c.table.len(), CLIENTS_EVICT_TO);
     }
 }
