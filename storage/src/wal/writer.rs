@@ -116,6 +116,17 @@ impl Writer {
         let mut removed = false;
         for seg in segments(&wal_dir, shard)? {
             if seg.first_epoch <= after {
+                if options.fsync == FsyncMode::Epoch {
+                    // Recovery read its records, and what runs next builds
+                    // on them: the last writer may have died with some
+                    // written but not synced (a process crash leaves them
+                    // in the page cache), so they are made durable before
+                    // anything is written after them (a power loss must not
+                    // take them and keep later epochs).
+                    std::fs::File::open(&seg.path)
+                        .and_then(|f| f.sync_data())
+                        .map_err(Error::io("fdatasync", &seg.path))?;
+                }
                 continue;
             }
             if has_records(&seg.path)? {
