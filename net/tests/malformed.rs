@@ -454,26 +454,26 @@ fn layouts_too_long_or_cut_short() {
     );
 }
 
+/// A map of two nodes (`a:1` then `b:1`) of `first` and `second` shards,
+/// numbered in order.
+fn two_nodes(first: u16, second: u16, operators: Vec<styx_net::MapOperator>) -> styx_net::Map {
+    let node = |first_shard, shards, client: &str| styx_net::MapNode {
+        first_shard,
+        shards,
+        client: client.into(),
+    };
+    styx_net::Map {
+        node: 0,
+        shards: first + second,
+        nodes: vec![node(0, first, "a:1"), node(first, second, "b:1")],
+        operators,
+        placed: None,
+    }
+}
+
 #[test]
 fn a_layout_places_shards_on_the_nodes_it_names() {
-    let map = styx_net::Map {
-        node: 1,
-        shards: 4,
-        nodes: vec![
-            styx_net::MapNode {
-                first_shard: 0,
-                shards: 2,
-                client: "a:1".into(),
-            },
-            styx_net::MapNode {
-                first_shard: 2,
-                shards: 2,
-                client: "b:1".into(),
-            },
-        ],
-        operators: vec![],
-        placed: None,
-    };
+    let map = two_nodes(2, 2, vec![]);
     assert_eq!(map.layout().node_of, [0, 0, 1, 1]);
     assert_eq!(map.shards_of_node(1), [2, 3]);
     let layout = styx_net::Layout {
@@ -550,27 +550,14 @@ fn a_map_places_keys_like_the_engine() {
     use styx_engine::{App, Shard};
     let mut app = App::new("placement");
     let op = app.operator("account", 12);
-    let map = styx_net::Map {
-        node: 0,
-        shards: 5,
-        nodes: vec![
-            styx_net::MapNode {
-                first_shard: 0,
-                shards: 2,
-                client: "a:1".into(),
-            },
-            styx_net::MapNode {
-                first_shard: 2,
-                shards: 3,
-                client: "b:1".into(),
-            },
-        ],
-        operators: vec![styx_net::MapOperator {
+    let map = two_nodes(
+        2,
+        3,
+        vec![styx_net::MapOperator {
             name: "account".into(),
             partitions: 12,
         }],
-        placed: None,
-    };
+    );
     for k in 0..1_000u64 {
         let key = Key::from(k);
         let shard = map.shard_of("account", &key).unwrap();
