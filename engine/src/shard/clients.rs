@@ -33,6 +33,18 @@ pub const CLIENTS_MAX: usize = 1 << 20;
 pub const CLIENTS_EVICT_TO: usize = CLIENTS_MAX - CLIENTS_MAX / 16;
 /// Outcomes kept per client; older ones are forgotten even unacknowledged.
 pub const OUTCOMES_PER_CLIENT_MAX: usize = 4096;
+/// Bytes of results (and abort messages) kept per client; past them the
+/// oldest outcomes are forgotten even unacknowledged (the newest is always
+/// kept): 4 096 scan pages of 512 KiB would otherwise be 2 GiB a client.
+pub const OUTCOME_BYTES_PER_CLIENT_MAX: usize = 64 << 20;
+
+/// The bytes an outcome keeps, for [`OUTCOME_BYTES_PER_CLIENT_MAX`].
+fn outcome_bytes(outcome: &Outcome) -> usize {
+    match outcome {
+        Outcome::Committed(result) => result.len(),
+        Outcome::Aborted(abort) => abort.message().len(),
+    }
+}
 
 /// The shard that sequences and deduplicates `client`'s requests.
 pub fn client_home(client: u64, n_shards: u16) -> ShardId {
@@ -49,6 +61,8 @@ pub(super) struct ClientState {
     forgotten_below: u64,
     /// The last epoch that recorded an outcome (for eviction).
     last_epoch: Epoch,
+    /// [`outcome_bytes`] of `outcomes`, summed.
+    bytes: usize,
     /// Seqs submitted and not finished: duplicates wait here. Not state:
     /// only requests still in flight, which a crash loses with their reply.
     waiting: BTreeMap<u64, Vec<ReplyTo>>,
@@ -98,10 +112,13 @@ impl Clients {
     /// Restores the table from a snapshot's `to_meta`.
     pub(super) fn restore(&mut self, clients: Vec<ClientMeta>) {
         for (client, forgotten_below, last_epoch, outcomes) in clients {
+            let outcomes: BTreeMap<u64, (Tid, Epoch, Outcome)> =
+                outcomes.into_iter().map(|(seq, t, e, o)| (seq, (t, e, o))).collect();
             self.table.insert(
                 client,
                 ClientState {
-                    outcomes: outcomes.into_iter().map(|(seq, t, e, o)| (seq, (t, e, o))).collect(),
+                    bytes: outcomes.values().map(|(_, _, o)| outcome_bytes(o)).sum(),
+                    outcomes,
                     forgotten_below,
                     last_epoch,
                     waiting: Default::default(),
@@ -133,14 +150,22 @@ impl Clients {
                     });
                 }
             }
-            state.outcomes.insert(c.seq, (tid, epoch, outcome));
+            state.bytes += outcome_bytes(&outcome);
+            if let Some((_, _, replaced)) = state.outcomes.insert(c.seq, (tid, epoch, outcome)) {
+                state.bytes -= outcome_bytes(&replaced);
+            }
             state.last_epoch = epoch;
             if c.ack > state.forgotten_below {
                 state.forgotten_below = c.ack;
-                state.outcomes = state.outcomes.split_off(&c.ack);
+                let kept = state.outcomes.split_off(&c.ack);
+                state.bytes -= state.outcomes.values().map(|(_, _, o)| outcome_bytes(o)).sum::<usize>();
+                state.outcomes = kept;
             }
-            while state.outcomes.len() > OUTCOMES_PER_CLIENT_MAX {
-                let (oldest, _) = state.outcomes.pop_first().expect("non-empty");
+            while state.outcomes.len() > OUTCOMES_PER_CLIENT_MAX
+                || (state.bytes > OUTCOME_BYTES_PER_CLIENT_MAX && state.outcomes.len() > 1)
+            {
+                let (oldest, (_, _, o)) = state.outcomes.pop_first().expect("non-empty");
+                state.bytes -= outcome_bytes(&o);
                 state.forgotten_below = state.forgotten_below.max(oldest + 1);
             }
         }
@@ -290,7 +315,9 @@ impl Clients {
             };
             for _ in 0..count(input, 25)? {
                 let (seq, tid, epoch) = <(u64, Tid, Epoch)>::decode(input)?;
-                state.outcomes.insert(seq, (tid, epoch, Outcome::decode(input)?));
+                let outcome = Outcome::decode(input)?;
+                state.bytes += outcome_bytes(&outcome);
+                state.outcomes.insert(seq, (tid, epoch, outcome));
             }
             for _ in 0..count(input, 16)? {
                 let seq = u64::decode(input)?;
@@ -334,5 +361,62 @@ mod tests {
         // Below the cap nothing more goes until it is passed again.
         c.evict();
         assert_eq!(c.table.len(), CLIENTS_EVICT_TO);
+    }
+
+    #[test]
+    fn a_client_keeps_at_most_its_bytes_of_unacknowledged_results() {
+        let mut c = Clients::new();
+        let page = |seq| {
+            let result = Outcome::Committed(crate::Payload::from_vec(vec![7; 1 << 20]));
+            (seq, crate::ClientSeq { client: 9, seq, ack: 0 }, result)
+        };
+        let mut replies = Vec::new();
+        for seq in 1..=100 {
+            c.record(seq, vec![page(seq)], &mut replies);
+        }
+        let state = &c.table[&9];
+        let kept = OUTCOME_BYTES_PER_CLIENT_MAX >> 20;
+        assert_eq!(state.outcomes.len(), kept);
+        assert_eq!(state.bytes, OUTCOME_BYTES_PER_CLIENT_MAX);
+        assert_eq!(
+            state.forgotten_below,
+            101 - kept as u64,
+            "the oldest are forgotten, not re-run"
+        );
+        // An acknowledgement gives their bytes back; a snapshot's table
+        // counts them again.
+        c.record(
+            101,
+            vec![(
+                101,
+                crate::ClientSeq {
+                    client: 9,
+                    seq: 101,
+                    ack: 100,
+                },
+                page(101).2,
+            )],
+            &mut replies,
+        );
+        assert_eq!((c.table[&9].outcomes.len(), c.table[&9].bytes), (2, 2 << 20));
+        let mut restored = Clients::new();
+        restored.restore(c.to_meta());
+        assert_eq!(restored.table[&9].bytes, 2 << 20);
+        // One result larger than the cap is kept: the newest always is.
+        let huge = Outcome::Committed(crate::Payload::from_vec(vec![0; OUTCOME_BYTES_PER_CLIENT_MAX + 1]));
+        c.record(
+            102,
+            vec![(
+                102,
+                crate::ClientSeq {
+                    client: 9,
+                    seq: 102,
+                    ack: 101,
+                },
+                huge,
+            )],
+            &mut replies,
+        );
+        assert_eq!(c.table[&9].outcomes.keys().copied().collect::<Vec<_>>(), [102]);
     }
 }
