@@ -394,8 +394,14 @@ fn bench_through_kills_of(workload: &str, knobs: &[&str], in_flight: &str, shard
 }
 
 /// The same on `nodes` (preloaded for `workload`, not started) of `shards`
-/// shards in all.
-fn bench_through_kills_on(workload: &str, knobs: &[&str], in_flight: &str, mut nodes: Vec<Node>, shards: u64) {
+/// shards in all; the bench's report.
+fn bench_through_kills_on(
+    workload: &str,
+    knobs: &[&str],
+    in_flight: &str,
+    mut nodes: Vec<Node>,
+    shards: u64,
+) -> serde_json::Value {
     let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
     for n in &mut nodes {
         n.spawn(bin);
@@ -449,6 +455,7 @@ fn bench_through_kills_on(workload: &str, knobs: &[&str], in_flight: &str, mut n
     let text = output_text(&out);
     assert!(out.status.success(), "styx verify {workload}: {text}");
     assert!(text.contains("consistent"), "{text}");
+    report
 }
 
 fn report_of(workload: &str, out: &Output) -> serde_json::Value {
@@ -473,10 +480,9 @@ fn ycsbt_bench_on_nodes_of_two_shards_rides_out_kill_9_of_nodes() {
 
 /// A cluster file that places the shards by list (node 0 runs shards 0
 /// and 3, node 1 runs 1 and 4, node 2 runs 2 and 5): every node answers
-/// LAYOUT with the placement and `styx status` shows it (the client's
-/// routing by it: `net/tests/client.rs`), and the cluster rides out kill
-/// -9 of nodes as a cluster numbered in order does (each node recovers
-/// the shards it lists).
+/// LAYOUT with the placement, `styx status` shows it, the bench routes by
+/// it, and the cluster rides out kill -9 of nodes as a cluster numbered in
+/// order does (each node recovers the shards it lists).
 #[test]
 fn a_cluster_placed_by_its_file_rides_out_kill_9_of_nodes() {
     let root = data_dir("cluster-placed");
@@ -511,7 +517,12 @@ fn a_cluster_placed_by_its_file_rides_out_kill_9_of_nodes() {
     for n in &mut nodes {
         n.kill9();
     }
-    bench_through_kills_on("ycsbt", &knobs, "8", nodes, 6);
+    let report = bench_through_kills_on("ycsbt", &knobs, "8", nodes, 6);
+    assert_eq!(
+        report["parameters"]["layout"],
+        serde_json::json!([0, 1, 2, 0, 1, 2]),
+        "the bench routed by LAYOUT"
+    );
 }
 
 #[test]

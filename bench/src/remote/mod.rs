@@ -730,6 +730,8 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     p.insert("rejected".into(), m.rejected.into());
     p.insert("retried".into(), m.retried.into());
     p.insert("nodes".into(), pool.nodes().into());
+    // The node each shard was routed to (LAYOUT's answer, else MAP's ranges).
+    p.insert("layout".into(), pool.map().layout().node_of.into());
     // The client's share of the latency: how late requests went out.
     p.insert(
         "send_lag_us".into(),
