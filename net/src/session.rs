@@ -5,7 +5,7 @@
 //! [`Session::receive`], which takes one frame at a time: it decodes it,
 //! does the handshake (HELLO first, a version both sides speak, WELCOME
 //! with the server's limits), answers what needs no engine (PING, STATUS,
-//! MAP, every error) and turns REQUEST and GET into the engine's requests
+//! MAP, PLACEMENT, LAYOUT, every error) and turns REQUEST and GET into the engine's requests
 //! ([`Received::Request`]); a GET becomes a call of the operator's built-in
 //! `__get`. The server submits those and hands each outcome back to
 //! [`Session::answer`] (a GET's is turned into a STATE frame). Answers
@@ -26,8 +26,11 @@
 //! - A fatal error (framing lost, no handshake, no common version, a
 //!   duplicate correlation id) closes this session only: its ERROR is
 //!   queued, the session takes no more input, and the server closes the
-//!   socket once the queued answers are written. Any other malformed frame
-//!   is answered with an ERROR and the session goes on.
+//!   socket once the queued answers are written and those still at the
+//!   engine have come and gone out ([`Session::awaits_engine`]; a client
+//!   that half-closes is served the same way). Before WELCOME any
+//!   malformed frame closes the session too; after it, one that is not
+//!   fatal is answered with an ERROR and the session goes on.
 //! - Nothing here blocks, reads a clock or touches a socket, so every rule
 //!   is tested without one (the handshake's deadline is the server's).
 
