@@ -308,8 +308,11 @@ impl<F: Frontend> ShardLoop<F> {
             why |= self.ship(now);
             let delivered = self.deliver(now);
             let durable = self.durability();
-            // Recorded for tests (`record_history`), never used here.
+            // Recorded for tests (`record_history`), never used here; the
+            // layout's switches are followed through the shard's own
+            // layout (`is_departing`, `Shard::layout`): neither may pile up.
             self.out.history.clear();
+            self.out.handovers.clear();
             self.publish(now);
             // Before `is_over`: a shard counted done still stops with the
             // others at a handover.
