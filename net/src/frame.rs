@@ -398,17 +398,18 @@ impl Map {
         Layout { version: 0, node_of }
     }
 
-    /// The shards of node `node` (an index into `nodes`), in order.
+    /// The shards of node `node` (an index into `nodes`), in order (by
+    /// [`Map::layout`]).
     pub fn shards_of_node(&self, node: usize) -> Vec<u16> {
-        match &self.placed {
-            Some(l) => (0..self.shards)
-                .filter(|s| l.node_of.get(usize::from(*s)).is_some_and(|n| usize::from(*n) == node))
-                .collect(),
-            None => self
-                .nodes
-                .get(node)
-                .map_or_else(Vec::new, |n| (n.first_shard..n.first_shard + n.shards).collect()),
-        }
+        let layout = self.layout();
+        (0..self.shards)
+            .filter(|s| {
+                layout
+                    .node_of
+                    .get(usize::from(*s))
+                    .is_some_and(|n| usize::from(*n) == node)
+            })
+            .collect()
     }
 
     /// The shard that owns partition `partition`.

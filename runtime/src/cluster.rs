@@ -197,23 +197,15 @@ impl Spec {
         self.nodes.iter().map(|n| n.shards).sum()
     }
 
-    /// The global shard ids of `node`, in increasing order.
+    /// The global shard ids of `node`, in increasing order (by
+    /// [`Spec::layout`]).
     pub fn shards_of(&self, node: u16) -> Vec<ShardId> {
-        match &self.placement {
-            Some(p) => (0..p.len() as ShardId).filter(|s| p[usize::from(*s)] == node).collect(),
-            None => {
-                let base: u16 = self.nodes[..usize::from(node)].iter().map(|n| n.shards).sum();
-                (base..base + self.nodes[usize::from(node)].shards).collect()
-            }
-        }
+        self.layout().shards_of(node).collect()
     }
 
-    /// The node that runs `shard`.
+    /// The node that runs `shard` (by [`Spec::layout`]).
     pub fn node_of(&self, shard: ShardId) -> u16 {
-        self.nodes
-            .iter()
-            .position(|n| self.shards_of(n.id).contains(&shard))
-            .expect("a shard of the cluster") as u16
+        self.layout().node_of(shard)
     }
 
     /// The index of `node`'s first shard among the cluster's when they
