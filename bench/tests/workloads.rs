@@ -184,6 +184,11 @@ fn ycsbt_keeps_every_balance_while_partitions_move() {
 fn tpcc_keeps_every_condition_while_partitions_move() {
     for table in [tpcc::schema::STOCK, tpcc::schema::DISTRICT_NEXT_O_ID] {
         let mut p = params(Load::Closed { in_flight: 1 });
+        // Moves never overlap, and the plan stops at the end of the run: a
+        // run long past the last planned move (420 ms) lets all six finish
+        // on a loaded machine (the parallel test suite slowed one run to
+        // 520 tx/s and four moves in the default 600 ms).
+        p.duration = Duration::from_millis(1_800);
         p.moves = Some(Plan::back_and_forth(
             table,
             2,
