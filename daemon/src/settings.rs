@@ -65,6 +65,7 @@ pub struct FileSettings {
     pub frame_len_max: Option<usize>,
     pub in_flight_max: Option<usize>,
     pub connections_max: Option<usize>,
+    pub output_bytes_max: Option<usize>,
     pub log: Option<String>,
     pub log_format: Option<LogFormat>,
     pub cluster: Option<PathBuf>,
@@ -155,6 +156,10 @@ pub struct Flags {
     /// Client connections, all shards together [default: 1024].
     #[arg(long, env = "STYX_CONNECTIONS_MAX")]
     pub connections_max: Option<usize>,
+    /// Bytes of answers a connection may leave unread: from half of it the
+    /// daemon reads no more of it, past it closes it [default: 64 MiB].
+    #[arg(long, env = "STYX_OUTPUT_BYTES_MAX")]
+    pub output_bytes_max: Option<usize>,
     /// Log filter (tracing's env-filter syntax) [default: info].
     #[arg(long, env = "STYX_LOG")]
     pub log: Option<String>,
@@ -230,6 +235,10 @@ impl Settings {
                 .connections_max
                 .or(file.connections_max)
                 .unwrap_or(defaults.connections_max),
+            output_bytes_max: args
+                .output_bytes_max
+                .or(file.output_bytes_max)
+                .unwrap_or(defaults.output_bytes_max),
         };
         limits.validate().map_err(|e| e.to_string())?;
         let cluster = match (args.cluster.or(file.cluster), args.node_id.or(file.node_id)) {

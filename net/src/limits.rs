@@ -2,8 +2,9 @@
 //!
 //! Every byte a peer makes us hold is bounded here, so a hostile or broken
 //! peer costs a server at most `connections_max × frame_len_max` bytes of
-//! receive buffers, and a single length prefix can never make us allocate
-//! more than one frame.
+//! receive buffers and `connections_max × output_bytes_max` of answers
+//! queued, and a single length prefix can never make us allocate more than
+//! one frame.
 //!
 //! Two kinds of bound:
 //! - protocol caps (`*_MAX` constants): part of the protocol, the same for
@@ -48,6 +49,14 @@ pub const IN_FLIGHT_MAX: usize = 1 << 16;
 /// The most connections a server may be configured to hold.
 pub const CONNECTIONS_MAX: usize = 1 << 16;
 
+/// The most a server may set `output_bytes_max` to (1 TiB: no bound in
+/// practice, for a server that trusts its clients).
+pub const OUTPUT_BYTES_MAX: usize = 1 << 40;
+
+/// The least `output_bytes_max`: two of the largest answers, so a client
+/// that reads is never cut off for one large answer.
+pub const OUTPUT_BYTES_MAX_FLOOR: usize = 2 * FRAME_LEN_MAX;
+
 /// A decoder keeps a buffer of at most this capacity between frames; a larger
 /// one (left by a large frame) is released, so idle connections stay small.
 pub const BUFFER_RETAINED_MAX: usize = 64 << 10;
@@ -82,6 +91,14 @@ pub struct Limits {
     /// Connections held at once, in `1..=CONNECTIONS_MAX`; one more is sent
     /// `TOO_MANY_CONNECTIONS` and closed.
     pub connections_max: usize,
+    /// Bytes of answers one connection may leave waiting for its socket, in
+    /// `OUTPUT_BYTES_MAX_FLOOR..=OUTPUT_BYTES_MAX` (not announced: a client
+    /// that reads its answers never meets it). From half of it the server
+    /// reads no more of the connection; past it, it closes the connection
+    /// and drops the answers (a client with a client id gets them again by
+    /// retrying). `in_flight_max` bounds answers by count; this bounds
+    /// them by bytes (1 024 answers of 1 MiB each would be 1 GiB).
+    pub output_bytes_max: usize,
 }
 
 impl Default for Limits {
@@ -90,6 +107,7 @@ impl Default for Limits {
             frame_len_max: FRAME_LEN_MAX,
             in_flight_max: 1024,
             connections_max: 1024,
+            output_bytes_max: 64 << 20,
         }
     }
 }
@@ -99,7 +117,13 @@ impl Limits {
     pub fn validate(&self) -> Result<(), Error> {
         check("frame_len_max", self.frame_len_max, FRAME_LEN_MAX_FLOOR, FRAME_LEN_MAX)?;
         check("in_flight_max", self.in_flight_max, 1, IN_FLIGHT_MAX)?;
-        check("connections_max", self.connections_max, 1, CONNECTIONS_MAX)
+        check("connections_max", self.connections_max, 1, CONNECTIONS_MAX)?;
+        check(
+            "output_bytes_max",
+            self.output_bytes_max,
+            OUTPUT_BYTES_MAX_FLOOR,
+            OUTPUT_BYTES_MAX,
+        )
     }
 }
 
@@ -134,5 +158,16 @@ mod tests {
             ..Limits::default()
         };
         assert!(bad.validate().is_err());
+        let bad = Limits {
+            output_bytes_max: OUTPUT_BYTES_MAX_FLOOR - 1,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(Error::Setting {
+                name: "output_bytes_max",
+                ..
+            })
+        ));
     }
 }

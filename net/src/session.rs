@@ -22,6 +22,13 @@
 //!   ([`Session::wants_input`]): a client that never reads is held at its
 //!   limit (its socket fills and TCP stops it) and costs the server at most
 //!   one partial frame and `in_flight_max` answers.
+//! - Answers are bounded by bytes too: with half of `output_bytes_max`
+//!   queued the session takes no input, and an answer that takes the queue
+//!   past `output_bytes_max` drops the session ([`Session::is_dropped`]):
+//!   its queued answers are freed, those still at the engine are dropped
+//!   as they come, and the server closes the socket at once, without
+//!   writing. Answers dropped stay owed, like those a stopped engine
+//!   abandons, until the server forgets the session.
 //! - A correlation id is at the engine at most once at a time.
 //! - A fatal error (framing lost, no handshake, no common version, a
 //!   duplicate correlation id) closes this session only: its ERROR is
@@ -40,7 +47,7 @@ use crate::frame::{
     Welcome, negotiate,
 };
 use crate::limits::Limits;
-use crate::{Decoder, MAP_OPERATORS_MAX, convert, encode};
+use crate::{Decoder, MAP_OPERATORS_MAX, convert, encode, encoded_len};
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use styx_engine::{Address, App, GET_FUNCTION, Outcome, PAYLOAD_LEN_MAX, Payload, Tid};
@@ -100,6 +107,12 @@ pub struct Session {
     at_engine: HashMap<u32, Asked>,
     /// Answers waiting for the socket.
     out: VecDeque<Frame>,
+    /// Their encoded bytes.
+    out_bytes: usize,
+    output_bytes_max: usize,
+    /// Answers dropped, unwritten: the queue went past `output_bytes_max`.
+    dropped: usize,
+    is_dropped: bool,
     /// Answers taken by [`Session::write`] that the socket has not taken yet.
     writing: usize,
     closing: bool,
@@ -118,6 +131,10 @@ impl Session {
             welcomed: false,
             at_engine: HashMap::new(),
             out: VecDeque::new(),
+            out_bytes: 0,
+            output_bytes_max: limits.output_bytes_max,
+            dropped: 0,
+            is_dropped: false,
             writing: 0,
             closing: false,
             abandoned: false,
@@ -157,16 +174,43 @@ impl Session {
         !self.abandoned && !self.at_engine.is_empty()
     }
 
-    /// Frames read whose answers have not been written yet: what
-    /// `in_flight_max` bounds.
-    pub fn owed(&self) -> usize {
-        self.at_engine.len() + self.out.len() + self.writing
+    /// Whether the client left more than `output_bytes_max` of answers
+    /// unread: the server closes the socket now, without writing what is
+    /// queued (there is nothing left to write).
+    pub fn is_dropped(&self) -> bool {
+        self.is_dropped
     }
 
-    /// Whether the session takes input now: it is open and owes fewer
-    /// than `in_flight_max` answers (a frame read gets one more).
+    /// Frames read whose answers have not been written yet (dropped ones
+    /// included): what `in_flight_max` bounds.
+    pub fn owed(&self) -> usize {
+        self.at_engine.len() + self.out.len() + self.writing + self.dropped
+    }
+
+    /// Whether the session takes input now: it is open, owes fewer than
+    /// `in_flight_max` answers (a frame read gets one more) and has less
+    /// than half of `output_bytes_max` queued.
     pub fn wants_input(&self) -> bool {
-        !self.closing && self.owed() < self.in_flight_max
+        !self.closing && self.owed() < self.in_flight_max && self.out_bytes < self.output_bytes_max / 2
+    }
+
+    /// Queues an answer, or drops the session if the queue would pass
+    /// `output_bytes_max`.
+    fn queue(&mut self, frame: Frame) {
+        if self.is_dropped {
+            self.dropped += 1;
+            return;
+        }
+        self.out_bytes += encoded_len(&frame);
+        self.out.push_back(frame);
+        if self.out_bytes > self.output_bytes_max {
+            self.dropped += self.out.len();
+            self.out = VecDeque::new();
+            self.out_bytes = 0;
+            self.is_dropped = true;
+            self.closing = true;
+            self.abandoned = true;
+        }
     }
 
     /// Whether answers wait for [`Session::write`].
@@ -189,7 +233,7 @@ impl Session {
         let received = match decoded {
             Ok(frame) => self.serve(frame, server),
             Err(e) => {
-                self.out.push_back(e.to_frame());
+                self.queue(e.to_frame());
                 // Before WELCOME any error closes the session: a first
                 // frame that does not decode is no HELLO (section 2: the
                 // first frame is HELLO, or the connection ends).
@@ -304,7 +348,7 @@ impl Session {
                 "a server-to-client frame sent by the client",
             ),
         };
-        self.out.push_back(answer);
+        self.queue(answer);
         Received::Answered
     }
 
@@ -333,7 +377,7 @@ impl Session {
                 ),
             ));
         };
-        self.out.push_back(Frame {
+        self.queue(Frame {
             corr,
             body: Body::Welcome(Welcome {
                 version,
@@ -349,7 +393,7 @@ impl Session {
 
     /// Queues a fatal error and closes.
     fn refuse(&mut self, error: Frame) -> Received {
-        self.out.push_back(error);
+        self.queue(error);
         self.closing = true;
         Received::Answered
     }
@@ -381,6 +425,10 @@ impl Session {
             .at_engine
             .remove(&corr)
             .unwrap_or_else(|| panic!("an answer to request {corr}, which is not at the engine"));
+        if self.is_dropped {
+            self.dropped += 1;
+            return;
+        }
         let frame = match (asked, outcome) {
             (Asked::Get, Outcome::Committed(state)) => match state.decode::<Option<Vec<u8>>>() {
                 Ok(value) => convert::state_frame(corr, value.as_deref()),
@@ -388,7 +436,7 @@ impl Session {
             },
             _ => convert::outcome_frame(corr, tid, outcome),
         };
-        self.out.push_back(frame);
+        self.queue(frame);
     }
 
     /// Encodes queued answers onto `buf` until it holds `chunk_bytes` or
@@ -399,6 +447,7 @@ impl Session {
         while buf.len() < chunk_bytes
             && let Some(frame) = self.out.pop_front()
         {
+            self.out_bytes -= encoded_len(&frame);
             if let Err(e) = encode(&frame, buf) {
                 // Only an answer over the limits can fail here: say so.
                 encode(&error_frame(frame.corr, ErrorCode::INTERNAL, &e.to_string()), buf)
@@ -787,6 +836,50 @@ mod tests {
             Received::Request { corr: 53, .. }
         ));
         assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn answers_left_unread_are_bounded_by_bytes() {
+        let server = server();
+        let limits = Limits {
+            in_flight_max: 64,
+            output_bytes_max: crate::OUTPUT_BYTES_MAX_FLOOR,
+            ..Limits::default()
+        };
+        let mut s = Session::new(&limits);
+        feed(&mut s, &server, &bytes(&[hello(1)]));
+        assert_eq!(answers(&mut s).len(), 1);
+        let input = bytes(&(10..20).map(deposit).collect::<Vec<_>>());
+        let mut rest = input.as_slice();
+        for corr in 10..20 {
+            assert!(matches!(s.receive(&mut rest, &server), Received::Request { corr: c, .. } if c == corr));
+        }
+        // Answers of ~half a MiB: under half the bound the session reads
+        // on; from half it reads nothing more, though it owes only a few.
+        let big = Outcome::Committed(Payload::from_vec(vec![7u8; 500 << 10]));
+        let mut answered = 0;
+        while s.wants_input() {
+            s.answer(10 + answered, 1, &big);
+            answered += 1;
+        }
+        assert!(answered >= 2, "{answered}");
+        assert!(s.owed() < 64 && !s.is_dropped());
+        // One chunk taken by the socket: it is no longer queued.
+        let mut buf = Vec::new();
+        assert_eq!(s.write(&mut buf, 1), 1);
+        s.written(1);
+        assert!(s.wants_input(), "below half again");
+        // Past the bound: dropped, nothing left to write, the answers still
+        // at the engine dropped as they come; every frame still owed.
+        while !s.is_dropped() {
+            s.answer(10 + answered, 1, &big);
+            answered += 1;
+        }
+        assert!(s.is_closing() && !s.wants_input() && !s.has_output() && !s.awaits_engine());
+        assert_eq!(s.owed(), 9, "ten read, one written");
+        s.answer(10 + answered, 1, &big);
+        assert_eq!(s.owed(), 9);
+        assert_eq!(s.write(&mut buf, 1 << 20), 0);
     }
 
     #[test]

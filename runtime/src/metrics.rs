@@ -38,6 +38,9 @@ pub struct ShardMetrics {
     pub pending: AtomicU64,
     pub connections: AtomicU64,
     pub connections_total: AtomicU64,
+    /// Connections closed because their client left more than
+    /// `output_bytes_max` of answers unread.
+    pub connections_dropped: AtomicU64,
     /// Client frames read whose answers are not written yet, over this
     /// shard's connections (each at most `in_flight_max`).
     pub frames_owed: AtomicU64,
@@ -171,7 +174,7 @@ impl Metrics {
     /// The Prometheus text exposition (version 0.0.4).
     pub fn render(&self) -> String {
         type Field = fn(&ShardMetrics) -> &AtomicU64;
-        let series: [(&str, &str, &str, Field); 24] = [
+        let series: [(&str, &str, &str, Field); 25] = [
             ("styx_epochs_total", "counter", "Epochs finished.", |s| &s.epochs),
             (
                 "styx_transactions_committed_total",
@@ -222,6 +225,12 @@ impl Metrics {
                 "counter",
                 "Client connections accepted.",
                 |s| &s.connections_total,
+            ),
+            (
+                "styx_connections_dropped_total",
+                "counter",
+                "Client connections closed for leaving more than output_bytes_max of answers unread.",
+                |s| &s.connections_dropped,
             ),
             (
                 "styx_requests_rejected_total",

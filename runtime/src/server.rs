@@ -259,6 +259,16 @@ impl Conn {
         }
     }
 
+    /// Says an answer was queued: the writer has work, and if the answer
+    /// dropped the session (its client left too many bytes unread) the
+    /// reader ends too.
+    fn answered(&mut self) {
+        self.wake_writer();
+        if self.session.is_dropped() {
+            self.wake_reader();
+        }
+    }
+
     /// Ends the connection once its queued answers are written.
     fn close(&mut self) {
         self.session.close();
@@ -397,7 +407,7 @@ impl Frontend for TcpFrontend {
                     self.metrics.rejected.fetch_add(1, Relaxed);
                     if let Some(c) = self.hub.borrow_mut().conns.get_mut(&i.conn) {
                         c.session.answer(i.corr, 0, &Outcome::Aborted(abort));
-                        c.wake_writer();
+                        c.answered();
                     }
                 }
             }
@@ -414,7 +424,7 @@ impl Frontend for TcpFrontend {
             // A connection that is gone is owed nothing.
             if let Some(c) = hub.conns.get_mut(&conn) {
                 c.session.answer(corr, r.tid, &r.outcome);
-                c.wake_writer();
+                c.answered();
             }
         }
     }
@@ -547,14 +557,20 @@ async fn read_loop(
             return;
         };
         if start == end {
+            // A session dropped while the read waits ends it (the client
+            // may never send again).
+            let dropped = async {
+                until_dropped(hub, id, |c| &mut c.reader).await;
+                Err(std::io::Error::other("the session was dropped"))
+            };
             let read = if welcomed {
-                reader.read(&mut buf).await
+                futures_lite::future::or(reader.read(&mut buf), dropped).await
             } else {
                 let timeout = async {
                     glommio::timer::sleep(handshake_by.saturating_duration_since(std::time::Instant::now())).await;
                     Err(std::io::Error::new(std::io::ErrorKind::TimedOut, "no HELLO"))
                 };
-                futures_lite::future::or(reader.read(&mut buf), timeout).await
+                futures_lite::future::or(reader.read(&mut buf), futures_lite::future::or(timeout, dropped)).await
             };
             match read {
                 Ok(0) | Err(_) => return,
@@ -648,7 +664,7 @@ async fn write_loop(
             let taken = c.session.write(&mut buf, WRITE_CHUNK_BYTES);
             // A closing session still writes the answers of the requests
             // at the engine (a client that half-closed reads them).
-            if taken > 0 || (c.session.is_closing() && !c.session.awaits_engine()) {
+            if taken > 0 || (c.session.is_closing() && !c.session.awaits_engine()) || c.session.is_dropped() {
                 Poll::Ready(taken)
             } else {
                 c.writer = Some(cx.waker().clone());
@@ -659,7 +675,17 @@ async fn write_loop(
         if taken == 0 {
             break;
         }
-        if writer.write_all(&buf).await.is_err() || writer.flush().await.is_err() {
+        // A client that does not read blocks this write: a session dropped
+        // meanwhile ends it.
+        let write = async {
+            let written = writer.write_all(&buf).await.is_ok() && writer.flush().await.is_ok();
+            Some(written)
+        };
+        let dropped = async {
+            until_dropped(&hub, id, |c| &mut c.writer).await;
+            None
+        };
+        if futures_lite::future::or(write, dropped).await != Some(true) {
             break;
         }
         if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
@@ -672,11 +698,38 @@ async fn write_loop(
             buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
         }
     }
-    let _ = writer.close().await;
+    let dropped = hub.borrow().conns.get(&id).is_some_and(|c| c.session.is_dropped());
+    if dropped {
+        // Nothing is written to it again: closing would flush into a
+        // socket its client does not read. The socket closes (reset, its
+        // input unread) once the reader ends too.
+        metrics.connections_dropped.fetch_add(1, Relaxed);
+        tracing::warn!(
+            "a client left more than output_bytes_max of answers unread: its connection is closed, its answers dropped"
+        );
+    } else {
+        let _ = writer.close().await;
+    }
     if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
         c.session.close();
         c.wake_reader();
     }
+}
+
+/// Resolves once connection `id`'s session is dropped (or the connection
+/// is gone), waiting in the waker slot `slot` picks.
+async fn until_dropped(hub: &Rc<RefCell<Hub>>, id: u64, slot: fn(&mut Conn) -> &mut Option<Waker>) {
+    futures_lite::future::poll_fn(|cx| {
+        let mut h = hub.borrow_mut();
+        match h.conns.get_mut(&id) {
+            Some(c) if !c.session.is_dropped() => {
+                *slot(c) = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
+    })
+    .await
 }
 
 /// A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text),

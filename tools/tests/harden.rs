@@ -609,3 +609,67 @@ fn a_shard_the_machine_did_not_run_warns_that_it_woke_late() {
         "no late-wake warning; stderr:\n{stderr}"
     );
 }
+
+#[test]
+fn a_client_that_leaves_too_many_answers_unread_is_closed_alone() {
+    let dir = data_dir("harden-output-bytes");
+    let bound = styx_net::OUTPUT_BYTES_MAX_FLOOR;
+    let d = Daemon::start(
+        styxd(),
+        &dir,
+        &[
+            "--shards",
+            "1",
+            "--fsync",
+            "none",
+            "--preload",
+            "ycsbt",
+            "--keys",
+            "200000",
+            "--output-bytes-max",
+            &bound.to_string(),
+        ],
+    );
+    // Every partition's first page (~3 000 accounts, tens of KB each),
+    // 1 000 asked at once (tens of MB of answers) and none read.
+    let mut hog = d.connect();
+    let n = 1_000u32;
+    let mut wire = Vec::new();
+    for i in 0..n {
+        let f = Frame {
+            corr: 100 + i,
+            body: Body::Request(styx_net::Request {
+                client: 0,
+                seq: 0,
+                ack: 0,
+                operator: "account".into(),
+                function: styx_engine::SCAN_FUNCTION.into(),
+                target: styx_engine::Address::Partition(i % 64),
+                args: Payload::encode(&(None::<Vec<u8>>, styx_engine::SCAN_LIMIT_MAX)),
+            }),
+        };
+        styx_net::encode(&f, &mut wire).unwrap();
+    }
+    hog.stream.write_all(&wire).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    // The daemon closed it: what it wrote before (if anything) then the end.
+    let mut answered = 0;
+    while let Some(f) = hog.recv() {
+        assert!(matches!(f.body, Body::Committed { .. }), "{f:?}");
+        answered += 1;
+    }
+    assert!(answered < n, "all {n} answers were kept for a client that did not read");
+    // Nobody else noticed: a new client is served, nothing is owed but its
+    // own STATUS, and the metrics count the connection dropped.
+    let mut c = d.connect();
+    let f = c.call(7, 1, "account", "deposit", Key::from(3u64), Payload::encode(&5i64));
+    assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+    assert_eq!(status(&mut c).in_flight, 1);
+    let metrics = d.http_get("/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("styx_connections_dropped_total") && l.ends_with(" 1")),
+        "{metrics}"
+    );
+}
