@@ -18,7 +18,7 @@ use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 use styx_engine::{Abort, AbortKind, Address, Key, Payload, TypedRequest};
-use styx_net::client::{Client, ConnectOptions, Connection, Error, Options, Outcome};
+use styx_net::client::{Client, ConnectOptions, Connection, Error, Options, Outcome, Ran};
 use styx_net::{
     Body, Decoder, ErrorCode, FRAME_LEN_MAX, Frame, Layout, Map, MapNode, MapOperator, Request, Status, Welcome,
     encode, error_frame,
@@ -53,8 +53,12 @@ struct Config {
     drop_after: usize,
     /// Refuse each (client, seq) this many times with OVERLOADED first.
     overloaded: u32,
-    /// Answer HELLO with this error.
+    /// Answer HELLO with this error, from this connection on (1: all).
     refuse_handshake: Option<ErrorCode>,
+    refuse_handshake_from: usize,
+    /// Connections up to this one answer WELCOME, then nothing (a server
+    /// gone without closing: a host lost, a network cut).
+    silent: usize,
     /// Answer LAYOUT with this; `None`: as a server older than LAYOUT
     /// (`UNKNOWN_FRAME_TYPE`). MAP answers two nodes of two shards each.
     layout: Option<Layout>,
@@ -76,6 +80,8 @@ impl Default for Config {
             drop_after: 0,
             overloaded: 0,
             refuse_handshake: None,
+            refuse_handshake_from: 1,
+            silent: 0,
             layout: None,
         }
     }
@@ -159,7 +165,10 @@ async fn serve(fake: Rc<Fake>, mut stream: TcpStream) {
     }
     let hello = frames.remove(0);
     assert!(matches!(hello.body, Body::Hello { .. }), "{hello:?}");
-    if let Some(code) = config.refuse_handshake {
+    if let Some(code) = config
+        .refuse_handshake
+        .filter(|_| connection >= config.refuse_handshake_from)
+    {
         send(&mut stream, &[error_frame(0, code, "go away")]).await;
         return;
     }
@@ -168,6 +177,10 @@ async fn serve(fake: Rc<Fake>, mut stream: TcpStream) {
         body: Body::Welcome(config.welcome.clone()),
     };
     if !send(&mut stream, &[welcome]).await {
+        return;
+    }
+    if connection <= config.silent {
+        while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
         return;
     }
     let mut held = frames;
@@ -513,6 +526,58 @@ fn dropped_connections_are_reopened_and_requests_resent_with_their_seqs() {
         assert_eq!(state.connections, state.dropped + 1, "one reconnection per drop");
         assert!(state.resent > 0, "some resent requests had run before the drop");
         assert!(state.requests > 500, "requests were resent");
+    });
+}
+
+/// A request sent on a connection that dropped, whose resend then fails
+/// with an error that alone would mean "it did not run" (the server came
+/// back refusing the handshake): the request may have run, so the caller
+/// must not be told it is safe to send again under a new seq.
+#[test]
+fn a_resend_that_fails_does_not_hide_that_the_request_was_sent() {
+    run(|| async {
+        let (addr, fake) = fake(Config {
+            drops: 1,
+            drop_after: 1,
+            refuse_handshake: Some(ErrorCode::UNSUPPORTED_VERSION),
+            refuse_handshake_from: 2,
+            ..Config::default()
+        });
+        let client = Client::connect(addr, options()).await.unwrap();
+        let e = client
+            .call_typed::<i64, (i64, i64)>("counter", 1u64, "add", &5i64)
+            .await
+            .unwrap_err();
+        assert_eq!(fake.state.borrow().runs.values().sum::<u32>(), 1, "it ran");
+        assert_eq!(e.ran(), Ran::Unknown, "{e}");
+        assert!(e.outcome_unknown(), "{e}");
+        assert!(e.to_string().contains("UNSUPPORTED_VERSION"), "{e}");
+    });
+}
+
+/// A server that stops answering without closing: the call past its
+/// deadline forgets the silent connection, so the next one connects again.
+#[test]
+fn a_connection_silent_for_a_whole_deadline_is_replaced() {
+    run(|| async {
+        let (addr, fake) = fake(Config {
+            silent: 1,
+            ..Config::default()
+        });
+        let client = Client::connect(addr, options())
+            .await
+            .unwrap()
+            .with_timeout(Duration::from_millis(300));
+        let e = client
+            .call_typed::<i64, (i64, i64)>("counter", 1u64, "add", &5i64)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Timeout { sent: true, .. }), "{e}");
+        let ok = client
+            .call_typed::<i64, (i64, i64)>("counter", 2u64, "add", &7i64)
+            .await;
+        assert_eq!(ok.unwrap(), (7, 7));
+        assert_eq!(fake.state.borrow().connections, 2);
     });
 }
 

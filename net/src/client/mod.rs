@@ -423,7 +423,14 @@ impl Client {
 
     /// Runs `attempt` on a live connection until it returns something other
     /// than a lost connection (when `resend`) or `OVERLOADED`/`SHUTTING_DOWN`,
-    /// reconnecting as needed, within the deadline.
+    /// reconnecting as needed, within the deadline. Once an attempt was
+    /// lost with its frame perhaps sent, an error of a later attempt that
+    /// says the request did not run (a refused handshake, a frame over the
+    /// new server's limits) is returned as the lost connection: the first
+    /// attempt may have run it. A deadline that passes with the attempt's
+    /// connection silent throughout (no answer to anything) forgets that
+    /// connection, so the next call connects again instead of waiting on a
+    /// server that is gone without a word (a host lost, a network cut).
     async fn retrying<T, F, Fut>(&self, resend: bool, mut attempt: F) -> Result<T, Error>
     where
         F: FnMut(Connection) -> Fut,
@@ -432,6 +439,10 @@ impl Client {
         let inner = &*self.inner;
         let last = RefCell::new(None::<Error>);
         let sent = Cell::new(false);
+        // The first attempt lost with its frame perhaps sent.
+        let mut lost = None::<String>;
+        // The last attempt's connection and its answers when it began.
+        let attempted = RefCell::new(None::<(Connection, u64)>);
         let work = async {
             let mut backoff = inner.options.backoff_min;
             let mut pause = |last_error: Error| {
@@ -447,30 +458,58 @@ impl Client {
                         pause(e).await;
                         continue;
                     }
-                    Err(e) => return Err(e),
+                    Err(e) => return Err(Self::after_lost(&lost, e)),
                 };
                 sent.set(true);
+                *attempted.borrow_mut() = Some((conn.clone(), conn.stats().answers));
                 match attempt(conn.clone()).await {
                     Err(e @ Error::ConnectionLost { .. }) if resend => {
                         inner.forget(&conn);
+                        lost.get_or_insert_with(|| e.to_string());
                         pause(e).await;
                     }
                     Err(Error::Server { code, message })
                         if code == ErrorCode::OVERLOADED || code == ErrorCode::SHUTTING_DOWN =>
                     {
+                        if code == ErrorCode::SHUTTING_DOWN {
+                            // A draining server: retry on a new connection.
+                            inner.forget(&conn);
+                        }
                         pause(Error::Server { code, message }).await;
                     }
-                    result => return result,
+                    result => return result.map_err(|e| Self::after_lost(&lost, e)),
                 }
             }
         };
         match glommio::future::timeout(self.timeout, work).await {
             Ok(result) => result,
-            Err(_) => Err(Error::Timeout {
-                after: self.timeout,
-                last: last.take().map(|e| e.to_string()),
-                sent: sent.get(),
-            }),
+            Err(_) => {
+                if let Some((conn, answers)) = attempted.take()
+                    && conn.stats().answers == answers
+                    && conn.in_flight() > 0
+                {
+                    inner.forget(&conn);
+                }
+                Err(Error::Timeout {
+                    after: self.timeout,
+                    last: last.take().map(|e| e.to_string()),
+                    sent: sent.get(),
+                })
+            }
+        }
+    }
+}
+
+impl Client {
+    /// `e`, a later attempt's error, as the caller must see it after an
+    /// attempt was lost (`lost`): an error saying the request did not run
+    /// becomes the lost connection (it may have run), with both reasons.
+    fn after_lost(lost: &Option<String>, e: Error) -> Error {
+        match lost {
+            Some(first) if e.ran() == Ran::No => Error::ConnectionLost {
+                reason: format!("{first}; resending it then failed: {e}"),
+            },
+            _ => e,
         }
     }
 }
