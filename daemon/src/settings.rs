@@ -157,7 +157,8 @@ pub struct Flags {
     #[arg(long, env = "STYX_CONNECTIONS_MAX")]
     pub connections_max: Option<usize>,
     /// Bytes of answers a connection may leave unread: from half of it the
-    /// daemon reads no more of it, past it closes it [default: 64 MiB].
+    /// daemon reads no more of it; past it for 10 s with the client reading
+    /// less than it meanwhile, the daemon closes it [default: 64 MiB].
     #[arg(long, env = "STYX_OUTPUT_BYTES_MAX")]
     pub output_bytes_max: Option<usize>,
     /// Log filter (tracing's env-filter syntax) [default: info].

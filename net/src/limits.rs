@@ -94,10 +94,12 @@ pub struct Limits {
     /// Bytes of answers one connection may leave waiting for its socket, in
     /// `OUTPUT_BYTES_MAX_FLOOR..=OUTPUT_BYTES_MAX` (not announced: a client
     /// that reads its answers never meets it). From half of it the server
-    /// reads no more of the connection; past it, it closes the connection
-    /// and drops the answers (a client with a client id gets them again by
-    /// retrying). `in_flight_max` bounds answers by count; this bounds
-    /// them by bytes (1 024 answers of 1 MiB each would be 1 GiB).
+    /// reads no more of the connection; past it for a while (the TCP
+    /// server's `OUTPUT_STALL`, 10 s) with the client reading less than it
+    /// meanwhile, it closes the connection and drops the answers (a client
+    /// with a client id gets them again by retrying). `in_flight_max`
+    /// bounds answers by count; this bounds them by bytes (1 024 answers of
+    /// 1 MiB each would be 1 GiB).
     pub output_bytes_max: usize,
 }
 

@@ -23,13 +23,20 @@
 //!   limit (its socket fills and TCP stops it) and costs the server at most
 //!   one partial frame and `in_flight_max` answers.
 //! - Answers are bounded by bytes too: with half of `output_bytes_max`
-//!   queued the session takes no input, and an answer that takes the queue
-//!   past `output_bytes_max` drops the session ([`Session::is_dropped`]):
-//!   its queued answers are freed, those still at the engine are dropped
-//!   as they come, and the server closes the socket at once, without
-//!   writing. Answers dropped stay owed, like those a stopped engine
-//!   abandons, until the server forgets the session.
-//! - A correlation id is at the engine at most once at a time.
+//!   queued the session takes no input. Past `output_bytes_max`
+//!   ([`Session::is_over_limit`]) the server gives the client a while to
+//!   read (a burst of large answers is no fault); if its socket takes
+//!   nothing meanwhile, the server drops the session
+//!   ([`Session::drop_answers`]): its queued answers are freed, those
+//!   still at the engine are dropped as they come, and the server resets
+//!   the connection without writing more. Answers dropped stay owed, like
+//!   those a stopped engine abandons, until the server forgets the session.
+//! - A correlation id is owed at most once at a time: a frame reusing the
+//!   corr of one whose answer has not left the queue (at the engine, or
+//!   queued) is the fatal `DUPLICATE_CORR`, so no corr is answered twice.
+//!   Once [`Session::write`] took the answer its corr is free: the client
+//!   may have read it already, and a new answer with it can only go out
+//!   after the old one.
 //! - A fatal error (framing lost, no handshake, no common version, a
 //!   duplicate correlation id) closes this session only: its ERROR is
 //!   queued, the session takes no more input, and the server closes the
@@ -48,8 +55,11 @@ use crate::frame::{
 };
 use crate::limits::Limits;
 use crate::{Decoder, MAP_OPERATORS_MAX, convert, encode, encoded_len};
-use std::collections::hash_map::Entry;
-use std::collections::{HashMap, VecDeque};
+// hashbrown's default hasher: seeded per table (corrs are the client's to
+// pick) and much cheaper than SipHash, at two lookups per request.
+use hashbrown::hash_map::Entry;
+use hashbrown::{HashMap, HashSet};
+use std::collections::VecDeque;
 use styx_engine::{Address, App, GET_FUNCTION, Outcome, PAYLOAD_LEN_MAX, Payload, Tid};
 
 /// What a session asks of the server it belongs to.
@@ -105,8 +115,11 @@ pub struct Session {
     welcomed: bool,
     /// Requests at the engine, by correlation id.
     at_engine: HashMap<u32, Asked>,
-    /// Answers waiting for the socket.
-    out: VecDeque<Frame>,
+    /// Answers waiting for the socket, each with whether its corr is owed
+    /// (in `answered`; not so for the errors of frames that did not decode).
+    out: VecDeque<(Frame, bool)>,
+    /// Corrs whose answers are queued.
+    answered: HashSet<u32>,
     /// Their encoded bytes.
     out_bytes: usize,
     output_bytes_max: usize,
@@ -131,6 +144,7 @@ impl Session {
             welcomed: false,
             at_engine: HashMap::new(),
             out: VecDeque::new(),
+            answered: HashSet::new(),
             out_bytes: 0,
             output_bytes_max: limits.output_bytes_max,
             dropped: 0,
@@ -174,11 +188,29 @@ impl Session {
         !self.abandoned && !self.at_engine.is_empty()
     }
 
-    /// Whether the client left more than `output_bytes_max` of answers
-    /// unread: the server closes the socket now, without writing what is
-    /// queued (there is nothing left to write).
+    /// Whether the session was dropped ([`Session::drop_answers`]): the
+    /// server closes the socket now, without writing (nothing is queued).
     pub fn is_dropped(&self) -> bool {
         self.is_dropped
+    }
+
+    /// Whether more than `output_bytes_max` of answers are queued.
+    pub fn is_over_limit(&self) -> bool {
+        self.out_bytes > self.output_bytes_max
+    }
+
+    /// Drops the session, its client having left more than
+    /// `output_bytes_max` unread for too long: its queued answers are
+    /// freed, those still at the engine dropped as they come (all stay
+    /// owed), and it takes no more input.
+    pub fn drop_answers(&mut self) {
+        self.dropped += self.out.len();
+        self.out = VecDeque::new();
+        self.answered = HashSet::new();
+        self.out_bytes = 0;
+        self.is_dropped = true;
+        self.closing = true;
+        self.abandoned = true;
     }
 
     /// Frames read whose answers have not been written yet (dropped ones
@@ -194,23 +226,23 @@ impl Session {
         !self.closing && self.owed() < self.in_flight_max && self.out_bytes < self.output_bytes_max / 2
     }
 
-    /// Queues an answer, or drops the session if the queue would pass
-    /// `output_bytes_max`.
+    /// Queues the answer to a frame with `frame`'s corr, which stays owed
+    /// until the answer is written.
     fn queue(&mut self, frame: Frame) {
+        if !self.is_dropped {
+            self.answered.insert(frame.corr);
+        }
+        self.enqueue(frame, true);
+    }
+
+    /// Queues an answer (a dropped session drops it).
+    fn enqueue(&mut self, frame: Frame, owed_corr: bool) {
         if self.is_dropped {
             self.dropped += 1;
             return;
         }
         self.out_bytes += encoded_len(&frame);
-        self.out.push_back(frame);
-        if self.out_bytes > self.output_bytes_max {
-            self.dropped += self.out.len();
-            self.out = VecDeque::new();
-            self.out_bytes = 0;
-            self.is_dropped = true;
-            self.closing = true;
-            self.abandoned = true;
-        }
+        self.out.push_back((frame, owed_corr));
     }
 
     /// Whether answers wait for [`Session::write`].
@@ -232,8 +264,19 @@ impl Session {
         };
         let received = match decoded {
             Ok(frame) => self.serve(frame, server),
+            Err(e) if !e.is_fatal() && self.is_welcomed() => {
+                // The frame was read whole: its corr is owed like any other.
+                if self.is_owed(e.corr()) {
+                    self.refuse_unowed(duplicate_corr(e.corr()))
+                } else {
+                    self.queue(e.to_frame());
+                    Received::Answered
+                }
+            }
             Err(e) => {
-                self.queue(e.to_frame());
+                // Not owed by corr: framing is lost (corr 0) or the session
+                // closes.
+                self.enqueue(e.to_frame(), false);
                 // Before WELCOME any error closes the session: a first
                 // frame that does not decode is no HELLO (section 2: the
                 // first frame is HELLO, or the connection ends).
@@ -256,6 +299,9 @@ impl Session {
         let corr = frame.corr;
         if !self.welcomed {
             return self.handshake(frame, server);
+        }
+        if self.is_owed(corr) {
+            return self.refuse_unowed(duplicate_corr(corr));
         }
         let answer = match frame.body {
             Body::Ping { data } => Frame {
@@ -398,21 +444,27 @@ impl Session {
         Received::Answered
     }
 
-    /// Hands `request` to the server for the engine, unless its
-    /// correlation id is there already: that is fatal (the two answers
-    /// could not be told apart).
+    /// Whether `corr`'s answer is still to leave the queue.
+    fn is_owed(&self, corr: u32) -> bool {
+        self.at_engine.contains_key(&corr) || self.answered.contains(&corr)
+    }
+
+    /// Queues a fatal error about a corr already owed (its first answer
+    /// keeps it) and closes.
+    fn refuse_unowed(&mut self, error: Frame) -> Received {
+        self.enqueue(error, false);
+        self.closing = true;
+        Received::Answered
+    }
+
+    /// Hands `request` to the server for the engine (its corr is owed by
+    /// no other frame: `serve` checked).
     fn admit(&mut self, corr: u32, asked: Asked, request: styx_engine::Request) -> Received {
-        match self.at_engine.entry(corr) {
-            Entry::Occupied(_) => self.refuse(error_frame(
-                corr,
-                ErrorCode::DUPLICATE_CORR,
-                &format!("correlation id {corr} is already in flight"),
-            )),
-            Entry::Vacant(v) => {
-                v.insert(asked);
-                Received::Request { corr, request }
-            }
-        }
+        let Entry::Vacant(v) = self.at_engine.entry(corr) else {
+            unreachable!("corr {corr} is owed twice");
+        };
+        v.insert(asked);
+        Received::Request { corr, request }
     }
 
     /// The engine's outcome of request `corr` (`tid` 0 if it never ran:
@@ -445,9 +497,12 @@ impl Session {
     pub fn write(&mut self, buf: &mut Vec<u8>, chunk_bytes: usize) -> usize {
         let mut taken = 0;
         while buf.len() < chunk_bytes
-            && let Some(frame) = self.out.pop_front()
+            && let Some((frame, owed_corr)) = self.out.pop_front()
         {
             self.out_bytes -= encoded_len(&frame);
+            if owed_corr {
+                self.answered.remove(&frame.corr);
+            }
             if let Err(e) = encode(&frame, buf) {
                 // Only an answer over the limits can fail here: say so.
                 encode(&error_frame(frame.corr, ErrorCode::INTERNAL, &e.to_string()), buf)
@@ -467,6 +522,15 @@ impl Session {
         assert!(self.writing >= n, "wrote more answers than were taken");
         self.writing -= n;
     }
+}
+
+/// The fatal answer to a frame reusing `corr` while it is owed.
+fn duplicate_corr(corr: u32) -> Frame {
+    error_frame(
+        corr,
+        ErrorCode::DUPLICATE_CORR,
+        &format!("correlation id {corr} is already awaiting an answer"),
+    )
 }
 
 #[cfg(test)]
@@ -809,6 +873,52 @@ mod tests {
     }
 
     #[test]
+    fn a_corr_is_owed_until_its_answer_is_written() {
+        let server = server();
+        let ping = |corr| Frame {
+            corr,
+            body: Body::Ping { data: 1 },
+        };
+        // Reused once the answer went out: fine.
+        let mut s = welcomed(&server, 16);
+        feed(&mut s, &server, &bytes(&[ping(42)]));
+        assert_eq!(answers(&mut s).len(), 1);
+        let got = feed(&mut s, &server, &bytes(&[deposit(42)]));
+        assert!(matches!(got.as_slice(), [Received::Request { corr: 42, .. }]));
+        s.answer(42, 2, &Outcome::Committed(Payload::encode(&5i64)));
+        // Reused while the answer is queued: fatal, and the first answer
+        // still goes out, before the error.
+        let mut s = welcomed(&server, 16);
+        let got = feed(&mut s, &server, &bytes(&[deposit(43)]));
+        assert!(matches!(got.as_slice(), [Received::Request { corr: 43, .. }]));
+        s.answer(43, 2, &Outcome::Committed(Payload::encode(&5i64)));
+        feed(&mut s, &server, &bytes(&[ping(43)]));
+        assert!(s.is_closing());
+        let out = answers(&mut s);
+        assert!(matches!(out[0].body, Body::Committed { .. }), "{out:?}");
+        assert_eq!((out[1].corr, error_code(&out[1])), (43, ErrorCode::DUPLICATE_CORR));
+        // Taken for the socket, not yet written: the client may have read
+        // it, so the corr is free (its next answer goes out after it).
+        let mut s = welcomed(&server, 16);
+        feed(&mut s, &server, &bytes(&[ping(44)]));
+        let mut buf = Vec::new();
+        assert_eq!(s.write(&mut buf, usize::MAX), 1);
+        feed(&mut s, &server, &bytes(&[ping(44)]));
+        assert!(!s.is_closing());
+        s.written(1);
+        assert_eq!(answers(&mut s).len(), 1);
+        // A frame that does not decode but whose corr is readable is owed
+        // by it too: reusing a corr at the engine is fatal there as well.
+        let mut s = welcomed(&server, 16);
+        feed(&mut s, &server, &bytes(&[deposit(45)]));
+        let mut bad = bytes(&[ping(45)]);
+        bad[5] = 0x7f; // an unknown frame type
+        feed(&mut s, &server, &bad);
+        assert!(s.is_closing());
+        assert_eq!(error_code(&answers(&mut s)[0]), ErrorCode::DUPLICATE_CORR);
+    }
+
+    #[test]
     fn a_session_owing_in_flight_max_answers_takes_no_input() {
         let server = server();
         let mut s = welcomed(&server, 2);
@@ -869,13 +979,17 @@ mod tests {
         assert_eq!(s.write(&mut buf, 1), 1);
         s.written(1);
         assert!(s.wants_input(), "below half again");
-        // Past the bound: dropped, nothing left to write, the answers still
-        // at the engine dropped as they come; every frame still owed.
-        while !s.is_dropped() {
+        // Past the bound: the server's to decide (it gives the client a
+        // while to read); dropped, nothing is left to write and the answers
+        // still at the engine are dropped as they come; every frame stays
+        // owed.
+        while !s.is_over_limit() {
             s.answer(10 + answered, 1, &big);
             answered += 1;
         }
-        assert!(s.is_closing() && !s.wants_input() && !s.has_output() && !s.awaits_engine());
+        assert!(!s.is_dropped() && !s.wants_input() && s.has_output());
+        s.drop_answers();
+        assert!(s.is_dropped() && s.is_closing() && !s.wants_input() && !s.has_output() && !s.awaits_engine());
         assert_eq!(s.owed(), 9, "ten read, one written");
         s.answer(10 + answered, 1, &big);
         assert_eq!(s.owed(), 9);

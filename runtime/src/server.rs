@@ -27,7 +27,7 @@ use crate::Frontend;
 use crate::metrics::{Metrics, ShardMetrics};
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::{TcpListener, TcpStream};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -47,6 +47,12 @@ const WRITE_CHUNK_BYTES: usize = 64 << 10;
 /// A connection that has not completed its HELLO this long after it was
 /// accepted is closed (however the bytes trickle in).
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection with more than `output_bytes_max` of answers queued for
+/// this long, whose socket took less than `output_bytes_max` meanwhile, is
+/// dropped: its answers are freed and it is closed (`Stall`).
+pub const OUTPUT_STALL: Duration = Duration::from_secs(10);
+/// A shard warns of dropped connections at most this often.
+const DROP_WARN_INTERVAL: Duration = Duration::from_secs(10);
 /// After a failed accept (out of file descriptors, say) a listener waits
 /// this long before the next: the failure usually lasts, and retrying at
 /// once would spin a core.
@@ -236,6 +242,10 @@ struct Conn {
     session: Session,
     writer: Option<Waker>,
     reader: Option<Waker>,
+    /// The writer and the reader while they wait on their socket: woken
+    /// only once the session is over `output_bytes_max` or dropped, so
+    /// answers that come meanwhile do not disturb them.
+    on_drop: [Option<Waker>; 2],
 }
 
 impl Conn {
@@ -244,6 +254,7 @@ impl Conn {
             session: Session::new(limits),
             writer: None,
             reader: None,
+            on_drop: [None, None],
         }
     }
 
@@ -259,13 +270,18 @@ impl Conn {
         }
     }
 
-    /// Says an answer was queued: the writer has work, and if the answer
-    /// dropped the session (its client left too many bytes unread) the
-    /// reader ends too.
+    /// Says an answer was queued: the writer has work, and if the queue is
+    /// past `output_bytes_max` the writer's stall watch starts.
     fn answered(&mut self) {
         self.wake_writer();
-        if self.session.is_dropped() {
-            self.wake_reader();
+        if self.session.is_over_limit() || self.session.is_dropped() {
+            self.wake_watches();
+        }
+    }
+
+    fn wake_watches(&mut self) {
+        for w in self.on_drop.iter_mut().filter_map(Option::take) {
+            w.wake();
         }
     }
 
@@ -513,7 +529,13 @@ async fn refuse(mut stream: TcpStream) {
 /// Runs one connection until it closes.
 async fn serve(id: u64, stream: TcpStream, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>, m: Arc<ShardMetrics>) {
     let (reader, writer) = futures_lite::io::split(stream);
-    let write_task = glommio::spawn_local(write_loop(id, writer, hub.clone(), m.clone()));
+    let write_task = glommio::spawn_local(write_loop(
+        id,
+        writer,
+        hub.clone(),
+        m.clone(),
+        shared.limits.output_bytes_max,
+    ));
     read_loop(id, reader, &hub, &shared, &m).await;
     if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
         c.close();
@@ -560,7 +582,7 @@ async fn read_loop(
             // A session dropped while the read waits ends it (the client
             // may never send again).
             let dropped = async {
-                until_dropped(hub, id, |c| &mut c.reader).await;
+                until(hub, id, 1, Session::is_dropped).await;
                 Err(std::io::Error::other("the session was dropped"))
             };
             let read = if welcomed {
@@ -605,7 +627,7 @@ async fn read_loop(
                 metrics.frames_owed.fetch_sub(1, Relaxed);
                 continue;
             }
-            Received::Answered => c.wake_writer(),
+            Received::Answered => c.answered(),
             Received::Request { corr, request } => {
                 h.inbox.push_back(Inbound {
                     conn: id,
@@ -618,7 +640,7 @@ async fn read_loop(
             }
         }
         if c.session.is_closing() {
-            c.wake_writer();
+            c.answered();
             return;
         }
     }
@@ -650,8 +672,14 @@ async fn write_loop(
     mut writer: futures_lite::io::WriteHalf<TcpStream>,
     hub: Rc<RefCell<Hub>>,
     metrics: Arc<ShardMetrics>,
+    output_bytes_max: usize,
 ) {
     let mut buf = Vec::with_capacity(WRITE_CHUNK_BYTES);
+    let stall = Stall {
+        limit: output_bytes_max as u64,
+        written: Cell::new(0),
+        window: Cell::new(None),
+    };
     loop {
         // The answers taken stay owed (and the reader held back) until the
         // socket has taken their bytes.
@@ -662,6 +690,10 @@ async fn write_loop(
             };
             buf.clear();
             let taken = c.session.write(&mut buf, WRITE_CHUNK_BYTES);
+            if !c.session.is_over_limit() {
+                // The queue only shrinks here: under the limit again.
+                stall.window.set(None);
+            }
             // A closing session still writes the answers of the requests
             // at the engine (a client that half-closed reads them).
             if taken > 0 || (c.session.is_closing() && !c.session.awaits_engine()) || c.session.is_dropped() {
@@ -675,19 +707,15 @@ async fn write_loop(
         if taken == 0 {
             break;
         }
-        // A client that does not read blocks this write: a session dropped
-        // meanwhile ends it.
+        // A client that does not read blocks this write; see `Stall`.
         let write = async {
             let written = writer.write_all(&buf).await.is_ok() && writer.flush().await.is_ok();
             Some(written)
         };
-        let dropped = async {
-            until_dropped(&hub, id, |c| &mut c.writer).await;
-            None
-        };
-        if futures_lite::future::or(write, dropped).await != Some(true) {
+        if futures_lite::future::or(write, stall.watch(&hub, id)).await != Some(true) {
             break;
         }
+        stall.written.set(stall.written.get() + buf.len() as u64);
         if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
             c.session.written(taken);
             metrics.frames_owed.fetch_sub(taken as u64, Relaxed);
@@ -701,12 +729,17 @@ async fn write_loop(
     let dropped = hub.borrow().conns.get(&id).is_some_and(|c| c.session.is_dropped());
     if dropped {
         // Nothing is written to it again: closing would flush into a
-        // socket its client does not read. The socket closes (reset, its
-        // input unread) once the reader ends too.
+        // socket its client does not read. The socket closes once the
+        // reader ends too.
         metrics.connections_dropped.fetch_add(1, Relaxed);
-        tracing::warn!(
-            "a client left more than output_bytes_max of answers unread: its connection is closed, its answers dropped"
-        );
+        thread_local!(static WARNED: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) });
+        if WARNED.get().is_none_or(|t| t.elapsed() >= DROP_WARN_INTERVAL) {
+            WARNED.set(Some(std::time::Instant::now()));
+            tracing::warn!(
+                stall_s = OUTPUT_STALL.as_secs(),
+                "a client left more than output_bytes_max of answers queued and read less than that in the stall: its connection is closed, its answers dropped (styx_connections_dropped_total counts them)"
+            );
+        }
     } else {
         let _ = writer.close().await;
     }
@@ -716,14 +749,73 @@ async fn write_loop(
     }
 }
 
-/// Resolves once connection `id`'s session is dropped (or the connection
-/// is gone), waiting in the waker slot `slot` picks.
-async fn until_dropped(hub: &Rc<RefCell<Hub>>, id: u64, slot: fn(&mut Conn) -> &mut Option<Waker>) {
+/// A connection's watch for a client that leaves its answers unread. Once
+/// its queue is past `output_bytes_max` a window of `OUTPUT_STALL` opens;
+/// if the queue is still past it at the window's end and the socket took
+/// less than `output_bytes_max` meanwhile, the client is not reading (a
+/// socket whose peer reads nothing still takes a trickle, as the kernel
+/// compacts its buffers, so "no write finished" would never be seen) and
+/// the session is dropped. A client that reads — at `output_bytes_max` per
+/// `OUTPUT_STALL`, 6.4 MB/s by default — is never cut off, however large
+/// its burst of answers.
+struct Stall {
+    limit: u64,
+    /// Bytes the socket took so far.
+    written: Cell<u64>,
+    /// The window open: since when, and `written` then.
+    window: Cell<Option<(std::time::Instant, u64)>>,
+}
+
+impl Stall {
+    /// Resolves (`None`) once the session is dropped, by this watch or
+    /// otherwise; pending while the client keeps up.
+    async fn watch(&self, hub: &Rc<RefCell<Hub>>, id: u64) -> Option<bool> {
+        loop {
+            let (since, written) = match self.window.get() {
+                Some(w) => w,
+                None => {
+                    until(hub, id, 0, |s| s.is_over_limit() || s.is_dropped()).await;
+                    if !hub.borrow().conns.get(&id).is_some_and(|c| c.session.is_over_limit()) {
+                        return None;
+                    }
+                    let w = (std::time::Instant::now(), self.written.get());
+                    self.window.set(Some(w));
+                    w
+                }
+            };
+            glommio::timer::sleep((since + OUTPUT_STALL).saturating_duration_since(std::time::Instant::now())).await;
+            let mut h = hub.borrow_mut();
+            let c = h.conns.get_mut(&id)?;
+            if c.session.is_dropped() {
+                return None;
+            }
+            if !c.session.is_over_limit() {
+                self.window.set(None);
+            } else if self.written.get() - written < self.limit {
+                c.session.drop_answers();
+                c.wake_watches();
+                c.wake_reader();
+                return None;
+            } else {
+                // It reads, if slowly: a new window.
+                self.window.set(Some((std::time::Instant::now(), self.written.get())));
+            }
+        }
+    }
+}
+
+/// Resolves once connection `id`'s session is as `ready` says (or the
+/// connection is gone), waiting in `Conn::on_drop[slot]` (0: the writer,
+/// 1: the reader), which `Conn::answered` wakes once the session is over
+/// `output_bytes_max` or dropped.
+async fn until(hub: &Rc<RefCell<Hub>>, id: u64, slot: usize, ready: fn(&Session) -> bool) {
     futures_lite::future::poll_fn(|cx| {
         let mut h = hub.borrow_mut();
         match h.conns.get_mut(&id) {
-            Some(c) if !c.session.is_dropped() => {
-                *slot(c) = Some(cx.waker().clone());
+            Some(c) if !ready(&c.session) => {
+                if !c.on_drop[slot].as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    c.on_drop[slot] = Some(cx.waker().clone());
+                }
                 Poll::Pending
             }
             _ => Poll::Ready(()),

@@ -610,6 +610,28 @@ fn a_shard_the_machine_did_not_run_warns_that_it_woke_late() {
     );
 }
 
+/// 1 000 pages of whole partitions (~3 000 accounts, ~75 KB each): ~75 MB
+/// of answers, pipelined on one connection.
+fn scans(n: u32) -> Vec<u8> {
+    let mut wire = Vec::new();
+    for i in 0..n {
+        let f = Frame {
+            corr: 100 + i,
+            body: Body::Request(styx_net::Request {
+                client: 0,
+                seq: 0,
+                ack: 0,
+                operator: "account".into(),
+                function: styx_engine::SCAN_FUNCTION.into(),
+                target: styx_engine::Address::Partition(i % 64),
+                args: Payload::encode(&(None::<Vec<u8>>, styx_engine::SCAN_LIMIT_MAX)),
+            }),
+        };
+        styx_net::encode(&f, &mut wire).unwrap();
+    }
+    wire
+}
+
 #[test]
 fn a_client_that_leaves_too_many_answers_unread_is_closed_alone() {
     let dir = data_dir("harden-output-bytes");
@@ -630,29 +652,21 @@ fn a_client_that_leaves_too_many_answers_unread_is_closed_alone() {
             &bound.to_string(),
         ],
     );
-    // Every partition's first page (~3 000 accounts, tens of KB each),
-    // 1 000 asked at once (tens of MB of answers) and none read.
-    let mut hog = d.connect();
     let n = 1_000u32;
-    let mut wire = Vec::new();
-    for i in 0..n {
-        let f = Frame {
-            corr: 100 + i,
-            body: Body::Request(styx_net::Request {
-                client: 0,
-                seq: 0,
-                ack: 0,
-                operator: "account".into(),
-                function: styx_engine::SCAN_FUNCTION.into(),
-                target: styx_engine::Address::Partition(i % 64),
-                args: Payload::encode(&(None::<Vec<u8>>, styx_engine::SCAN_LIMIT_MAX)),
-            }),
-        };
-        styx_net::encode(&f, &mut wire).unwrap();
+    // A client that reads is never cut off, though its answers come in
+    // bursts of tens of MB, far past the bound.
+    let mut reader = d.connect();
+    reader.stream.write_all(&scans(n)).unwrap();
+    for _ in 0..n {
+        let f = reader.recv().expect("every answer, to a client that reads");
+        assert!(matches!(f.body, Body::Committed { .. }), "{f:?}");
     }
-    hog.stream.write_all(&wire).unwrap();
-    std::thread::sleep(Duration::from_millis(500));
-    // The daemon closed it: what it wrote before (if anything) then the end.
+    // One that reads nothing is dropped once its answers were past the
+    // bound for `OUTPUT_STALL` with its socket taking (next to) nothing.
+    let mut hog = d.connect();
+    hog.stream.write_all(&scans(n)).unwrap();
+    std::thread::sleep(styx_runtime::server::OUTPUT_STALL + Duration::from_secs(3));
+    // What the kernel had taken before, then the end.
     let mut answered = 0;
     while let Some(f) = hog.recv() {
         assert!(matches!(f.body, Body::Committed { .. }), "{f:?}");
