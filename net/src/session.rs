@@ -25,15 +25,16 @@
 //! - Answers are bounded by bytes too: with half of `output_bytes_max`
 //!   queued the session takes no input. Past `output_bytes_max`
 //!   ([`Session::is_over_limit`]) the server gives the client a while to
-//!   read (a burst of large answers is no fault); if its socket takes
-//!   nothing meanwhile, the server drops the session
+//!   read (a burst of large answers is no fault); if it reads less than
+//!   `output_bytes_max` meanwhile, the server drops the session
 //!   ([`Session::drop_answers`]): its queued answers are freed, those
-//!   still at the engine are dropped as they come, and the server resets
+//!   still at the engine are dropped as they come, and the server closes
 //!   the connection without writing more. Answers dropped stay owed, like
 //!   those a stopped engine abandons, until the server forgets the session.
 //! - A correlation id is owed at most once at a time: a frame reusing the
 //!   corr of one whose answer has not left the queue (at the engine, or
-//!   queued) is the fatal `DUPLICATE_CORR`, so no corr is answered twice.
+//!   queued) is the fatal `DUPLICATE_CORR` (with corr 0: it answers no one
+//!   frame), so no corr is answered twice.
 //!   Once [`Session::write`] took the answer its corr is free: the client
 //!   may have read it already, and a new answer with it can only go out
 //!   after the old one.
@@ -524,10 +525,13 @@ impl Session {
     }
 }
 
-/// The fatal answer to a frame reusing `corr` while it is owed.
+/// The fatal answer to a frame reusing `corr` while it is owed: with corr
+/// 0, as it answers the connection, not a frame — with `corr`, a client
+/// would take it for the answer to the first frame, which may still
+/// commit.
 fn duplicate_corr(corr: u32) -> Frame {
     error_frame(
-        corr,
+        0,
         ErrorCode::DUPLICATE_CORR,
         &format!("correlation id {corr} is already awaiting an answer"),
     )
@@ -896,7 +900,7 @@ mod tests {
         assert!(s.is_closing());
         let out = answers(&mut s);
         assert!(matches!(out[0].body, Body::Committed { .. }), "{out:?}");
-        assert_eq!((out[1].corr, error_code(&out[1])), (43, ErrorCode::DUPLICATE_CORR));
+        assert_eq!((out[1].corr, error_code(&out[1])), (0, ErrorCode::DUPLICATE_CORR));
         // Taken for the socket, not yet written: the client may have read
         // it, so the corr is free (its next answer goes out after it).
         let mut s = welcomed(&server, 16);

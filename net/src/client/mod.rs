@@ -278,7 +278,7 @@ impl Client {
     /// The current connection, connecting if there is none (retrying within
     /// the deadline). For its WELCOME, limits and counters.
     pub async fn connection(&self) -> Result<Connection, Error> {
-        self.retrying(true, |conn| async move { Ok(conn) }).await
+        self.retrying(Retry::Read, |conn| async move { Ok(conn) }).await
     }
 
     /// Calls the entity function `operator.function` on `key` with encoded
@@ -329,7 +329,7 @@ impl Client {
         };
         // Client 0 is not deduplicated: a resend could run it twice.
         let resend = inner.id != 0;
-        self.retrying(resend, |conn| {
+        self.retrying(if resend { Retry::Request } else { Retry::Once }, |conn| {
             let request = Request {
                 ack: inner.ack(),
                 ..request.clone()
@@ -394,7 +394,7 @@ impl Client {
     /// whose outcome this client had when it was sent.
     pub async fn get(&self, operator: &str, key: impl Into<Key>) -> Result<Option<Vec<u8>>, Error> {
         let key = key.into();
-        self.retrying(true, |conn| {
+        self.retrying(Retry::Read, |conn| {
             let key = key.clone();
             async move { conn.get(operator, key).await }
         })
@@ -403,22 +403,25 @@ impl Client {
 
     /// The engine's status.
     pub async fn status(&self) -> Result<Status, Error> {
-        self.retrying(true, |conn| async move { conn.status().await }).await
+        self.retrying(Retry::Read, |conn| async move { conn.status().await })
+            .await
     }
 
     /// Which partitions moved off the default rule (see [`Connection::placement`]).
     pub async fn placement(&self) -> Result<crate::frame::Placement, Error> {
-        self.retrying(true, |conn| async move { conn.placement().await }).await
+        self.retrying(Retry::Read, |conn| async move { conn.placement().await })
+            .await
     }
 
     /// Where the engine's shards and partitions are (see [`Connection::map`]).
     pub async fn map(&self) -> Result<crate::frame::Map, Error> {
-        self.retrying(true, |conn| async move { conn.map().await }).await
+        self.retrying(Retry::Read, |conn| async move { conn.map().await }).await
     }
 
     /// A round trip to the server.
     pub async fn ping(&self) -> Result<Duration, Error> {
-        self.retrying(true, |conn| async move { conn.ping().await }).await
+        self.retrying(Retry::Read, |conn| async move { conn.ping().await })
+            .await
     }
 
     /// Runs `attempt` on a live connection until it returns something other
@@ -431,12 +434,13 @@ impl Client {
     /// connection silent throughout (no answer to anything) forgets that
     /// connection, so the next call connects again instead of waiting on a
     /// server that is gone without a word (a host lost, a network cut).
-    async fn retrying<T, F, Fut>(&self, resend: bool, mut attempt: F) -> Result<T, Error>
+    async fn retrying<T, F, Fut>(&self, retry: Retry, mut attempt: F) -> Result<T, Error>
     where
         F: FnMut(Connection) -> Fut,
         Fut: Future<Output = Result<T, Error>>,
     {
         let inner = &*self.inner;
+        let resend = retry != Retry::Once;
         let last = RefCell::new(None::<Error>);
         let sent = Cell::new(false);
         // The first attempt lost with its frame perhaps sent.
@@ -461,19 +465,26 @@ impl Client {
                     Err(e) => return Err(Self::after_lost(&lost, e)),
                 };
                 sent.set(true);
-                *attempted.borrow_mut() = Some((conn.clone(), conn.stats().answers));
+                if !attempted.borrow().as_ref().is_some_and(|(c, _)| c.same(&conn)) {
+                    // Its answers when this deadline first used it.
+                    attempted.replace(Some((conn.clone(), conn.stats().answers)));
+                }
                 match attempt(conn.clone()).await {
                     Err(e @ Error::ConnectionLost { .. }) if resend => {
                         inner.forget(&conn);
-                        lost.get_or_insert_with(|| e.to_string());
+                        if retry == Retry::Request {
+                            lost.get_or_insert_with(|| e.to_string());
+                        }
                         pause(e).await;
                     }
                     Err(Error::Server { code, message })
                         if code == ErrorCode::OVERLOADED || code == ErrorCode::SHUTTING_DOWN =>
                     {
                         if code == ErrorCode::SHUTTING_DOWN {
-                            // A draining server: retry on a new connection.
+                            // A draining server: retry elsewhere (the next
+                            // address, if there are several).
                             inner.forget(&conn);
+                            inner.next_addr.set(inner.next_addr.get().wrapping_add(1));
                         }
                         pause(Error::Server { code, message }).await;
                     }
@@ -498,6 +509,17 @@ impl Client {
             }
         }
     }
+}
+
+/// What `Client::retrying` resends after a lost connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Retry {
+    /// An exactly-once request (same client id and seq).
+    Request,
+    /// A read or a control frame: safe to send again.
+    Read,
+    /// Nothing (a request of client 0, which is not deduplicated).
+    Once,
 }
 
 impl Client {

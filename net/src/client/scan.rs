@@ -7,7 +7,7 @@
 //! carry client id 0: a scan writes nothing, so running one twice is
 //! harmless and nothing needs remembering.
 
-use super::{Client, Connection, Error, Outcome};
+use super::{Client, Connection, Error, Outcome, Retry};
 use crate::frame::Request;
 use styx_engine::{Address, Key, Payload, SCAN_FUNCTION, SCAN_LIMIT_MAX};
 
@@ -101,7 +101,7 @@ impl Client {
     ) -> Result<Page, Error> {
         let request = scan_request(operator, partition, after, limit);
         let outcome = self
-            .retrying(true, |conn| {
+            .retrying(Retry::Read, |conn| {
                 let request = request.clone();
                 async move { conn.request(request).await }
             })
