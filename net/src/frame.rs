@@ -422,9 +422,9 @@ impl Map {
         if let Some(l) = &self.placed {
             return l.node_of.get(usize::from(shard)).map(|n| usize::from(*n));
         }
-        self.nodes
-            .iter()
-            .position(|n| (n.first_shard..n.first_shard + n.shards).contains(&shard))
+        self.nodes.iter().position(|n| {
+            (u32::from(n.first_shard)..u32::from(n.first_shard) + u32::from(n.shards)).contains(&u32::from(shard))
+        })
     }
 
     /// The shard that owns `key` of `operator`, if the map knows the operator.
@@ -447,7 +447,10 @@ impl Map {
             if n.first_shard != next || n.shards == 0 {
                 return false;
             }
-            next = next.saturating_add(n.shards);
+            let Some(end) = next.checked_add(n.shards) else {
+                return false;
+            };
+            next = end;
         }
         next == self.shards
             && usize::from(self.node) < self.nodes.len()
@@ -463,6 +466,22 @@ pub fn abort_kind_on_wire(kind: AbortKind) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_ranges_that_overflow_are_inconsistent() {
+        let node = |first_shard, shards| MapNode {
+            first_shard,
+            shards,
+            client: "a:1".into(),
+        };
+        let mut map = Map::single(2, "a:1".into(), vec![]);
+        assert!(map.is_consistent());
+        // 0..65535 then 65535..65536: past u16, not a tiling of 65535.
+        map.shards = u16::MAX;
+        map.nodes = vec![node(0, u16::MAX), node(u16::MAX, 1)];
+        assert!(!map.is_consistent());
+        assert_eq!(map.node_of_shard(u16::MAX), Some(1), "no overflow either way");
+    }
 
     #[test]
     fn types_roundtrip_and_split_by_direction() {

@@ -29,8 +29,26 @@ fn scan_request(operator: &str, partition: u32, after: Option<&Key>, limit: u32)
     }
 }
 
-fn page_of(outcome: Outcome) -> Result<Page, Error> {
+/// The page a scan starting after `after` answered. A page that says more
+/// follow but holds nothing, or whose keys are not in order after
+/// `after`, is the server's error: a dump following it would stop short
+/// or never end.
+fn page_of(outcome: Outcome, after: Option<&Key>) -> Result<Page, Error> {
     let (rows, more) = outcome.decode::<(Vec<(Vec<u8>, Vec<u8>)>, bool)>()?;
+    if more && rows.is_empty() {
+        return Err(Error::Protocol {
+            reason: "a scan page says more entities follow but holds none".into(),
+        });
+    }
+    let mut last = after.map(Key::as_bytes);
+    for (key, _) in &rows {
+        if last.is_some_and(|l| key.as_slice() <= l) {
+            return Err(Error::Protocol {
+                reason: "a scan page's keys are not in order after the key it started from".into(),
+            });
+        }
+        last = Some(key);
+    }
     let rows = rows.into_iter().map(|(k, v)| (Key::from_bytes(&k), v)).collect();
     Ok((rows, more))
 }
@@ -46,7 +64,10 @@ impl Connection {
         after: Option<&Key>,
         limit: u32,
     ) -> Result<Page, Error> {
-        page_of(self.request(scan_request(operator, partition, after, limit)).await?)
+        page_of(
+            self.request(scan_request(operator, partition, after, limit)).await?,
+            after,
+        )
     }
 
     /// Every entity of one partition, page by page, in key order.
@@ -55,10 +76,9 @@ impl Connection {
         loop {
             let after = all.last().map(|(k, _)| k);
             let (rows, more) = self.scan_partition(operator, partition, after, SCAN_LIMIT_MAX).await?;
-            let progressed = !rows.is_empty();
             all.extend(rows);
-            // A server that says "more" must give at least one entity.
-            if !more || !progressed {
+            // A page that says "more" holds an entity (`page_of`).
+            if !more {
                 return Ok(all);
             }
         }
@@ -106,7 +126,7 @@ impl Client {
                 async move { conn.request(request).await }
             })
             .await?;
-        page_of(outcome)
+        page_of(outcome, after)
     }
 
     /// [`Connection::dump`] with the client's retries, one page at a time.
@@ -117,13 +137,45 @@ impl Client {
             loop {
                 let after = (all.len() > start).then(|| &all[all.len() - 1].0);
                 let (rows, more) = self.scan_partition(operator, p, after, SCAN_LIMIT_MAX).await?;
-                let progressed = !rows.is_empty();
                 all.extend(rows);
-                if !more || !progressed {
+                if !more {
                     break;
                 }
             }
         }
         Ok(all)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(keys: &[u64], more: bool) -> Outcome {
+        let rows: Vec<(Vec<u8>, Vec<u8>)> = keys
+            .iter()
+            .map(|k| (Key::from(*k).as_bytes().to_vec(), vec![1]))
+            .collect();
+        Outcome::Committed {
+            tid: 1,
+            result: Payload::encode(&(rows, more)),
+        }
+    }
+
+    #[test]
+    fn a_page_that_cannot_be_followed_is_a_protocol_error() {
+        let (rows, more) = page_of(page(&[3, 4], true), Some(&Key::from(2u64))).unwrap();
+        assert_eq!((rows.len(), more), (2, true));
+        assert_eq!(page_of(page(&[], false), None).unwrap().0.len(), 0);
+        for (keys, more, after) in [
+            (&[][..], true, None),           // "more", and nothing
+            (&[3, 3][..], false, None),      // a key twice
+            (&[5, 4][..], false, None),      // out of order
+            (&[2, 3][..], true, Some(2u64)), // not after its start
+        ] {
+            let after = after.map(Key::from);
+            let e = page_of(page(keys, more), after.as_ref()).unwrap_err();
+            assert!(matches!(e, Error::Protocol { .. }), "{keys:?} {more}: {e}");
+        }
     }
 }
