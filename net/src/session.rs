@@ -228,19 +228,20 @@ impl Session {
     }
 
     /// Queues the answer to a frame with `frame`'s corr, which stays owed
-    /// until the answer is written.
+    /// until [`Session::write`] takes the answer.
     fn queue(&mut self, frame: Frame) {
-        if !self.is_dropped {
-            self.answered.insert(frame.corr);
-        }
         self.enqueue(frame, true);
     }
 
-    /// Queues an answer (a dropped session drops it).
+    /// Queues an answer, its corr owed if `owed_corr` (a dropped session
+    /// drops it).
     fn enqueue(&mut self, frame: Frame, owed_corr: bool) {
         if self.is_dropped {
             self.dropped += 1;
             return;
+        }
+        if owed_corr {
+            self.answered.insert(frame.corr);
         }
         self.out_bytes += encoded_len(&frame);
         self.out.push_back((frame, owed_corr));

@@ -732,9 +732,9 @@ async fn write_loop(
         // socket its client does not read. The socket closes once the
         // reader ends too.
         metrics.connections_dropped.fetch_add(1, Relaxed);
-        thread_local!(static WARNED: std::cell::Cell<Option<std::time::Instant>> = const { std::cell::Cell::new(None) });
+        thread_local!(static WARNED: Cell<Option<Instant>> = const { Cell::new(None) });
         if WARNED.get().is_none_or(|t| t.elapsed() >= DROP_WARN_INTERVAL) {
-            WARNED.set(Some(std::time::Instant::now()));
+            WARNED.set(Some(Instant::now()));
             tracing::warn!(
                 stall_s = OUTPUT_STALL.as_secs(),
                 "a client left more than output_bytes_max of answers queued and read less than that in the stall: its connection is closed, its answers dropped (styx_connections_dropped_total counts them)"
@@ -763,7 +763,7 @@ struct Stall {
     /// Bytes the socket took so far.
     written: Cell<u64>,
     /// The window open: since when, and `written` then.
-    window: Cell<Option<(std::time::Instant, u64)>>,
+    window: Cell<Option<(Instant, u64)>>,
 }
 
 impl Stall {
@@ -778,12 +778,12 @@ impl Stall {
                     if !hub.borrow().conns.get(&id).is_some_and(|c| c.session.is_over_limit()) {
                         return None;
                     }
-                    let w = (std::time::Instant::now(), self.written.get());
+                    let w = (Instant::now(), self.written.get());
                     self.window.set(Some(w));
                     w
                 }
             };
-            glommio::timer::sleep((since + OUTPUT_STALL).saturating_duration_since(std::time::Instant::now())).await;
+            glommio::timer::sleep((since + OUTPUT_STALL).saturating_duration_since(Instant::now())).await;
             let mut h = hub.borrow_mut();
             let c = h.conns.get_mut(&id)?;
             if c.session.is_dropped() {
@@ -798,7 +798,7 @@ impl Stall {
                 return None;
             } else {
                 // It reads, if slowly: a new window.
-                self.window.set(Some((std::time::Instant::now(), self.written.get())));
+                self.window.set(Some((Instant::now(), self.written.get())));
             }
         }
     }

@@ -445,7 +445,8 @@ impl Client {
         let sent = Cell::new(false);
         // The first attempt lost with its frame perhaps sent.
         let mut lost = None::<String>;
-        // The last attempt's connection and its answers when it began.
+        // The attempts' connection and its answers when this deadline first
+        // used it.
         let attempted = RefCell::new(None::<(Connection, u64)>);
         let work = async {
             let mut backoff = inner.options.backoff_min;
