@@ -75,7 +75,7 @@ pub use message::{Invoke, Message, Parent, Phase, Reply as CallReply, flags};
 pub use partition_map::{MOVE_FUNCTION, MOVE_FUNCTION_INDEX, Move, MoveShare, PartitionMap};
 pub use schema::{Field, FunctionSchema, OperatorSchema, Schema, Signature, TypeDef, Types, Variant, WireType};
 pub use serial::Serial;
-pub use shard::{CLIENTS_MAX, Handoff, OUTCOMES_PER_CLIENT_MAX, Outputs, Shard, Stage, Stats, client_home};
+pub use shard::{CLIENTS_MAX, Checkpoint, Handoff, OUTCOMES_PER_CLIENT_MAX, Outputs, Shard, Stage, Stats, client_home};
 pub use styx_macros::{Decode, Encode, entity, functions};
 pub use typed::{Entity, EntityRef, Functions, Invoker, TypedRequest, missing_entity};
 pub use value::{Load, Scratch, Store, VALUE_INLINE_MAX, Value};

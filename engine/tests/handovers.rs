@@ -857,3 +857,129 @@ fn recovery_paces_a_snapshots_queued_moves_as_logged() {
         "none of {recoveries} recoveries restored a snapshot with queued moves"
     );
 }
+
+/// A checkpoint at a handover (`Shard::checkpoint` of every shard stopped
+/// there, `Handoff::checkpoint` of those that leave: the same) restores
+/// each shard as it stopped: the same entities, epoch, layout and map,
+/// and shards restored from them all go on exactly as the live ones do —
+/// the runtime writes these files so that recovery never replays across a
+/// handover.
+#[test]
+fn a_checkpoint_at_a_handover_restores_every_shard_as_it_stopped() {
+    use styx_engine::recovery::{self, ShardStart};
+    let app = bank(PARTITIONS);
+    let sorted = |mut e: Vec<(OpId, styx_engine::Key, styx_engine::Value)>| {
+        e.sort_by(|a, b| (a.0, &a.1).cmp(&(b.0, &b.1)));
+        e
+    };
+    let run = |restore: bool| {
+        let mut config = test_config(8);
+        config.pause_at_handover = true;
+        config.snapshot_interval_us = 400;
+        let mut sim = Sim::new(app.clone(), config.clone(), 4, 21);
+        sim.set_layout(Layout::contiguous(&NODES));
+        sim.set_auto_hand_over(false);
+        for (op, k, v) in &accounts(ACCOUNTS, START_BALANCE) {
+            sim.load(*op, k, Some(v.clone()));
+        }
+        let mut rng = Rng::new(8);
+        let mut submit = |sim: &mut Sim, from: u64, n: u64| {
+            for token in from..from + n {
+                let d = rng.below(ACCOUNTS);
+                let t = transfer(&app, d, (d + 1 + rng.below(ACCOUNTS - 1)) % ACCOUNTS, 1);
+                let t = if token % 3 == 0 {
+                    with_client(t, token % 5, token)
+                } else {
+                    t
+                };
+                sim.submit((token % 4) as ShardId, token, t).unwrap();
+            }
+        };
+        submit(&mut sim, 0, 80);
+        sim.run();
+        // Shard 1 goes to the spare, shard 2 to node 0.
+        sim.submit(0, 500, hand(1, 2)).unwrap();
+        sim.submit(3, 501, hand(2, 0)).unwrap();
+        for _ in 0..20_000 {
+            if (0..4).all(|s| sim.shard(s).is_departing()) {
+                break;
+            }
+            sim.step();
+        }
+        assert!((0..4).all(|s| sim.shard(s).is_departing()), "every shard stopped");
+        let epoch = sim.shard(0).epoch();
+        let layout = sim.shard(0).layout().clone();
+        assert_eq!((layout.node_of(1), layout.node_of(2)), (2, 0), "both handovers decided");
+        for s in 0..4 {
+            let live = sim.shard(s);
+            let cp = live.checkpoint();
+            assert_eq!((cp.shard, cp.epoch), (s, epoch));
+            let mut entities = Vec::new();
+            live.for_each_entity(|op, k, v| entities.push((op, k.clone(), v.clone())));
+            assert_eq!(sorted(cp.entities.clone()), sorted(entities.clone()), "shard {s}");
+            let mut restored = Shard::new(app.clone(), config.clone(), s, 4);
+            let start = ShardStart {
+                shard: s,
+                snapshot: Some(epoch),
+                relog: Vec::new(),
+                replay: Vec::new(),
+            };
+            recovery::apply(start, &mut restored, |sink| {
+                for (op, k, v) in cp.entities.clone() {
+                    sink(op, k, v);
+                }
+                Ok::<_, String>(cp.meta.clone())
+            })
+            .unwrap();
+            let mut back = Vec::new();
+            restored.for_each_entity(|op, k, v| back.push((op, k.clone(), v.clone())));
+            assert_eq!(sorted(back), sorted(entities), "shard {s} restored");
+            assert_eq!(restored.epoch(), epoch);
+            assert_eq!(restored.layout(), &layout, "shard {s}: the layout after the handover");
+            assert_eq!(restored.partition_map(), live.partition_map());
+            let moves = sim.node_of(s) != layout.node_of(s);
+            if restore {
+                let h = sim.shard_mut(s).hand_off();
+                if moves {
+                    let h = Handoff::decode(&h.encode(), &app).unwrap();
+                    let from_handoff = h.checkpoint();
+                    assert_eq!(from_handoff.meta, cp.meta, "shard {s}: the same machine state");
+                    assert_eq!(sorted(from_handoff.entities), sorted(cp.entities.clone()));
+                }
+                sim.replace_shard(restored);
+            } else if moves {
+                let h = sim.shard_mut(s).hand_off();
+                let h = Handoff::decode(&h.encode(), &app).unwrap();
+                sim.replace_shard(Shard::take_over(app.clone(), config.clone(), h).unwrap());
+            } else {
+                sim.stay_in_place(s);
+            }
+        }
+        sim.take_replies();
+        submit(&mut sim, 1_000, 120);
+        sim.run();
+        let mut replies: Vec<_> = sim
+            .take_replies()
+            .into_iter()
+            .filter(|r| r.token >= 1_000)
+            .map(|r| (r.token, r.outcome))
+            .collect();
+        replies.sort_by_key(|r| r.0);
+        assert_eq!(replies.len(), 120, "every request after the handover answered");
+        assert_conserved(
+            &sim.state(),
+            ACCOUNTS,
+            ACCOUNTS as i64 * START_BALANCE,
+            "restore {restore}",
+        );
+        (sim.state(), replies, sim.layout().clone())
+    };
+    let (state, replies, layout) = run(false);
+    let (restored_state, restored_replies, restored_layout) = run(true);
+    assert_eq!(restored_layout, layout);
+    assert_eq!(
+        restored_state, state,
+        "the same state after shards restored from checkpoints"
+    );
+    assert_eq!(restored_replies, replies, "the same replies");
+}

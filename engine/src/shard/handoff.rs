@@ -101,6 +101,36 @@ impl Handoff {
     pub fn layout(&self) -> &Layout {
         &self.layout
     }
+
+    /// A whole snapshot of the shard at the epoch it departed at, for the
+    /// node it goes to: the same as [`Shard::checkpoint`] of the departing
+    /// shard (the live entities, the machine state [`Shard::restore`]
+    /// takes).
+    ///
+    /// # Panics
+    /// If the shard still had batches to replay (see
+    /// [`Shard::checkpoint`]).
+    pub fn checkpoint(&self) -> super::snapshot::Checkpoint {
+        assert!(
+            self.replay.as_ref().is_none_or(|r| r.is_empty()),
+            "a checkpoint of shard {} with batches left to replay",
+            self.id
+        );
+        super::snapshot::Checkpoint {
+            shard: self.id,
+            epoch: self.epoch,
+            entities: self.entities.clone(),
+            meta: super::snapshot::encode_meta_of(
+                self.epoch,
+                self.lc,
+                &self.clients,
+                self.map.clone(),
+                &self.layout,
+                self.snapshot_last_us,
+                self.snapshot_interval_us,
+            ),
+        }
+    }
 }
 
 impl Shard {

@@ -77,6 +77,7 @@ mod txn;
 
 pub use clients::{CLIENTS_MAX, OUTCOMES_PER_CLIENT_MAX, client_home};
 pub use handoff::Handoff;
+pub use snapshot::Checkpoint;
 
 use crate::abort::Abort;
 use crate::app::{App, FnKind};

@@ -18,11 +18,11 @@
 //! is copied, and is reclaimed only at an epoch end, when no epoch table
 //! points at it.
 
-use super::clients::ClientMeta;
+use super::clients::{ClientMeta, Clients};
 use super::{Shard, Stage};
 use crate::codec::Payload;
 use crate::config::SnapshotChunk;
-use crate::ids::Epoch;
+use crate::ids::{Epoch, OpId, ShardId};
 use crate::key::{Key, partition_of};
 use crate::layout::{Layout, LayoutMeta};
 use crate::partition_map::{MapMeta, MapMetaNoShare, PartitionMap, meta_of_no_share};
@@ -136,6 +136,43 @@ impl Snapshots {
     pub(super) fn is_running(&self) -> bool {
         self.running.is_some()
     }
+}
+
+/// A whole snapshot of one shard at an epoch where it stopped for a
+/// handover ([`Shard::checkpoint`], [`Handoff::checkpoint`](super::Handoff::checkpoint)): every live
+/// entity, and the machine state [`Shard::restore`] takes.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Checkpoint {
+    pub shard: ShardId,
+    pub epoch: Epoch,
+    /// In no particular order.
+    pub entities: Vec<(OpId, Key, Value)>,
+    pub meta: Vec<u8>,
+}
+
+/// The machine state a snapshot carries, from its parts (a shard's, or a
+/// hand-off's: the same bytes for the same shard).
+pub(super) fn encode_meta_of(
+    epoch: Epoch,
+    lc: u64,
+    clients: &Clients,
+    map: MapMeta,
+    layout: &Layout,
+    voted_us: u64,
+    interval_us: Option<u64>,
+) -> Vec<u8> {
+    Payload::encode(&(
+        META_VERSION,
+        epoch,
+        lc,
+        clients.to_meta(),
+        map,
+        layout.to_meta(),
+        voted_us,
+        interval_us,
+    ))
+    .as_bytes()
+    .to_vec()
 }
 
 impl Shard {
@@ -253,23 +290,60 @@ impl Shard {
     /// counter, the client table and the partition map. (No transaction
     /// outlives its epoch.)
     fn encode_meta(&self, epoch: Epoch) -> Vec<u8> {
-        let clients = self.clients.to_meta();
         let map = self.exec.map.borrow().to_meta();
-        let layout = self.layout.to_meta();
-        let voted_us = self.snap.last_us;
-        let interval_us = self.snap.interval_us;
-        Payload::encode(&(
-            META_VERSION,
+        encode_meta_of(
             epoch,
             self.seq.lc,
-            clients,
+            &self.clients,
             map,
-            layout,
-            voted_us,
-            interval_us,
-        ))
-        .as_bytes()
-        .to_vec()
+            &self.layout,
+            self.snap.last_us,
+            self.snap.interval_us,
+        )
+    }
+
+    /// A whole snapshot of this departing shard at the epoch it stopped
+    /// at (`Config::pause_at_handover`), for its driver to write where
+    /// the shard stays: its live entities ([`Shard::for_each_entity`]) and
+    /// the machine state [`Shard::restore`] takes, as the snapshot of
+    /// that epoch would carry it — the one [`Shard::stay`] then takes if
+    /// one was due, or none. Reads the shard, changes nothing: a
+    /// snapshot the engine did not vote for must not move the next vote
+    /// (replay would not), nor the delta it tracks (a superset of the
+    /// changes after this one, so a delta over this file is still right).
+    /// [`Handoff::checkpoint`](super::Handoff::checkpoint) gives the same for a shard that leaves.
+    ///
+    /// # Panics
+    /// If the shard is not departing, or still has batches to replay (a
+    /// recovery never replays across a handover whose checkpoint a node
+    /// committed: the runtime starts no epoch after one before every
+    /// node has).
+    pub fn checkpoint(&self) -> Checkpoint {
+        let due = self.departing.expect("a checkpoint of a shard that is not departing");
+        assert_eq!(self.m.stage, Stage::Idle, "a departing shard is between epochs");
+        assert!(
+            self.seq.replay.as_ref().is_none_or(|r| r.is_empty()),
+            "a checkpoint of shard {} with batches left to replay",
+            self.exec.id
+        );
+        let mut entities = Vec::with_capacity(self.entity_count());
+        self.for_each_entity(|op, k, v| entities.push((op, k.clone(), v.clone())));
+        let map = self.exec.map.borrow().to_meta();
+        Checkpoint {
+            shard: self.exec.id,
+            epoch: self.m.epoch,
+            entities,
+            meta: encode_meta_of(
+                self.m.epoch,
+                self.seq.lc,
+                &self.clients,
+                map,
+                &self.layout,
+                // As `hand_off` counts it: the snapshot due now is taken.
+                if due { self.m.epoch_now_us } else { self.snap.last_us },
+                self.snap.interval_us,
+            ),
+        }
     }
 
     /// Decodes a snapshot's machine state, of this version or the six
