@@ -461,6 +461,7 @@ fn drive(
         make,
         &stop,
         Duration::from_secs(60),
+        None,
     )
     .unwrap_or_else(|e| panic!("node {node}: {e}"));
     let total: usize = rounds.outputs.iter().sum();

@@ -824,7 +824,26 @@ impl Control {
     /// the plan. A peer that disagrees is refused and logged, and the join
     /// goes on waiting for it to be restarted right. Returns `None` if
     /// `stop` was set meanwhile.
+    /// This node's id in the cluster file.
+    pub fn node(&self) -> u16 {
+        self.node
+    }
+
     pub fn join(&mut self, survey: Survey, layout: &Layout, stop: &AtomicBool) -> Result<Option<Run>, String> {
+        self.join_placed(survey, layout, stop, |_| Ok(layout.clone()))
+    }
+
+    /// [`Control::join`], the run placed by `place` of the plan agreed
+    /// (a restart after handovers: the layout of the snapshot the plan
+    /// restores, which every node derives alike from its own disk); the
+    /// nodes greet each other with `layout`, the layout they were given.
+    pub fn join_placed(
+        &mut self,
+        survey: Survey,
+        layout: &Layout,
+        stop: &AtomicBool,
+        place: impl FnOnce(&Plan) -> Result<Layout, String>,
+    ) -> Result<Option<Run>, String> {
         check_layout(&self.spec, layout)?;
         self.round += 1;
         let me = Hello {
@@ -900,6 +919,8 @@ impl Control {
         let surveys: Vec<Survey> = order.iter().map(|&i| surveys[i].clone()).collect();
         parts.sort_unstable();
         let plan = Plan::of(&surveys)?;
+        let placed = place(&plan)?;
+        check_layout(&self.spec, &placed)?;
         let id = parts.iter().fold(0x5255_4e49_4400_0000u64, |h, (node, inc, round)| {
             styx_engine::mix64(h ^ styx_engine::mix64(u64::from(*node) ^ inc.rotate_left(16) ^ round.rotate_left(40)))
         });
@@ -920,13 +941,13 @@ impl Control {
                 s,
                 writer.clone(),
                 &self.spec,
-                me.layout.clone(),
+                placed.clone(),
                 failure.clone(),
                 state.clone(),
             );
             writers.push((peer, writer));
         }
-        let layout = me.layout;
+        let layout = placed;
         Ok(Some(Run {
             local: layout.shards_of(self.node).collect(),
             layout,

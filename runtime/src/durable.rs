@@ -27,6 +27,10 @@
 //! loads its files, and writes the empty batches to the logs before
 //! serving, so every log agrees again.
 
+mod handed;
+
+pub use handed::SurveyedHanded;
+
 use crate::Waiter;
 use crate::cluster::{Run, Spec};
 use crate::metrics::ShardMetrics;
@@ -112,9 +116,11 @@ fn write_complete(dir: &DataDir, epoch: Epoch) -> Result<(), Error> {
         .map_err(io("fsync", dir.root()))
 }
 
-/// What a shard starts from: recovery's decision and where its log resumes.
+/// What a shard starts from: recovery's decision (`None`: the shard is
+/// live already, going on after a handover's checkpoint) and where its
+/// log resumes.
 pub struct ShardStart {
-    start: recovery::ShardStart,
+    start: Option<recovery::ShardStart>,
     tail: Tail,
 }
 
@@ -152,6 +158,10 @@ pub struct Durable {
     /// The run this node takes part in: told of snapshot commits, it says
     /// which snapshot the whole cluster completed (garbage before it goes).
     run: Arc<Run>,
+    /// After a handover, its epoch: the checkpoint there is every shard's
+    /// newest file, so a snapshot the engine takes at or before it (one
+    /// due at the handover, one still being copied) is not written.
+    floor: Epoch,
 }
 
 impl std::fmt::Debug for Durable {
@@ -244,31 +254,24 @@ impl Surveyed {
             .zip(self.tails)
             .map(|(start, tail)| {
                 assert_eq!(start.shard, tail.shard());
-                Some(ShardStart { start, tail })
+                Some(ShardStart {
+                    start: Some(start),
+                    tail,
+                })
             })
             .collect();
         let snapshot_epoch = manifest.as_ref().map(|m| m.epoch);
-        let shards = self.shards.clone();
-        let durable = Arc::new(Durable {
-            dir: self.dir,
-            options: self.options,
-            shards: shards.clone(),
-            starts: Mutex::new(starts),
+        let durable = Durable::assemble(
+            self.dir,
+            self.options,
+            self.shards,
+            starts,
             manifest,
-            recovered_epoch: decided.replay_to,
-            snapshot_epoch,
-            files: Mutex::new(Files {
-                by_epoch: BTreeMap::new(),
-                shards: shards.len(),
-                stop: false,
-            }),
-            files_changed: Condvar::new(),
-            committer: Mutex::new(Committer { catalog: self.catalog }),
-            log_durable: shards.iter().map(|_| AtomicU64::new(0)).collect(),
-            committed_epoch: AtomicU64::new(snapshot_epoch.unwrap_or(0)),
-            collected_through: AtomicU64::new(0),
+            decided.replay_to,
+            self.catalog,
             run,
-        });
+            0,
+        );
         let recovered = Recovered {
             snapshot_epoch,
             replay_batches,
@@ -333,6 +336,45 @@ impl Durable {
 
     pub fn dir(&self) -> &DataDir {
         &self.dir
+    }
+
+    /// A node's durability for a run (or a round of one) of `shards`, each
+    /// starting as `starts` says, from the snapshot `manifest` (the
+    /// catalog's latest), every log durable through `recovered_epoch`.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        dir: Arc<DataDir>,
+        options: wal::Options,
+        shards: Vec<ShardId>,
+        starts: Vec<Option<ShardStart>>,
+        manifest: Option<Manifest>,
+        recovered_epoch: Epoch,
+        catalog: Catalog,
+        run: Arc<Run>,
+        floor: Epoch,
+    ) -> Arc<Durable> {
+        let snapshot_epoch = manifest.as_ref().map(|m| m.epoch);
+        Arc::new(Durable {
+            dir,
+            options,
+            starts: Mutex::new(starts),
+            manifest,
+            recovered_epoch,
+            snapshot_epoch,
+            files: Mutex::new(Files {
+                by_epoch: BTreeMap::new(),
+                shards: shards.len(),
+                stop: false,
+            }),
+            files_changed: Condvar::new(),
+            committer: Mutex::new(Committer { catalog }),
+            log_durable: shards.iter().map(|_| AtomicU64::new(0)).collect(),
+            committed_epoch: AtomicU64::new(snapshot_epoch.unwrap_or(0)),
+            collected_through: AtomicU64::new(floor),
+            shards,
+            run,
+            floor,
+        })
     }
 
     /// `shard`'s index among the shards whose files live here.
@@ -428,30 +470,43 @@ impl ShardDurable {
             .take()
             .expect("one start per shard");
         let parent_epoch = durable.manifest.as_ref().map_or(0, |m| m.epoch);
-        let relog = start.relog.clone();
-        let replay_batches = start.logged_batches();
-        let started = Instant::now();
-        // The largest file of the chain (its base, usually) says about how
-        // many entities to make room for: none is then moved or rehashed.
-        let hint = durable
-            .manifest
-            .as_ref()
-            .and_then(|m| m.shard(id))
-            .and_then(|s| s.files.iter().map(|f| f.entries).max())
-            .unwrap_or(0);
-        shard.reserve_entities(usize::try_from(hint).unwrap_or(usize::MAX));
-        recovery::apply(start, shard, |entity| {
-            let m = durable.manifest.as_ref().expect("a snapshot to restore");
-            styx_storage::snapshot::load_entities(&durable.dir.snapshot_dir(), m, id, entity).map(|loaded| loaded.meta)
-        })
-        .unwrap_or_else(|e| fatal(id, &e.to_string()));
-        tracing::info!(
-            shard = id,
-            entities = shard.entity_count(),
-            load_ms = started.elapsed().as_secs_f64() * 1e3,
-            replay_batches,
-            "snapshot loaded; replaying"
-        );
+        let relog = start.as_ref().map_or_else(Vec::new, |s| s.relog.clone());
+        if let Some(start) = start {
+            let replay_batches = start.logged_batches();
+            let started = Instant::now();
+            // The largest file of the chain (its base, usually) says about how
+            // many entities to make room for: none is then moved or rehashed.
+            let hint = durable
+                .manifest
+                .as_ref()
+                .and_then(|m| m.shard(id))
+                .and_then(|s| s.files.iter().map(|f| f.entries).max())
+                .unwrap_or(0);
+            shard.reserve_entities(usize::try_from(hint).unwrap_or(usize::MAX));
+            recovery::apply(start, shard, |entity| {
+                let m = durable.manifest.as_ref().expect("a snapshot to restore");
+                styx_storage::snapshot::load_entities(&durable.dir.snapshot_dir(), m, id, entity)
+                    .map(|loaded| loaded.meta)
+            })
+            .unwrap_or_else(|e| fatal(id, &e.to_string()));
+            tracing::info!(
+                shard = id,
+                entities = shard.entity_count(),
+                load_ms = started.elapsed().as_secs_f64() * 1e3,
+                replay_batches,
+                "snapshot loaded; replaying"
+            );
+        } else {
+            // Stopped at the checkpoint's epoch; going on already (`stay`
+            // and `take_over` start the next one, whose batch is logged
+            // from here).
+            let epoch = shard.epoch();
+            assert!(
+                epoch == durable.floor || epoch == durable.floor + 1,
+                "shard {id} goes on at epoch {epoch}, its checkpoint is of {}",
+                durable.floor
+            );
+        }
         let opened = Instant::now();
         let mut writer = wal::Writer::open(&durable.dir, &tail, durable.options)
             .await
@@ -476,7 +531,10 @@ impl ShardDurable {
         durable.log_durable[local].store(durable.recovered_epoch, Relaxed);
         let log = Rc::new(RefCell::new(LogState {
             queue: VecDeque::new(),
-            durable: None,
+            // After a handover: its epoch is durable (every log was
+            // flushed through it before the checkpoint), which the shard
+            // may not have heard yet.
+            durable: (durable.floor > 0).then_some(durable.floor),
             writer_waker: None,
             closing: false,
             closed: false,
@@ -554,6 +612,10 @@ impl ShardDurable {
     /// once it has them all.
     pub(crate) fn snapshot(&mut self, chunks: &mut Vec<SnapshotChunk>) {
         for c in chunks.drain(..) {
+            if c.epoch <= self.durable.floor {
+                // The handover's checkpoint holds this and more.
+                continue;
+            }
             // Joined on the writer's thread: the shard's would copy the
             // whole snapshot (~3 MB at 55 000 entities, with its page
             // faults) in one iteration, ~4 ms that every epoch waited for.

@@ -24,7 +24,7 @@ mod shard_loop;
 
 pub use clock::Clock;
 pub use metrics::{Metrics, ShardMetrics};
-pub use rounds::{Round, RoundChange, Rounds, run_round, run_rounds};
+pub use rounds::{Disk, Round, RoundChange, Rounds, run_round, run_rounds};
 
 pub(crate) use rounds::Doorbells;
 use std::cell::RefCell;

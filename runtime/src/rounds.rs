@@ -29,7 +29,8 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
-use styx_engine::{App, Epoch, Handoff, Layout, Shard, ShardId};
+use styx_engine::{App, Checkpoint, Durability, Epoch, Handoff, Layout, Shard, ShardId};
+use styx_storage::DataDir;
 
 /// How a round of [`run_round`] ended.
 pub struct Round<O> {
@@ -44,6 +45,16 @@ pub struct Round<O> {
     /// ([`cluster::Run::hand_over`]) and starts the next round there with
     /// it ([`run_round`]'s `resume`).
     pub handoffs: Vec<Handoff>,
+    /// With a data directory ([`run_rounds`]), a checkpoint of every shard
+    /// kept on this node, for the handover's snapshot.
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+/// Where a node of [`run_rounds`] keeps its input log and snapshots.
+#[derive(Clone, Debug)]
+pub struct Disk {
+    pub dir: Arc<DataDir>,
+    pub wal: styx_storage::wal::Options,
 }
 
 /// A round change of [`run_rounds`]: a handover at the end of `epoch`.
@@ -96,6 +107,15 @@ pub struct Rounds<O> {
 /// added to the cluster, or drained of its shards before it is removed.
 /// A spare's run ends when the others' does (their connections close:
 /// [`Rounds::failed`] says so, and its `outputs` are empty).
+///
+/// With `disk`, the run is durable (`engine.durability` is set to the
+/// log): the node recovers from its data directory at the first join —
+/// with the layout and shards of the snapshot the cluster's plan restores
+/// — and each handover is a checkpoint of every shard where it runs next,
+/// committed by every node before any starts the next epoch
+/// (`durable::SurveyedHanded`). A durable node keeps a shard (no spares:
+/// a spare would take part in no snapshot).
+#[allow(clippy::too_many_arguments)]
 pub fn run_rounds<F, M>(
     app: Arc<App>,
     control: &mut cluster::Control,
@@ -104,17 +124,32 @@ pub fn run_rounds<F, M>(
     make: M,
     stop: &std::sync::atomic::AtomicBool,
     timeout: Duration,
+    disk: Option<Disk>,
 ) -> Result<Rounds<F::Output>, Error>
 where
     F: Frontend,
     M: Fn(&mut Shard) -> F + Clone + Send + Sync + 'static,
 {
+    let first_layout = layout.clone();
     let mut layout = layout;
     let mut resume: Vec<Handoff> = Vec::new();
     let mut changes: Vec<RoundChange> = Vec::new();
     let mut executors: Option<Executors<F, M>> = None;
+    let disk_error = |e: styx_storage::Error| Error::Handover(format!("the data directory: {e}"));
+    let mut surveyed = match &disk {
+        Some(d) => Some(
+            durable::Durable::survey_handed(d.dir.clone(), layout.shards_of(control.node()).collect(), d.wal)
+                .map_err(disk_error)?,
+        ),
+        None => None,
+    };
+    let mut durable: Option<Arc<durable::Durable>> = None;
     loop {
-        let run = match control.join(cluster::Survey::default(), &layout, stop) {
+        let joined = match &surveyed {
+            Some(sv) => control.join_placed(sv.survey(), &layout, stop, |plan| sv.layout_at(plan, &first_layout)),
+            None => control.join(cluster::Survey::default(), &layout, stop),
+        };
+        let run = match joined {
             Ok(Some(run)) => Arc::new(run),
             Ok(None) => return Err(Error::Handover("stopped while joining".into())),
             Err(e) => return Err(Error::Handover(format!("joining: {e}"))),
@@ -122,10 +157,36 @@ where
         if let Some(c) = changes.last_mut() {
             c.joined = std::time::Instant::now();
         }
+        if disk.is_some() {
+            if run.local_shards().is_empty() {
+                return Err(Error::Handover(
+                    "a durable node runs a shard: a spare would take part in no snapshot (docs/nodes.md)".into(),
+                ));
+            }
+            let next = match (surveyed.take(), &durable, changes.last()) {
+                (Some(sv), ..) => {
+                    let (d, recovered) = sv.start(run.plan, run.clone()).map_err(disk_error)?;
+                    tracing::info!(
+                        snapshot = ?recovered.snapshot_epoch,
+                        replay_batches = recovered.replay_batches,
+                        recovered_epoch = recovered.recovered_epoch,
+                        layout = ?run.layout().placed(),
+                        "recovered"
+                    );
+                    for t in &recovered.truncated {
+                        tracing::warn!("a log's torn tail was cut: {t}");
+                    }
+                    d
+                }
+                (None, Some(d), Some(change)) => d.next_round(change.epoch, run.clone()).map_err(disk_error)?,
+                _ => unreachable!("a durable round after the first follows a handover"),
+            };
+            durable = Some(next);
+        }
         // The handover that ended the round: its epoch, the next layout,
         // when this node's round ended, and the shards it sends (as bytes)
         // and keeps.
-        let (epoch, next, ended, outgoing, sent, kept) = if run.local_shards().is_empty() {
+        let (epoch, next, ended, outgoing, sent, kept, checkpoints) = if run.local_shards().is_empty() {
             // A spare this round (it starts as one, or handed all its
             // shards away): it takes part in the handovers only.
             match run.spare_round(stop) {
@@ -133,6 +194,7 @@ where
                     epoch,
                     next,
                     std::time::Instant::now(),
+                    Vec::new(),
                     Vec::new(),
                     Vec::new(),
                     Vec::new(),
@@ -156,6 +218,10 @@ where
             let mut opts = options(run.clone());
             opts.cluster = Some(run.clone());
             opts.engine.pause_at_handover = true;
+            if durable.is_some() {
+                opts.durable = durable.clone();
+                opts.engine.durability = Durability::Log;
+            }
             let ex = match &mut executors {
                 Some(ex) => ex,
                 // A spare's first shards: it may be handed more, each on the
@@ -194,11 +260,18 @@ where
                 .collect();
             let mut kept: Vec<ShardId> = ex.kept.iter().flatten().map(|k| k.0).collect();
             kept.sort_unstable();
-            (epoch, next, ended, outgoing, sent, kept)
+            (epoch, next, ended, outgoing, sent, kept, round.checkpoints)
         };
         for bytes in run.hand_over(epoch, outgoing, timeout).map_err(Error::Handover)? {
             let h = Handoff::decode(&bytes, &app).map_err(|e| Error::Handover(format!("a hand-off: {e}")))?;
             resume.push(h);
+        }
+        if let Some(d) = &durable {
+            // The checkpoint, before the next join: once any node runs the
+            // next epoch, every node has committed it.
+            let mut all = checkpoints;
+            all.extend(resume.iter().map(Handoff::checkpoint));
+            d.checkpoint(epoch, &next, all).map_err(disk_error)?;
         }
         changes.push(RoundChange {
             epoch,
@@ -276,6 +349,8 @@ enum Report<O> {
         outputs: Vec<(ShardId, Result<O, Error>)>,
         handoffs: Vec<Handoff>,
         kept: Vec<(ShardId, Epoch, Layout)>,
+        /// With a data directory, a checkpoint of each shard kept.
+        checkpoints: Vec<Checkpoint>,
     },
     /// A shard of it panicked (its task caught it and the executor
     /// ends), or the executor itself did while unwinding its main task.
@@ -441,15 +516,16 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
         if let Some(m) = &opts.metrics {
             assert_eq!(m.ids, local, "metrics of other shards than this node's");
         }
-        if opts.engine.pause_at_handover && (opts.durable.is_some() || opts.cluster.is_none()) {
+        if opts.engine.pause_at_handover && ((opts.durable.is_some() && !keep) || opts.cluster.is_none()) {
             return Err(Error::Handover(
-                "handovers between nodes run in memory, in a cluster run, so far (docs/nodes.md)".into(),
+                "handovers between nodes run in a cluster run, durable ones in `run_rounds` (docs/nodes.md)".into(),
             ));
         }
         if opts.engine.pause_at_handover {
             // A node may be left without shards only where it goes on as
-            // a spare: in `run_rounds` (a single round has no next one).
-            opts.engine.spare_nodes = keep;
+            // a spare: in `run_rounds` (a single round has no next one),
+            // in memory (a spare takes part in no snapshot).
+            opts.engine.spare_nodes = keep && opts.durable.is_none();
         }
         let kept: Vec<(ShardId, Epoch, Layout)> = self.kept.iter().flatten().cloned().collect();
         if later || !resume.is_empty() || !kept.is_empty() {
@@ -554,6 +630,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
         let mut outputs: Vec<Option<F::Output>> = (0..n_local).map(|_| None).collect();
         let mut handoffs: Vec<Option<Handoff>> = (0..n_local).map(|_| None).collect();
         let mut stopped: Vec<Option<Epoch>> = vec![None; n_local];
+        let mut checkpoints = Vec::new();
         let mut error = None;
         for _ in 0..n_exec {
             match self.reports.recv() {
@@ -562,7 +639,9 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
                     outputs: o,
                     handoffs: h,
                     kept,
+                    checkpoints: c,
                 }) => {
+                    checkpoints.extend(c);
                     for (id, output) in o {
                         let l = at(id).expect("a local shard");
                         match output {
@@ -631,6 +710,7 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
             outputs,
             paused,
             handoffs: handoffs.into_iter().flatten().collect(),
+            checkpoints,
         })
     }
 
@@ -787,6 +867,7 @@ async fn executor<F, M>(
         let mut outputs = Vec::with_capacity(tasks.len());
         let mut handoffs = Vec::new();
         let mut keeps = Vec::new();
+        let mut checkpoints = Vec::new();
         for t in tasks {
             // A shard panicked: the driver knows, and every shard of the
             // node stops (`Node::aborted`); this executor ends.
@@ -798,6 +879,9 @@ async fn executor<F, M>(
                 Some(Departed::Leaves(h)) => handoffs.push(*h),
                 Some(Departed::Stays(shard)) => {
                     keeps.push((id, shard.epoch(), shard.layout().placed()));
+                    if node.opts.durable.is_some() {
+                        checkpoints.push(shard.checkpoint());
+                    }
                     kept.push(shard);
                 }
                 None => {}
@@ -816,6 +900,7 @@ async fn executor<F, M>(
             outputs,
             handoffs,
             kept: keeps,
+            checkpoints,
         };
         if reporter.tx.send(ended).is_err() {
             break;

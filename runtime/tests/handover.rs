@@ -561,6 +561,7 @@ fn pass_around(name: &str, counts: &[u16], passes: &'static [(u64, ShardId, u16)
                     make,
                     &stop,
                     Duration::from_secs(30),
+                    None,
                 )
                 .unwrap_or_else(|e| panic!("node {node}: {e}"));
                 assert!(
@@ -661,4 +662,165 @@ fn pair(shard: u64, sent: u64, shards: u64) -> (u64, u64) {
     let n = sent * shards + shard;
     let debtor = n * 7919 % ACCOUNTS;
     (debtor, (debtor + 1 + n * 104_729 % (ACCOUNTS - 1)) % ACCOUNTS)
+}
+
+/// A scratch directory of this test process, empty.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("styx-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+/// One run of a durable two-node cluster on `dirs`: each node's outputs
+/// and round changes. `clients` holds each shard's client (kept across
+/// runs); `finished` starts at what the clients counted already.
+fn durable_run(
+    name: &str,
+    spec: &styx_runtime::cluster::Spec,
+    dirs: &[std::path::PathBuf],
+    passes: &'static [(u64, ShardId, u16)],
+    clients: &Clients,
+    finished: usize,
+) -> Vec<(u16, Vec<Seen>, Vec<styx_runtime::RoundChange>)> {
+    let (app, transfer) = bank(name);
+    let n = spec.n_shards();
+    let finished = Arc::new(AtomicUsize::new(finished));
+    let nodes: Vec<_> = (0..dirs.len() as u16)
+        .map(|node| {
+            let (app, spec, finished, clients) = (app.clone(), spec.clone(), finished.clone(), clients.clone());
+            let dir = dirs[usize::from(node)].clone();
+            std::thread::spawn(move || {
+                let mut control = Control::start(spec.clone(), node, 7).expect("control plane");
+                let stop = AtomicBool::new(false);
+                let app2 = app.clone();
+                let make = move |shard: &mut Shard| {
+                    let id = shard.id();
+                    if shard.epoch() == 0 {
+                        // A restart's snapshot, loaded next, holds every
+                        // account.
+                        load_accounts(&app2, shard, n, ACCOUNTS, START);
+                    }
+                    let client = clients.lock().unwrap()[usize::from(id)]
+                        .take()
+                        .unwrap_or_else(Client::new);
+                    Closed {
+                        transfer,
+                        shard: id,
+                        named: true,
+                        shards: n,
+                        handovers: passes,
+                        client,
+                        clients: clients.clone(),
+                        finished: finished.clone(),
+                    }
+                };
+                let options = |run: Arc<styx_runtime::cluster::Run>| Options {
+                    pin: false,
+                    threads: Some(2),
+                    cluster: Some(run),
+                    engine: Config {
+                        // Snapshots between the handovers too: deltas over
+                        // a checkpoint's files.
+                        snapshot_interval_us: 20_000,
+                        ..Config::default()
+                    },
+                    ..Options::default()
+                };
+                let disk = styx_runtime::Disk {
+                    dir: Arc::new(styx_storage::DataDir::open(&dir).expect("a data directory")),
+                    wal: styx_storage::wal::Options {
+                        segment_bytes: 1 << 20,
+                        zero_fill: false,
+                        ..Default::default()
+                    },
+                };
+                let rounds = run_rounds(
+                    app,
+                    &mut control,
+                    spec.layout(),
+                    options,
+                    make,
+                    &stop,
+                    Duration::from_secs(30),
+                    Some(disk),
+                )
+                .unwrap_or_else(|e| panic!("node {node}: {e}"));
+                (node, rounds.outputs, rounds.changes)
+            })
+        })
+        .collect();
+    nodes.into_iter().map(|t| t.join().expect("a node")).collect()
+}
+
+/// Every account's balance in the outputs, in account order.
+fn balances(seen: &[Seen]) -> Vec<(u64, i64)> {
+    let mut all: Vec<(u64, i64)> = seen.iter().flat_map(|s| s.balances.iter().copied()).collect();
+    all.sort_unstable();
+    all
+}
+
+/// Durable handovers (docs/nodes.md, step 4): two nodes with a data
+/// directory each, shards 0, 1 | 2, 3; shard 0's client has shard 1 handed
+/// to node 1, then shard 2 to node 0, under load. Each handover is a
+/// checkpoint of every shard where it runs next. Then both nodes restart
+/// from their directories alone: they recover the last layout (the
+/// cluster file still says 0, 1 | 2, 3), each the shards it ran last, and
+/// every balance exactly as the run left it.
+#[test]
+fn durable_handovers_recover_every_shard_where_it_ran() {
+    const PASSES: [(u64, ShardId, u16); 2] = [(1_000, 1, 1), (2_000, 2, 0)];
+    let done = watchdog("the durable two-node cluster", 240);
+    let spec = local_cluster_of(&[2, 2]);
+    let n = spec.n_shards();
+    let dirs: Vec<_> = (0..2).map(|i| scratch(&format!("durable-handover-{i}"))).collect();
+    let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+    let last: Vec<u16> = vec![0, 1, 0, 1];
+    let first = durable_run("durable-handover", &spec, &dirs, &PASSES, &clients, 0);
+    let mut seen = Vec::new();
+    for (node, outputs, changes) in first {
+        let went: Vec<Vec<u16>> = changes
+            .iter()
+            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
+            .collect();
+        assert_eq!(went, vec![vec![0, 1, 1, 1], last.clone()], "node {node}");
+        seen.extend(outputs);
+    }
+    check(&seen, &clients, u64::from(n), PASSES.len());
+    let before = balances(&seen);
+    assert_eq!(before.len() as u64, ACCOUNTS);
+    // Each node's directory: its last checkpoint's layout, its snapshots
+    // of the shards it ran last only, no log of a shard that left it.
+    for (node, dir) in dirs.iter().enumerate() {
+        let layouts: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|f| f.starts_with("layout-"))
+            .collect();
+        assert_eq!(layouts.len(), 1, "node {node}: {layouts:?}");
+        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node as u16).collect();
+        let wal_shards = styx_storage::wal::shards(&dir.join("wal")).unwrap();
+        assert_eq!(wal_shards, mine, "node {node}'s logs");
+    }
+    // Restart: every client is done; each shard finishes once quiet.
+    for c in clients.lock().unwrap().iter_mut().flatten() {
+        c.quiet = false;
+    }
+    // The same cluster on fresh ports (the first run's control planes
+    // still hold theirs).
+    let spec = local_cluster_of(&[2, 2]);
+    let second = durable_run("durable-handover", &spec, &dirs, &PASSES, &clients, usize::from(n));
+    let mut after = Vec::new();
+    for (node, outputs, changes) in second {
+        assert!(changes.is_empty(), "node {node}: no handover on the restart");
+        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
+        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
+        assert_eq!(ran, mine, "node {node} recovered the shards it ran last");
+        after.extend(outputs);
+    }
+    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    done.store(true, Ordering::SeqCst);
 }

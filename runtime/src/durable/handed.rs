@@ -1,0 +1,456 @@
+//! Durability for a node whose shards change at handovers (`run_rounds`
+//! with a data directory; docs/nodes.md, step 4).
+//!
+//! **A handover is a checkpoint.** At a handover at the end of epoch S
+//! every shard of the cluster is stopped and every log is durable through
+//! S (a shard's log closes before its round ends, so the log of a shard
+//! leaving is durable on its old node before its hand-off is sent). Each
+//! node then writes a whole snapshot file of every shard it runs from
+//! S + 1 on ([`Durable::checkpoint`]: those staying from their live state,
+//! those arriving from their hand-offs: `styx_engine::Checkpoint`), the
+//! layout of S + 1 on, and a manifest of them at S; only then does it join
+//! the next round. The join needs every node, so once any node runs S + 1
+//! every node has committed S ([`Durable::next_round`]: it records S as
+//! complete and removes what only an older snapshot needed, the logs and
+//! files of the shards that left included). Recovery therefore never
+//! replays across a handover: the snapshot every node completed is at or
+//! after the last handover whose next round started, and if a crash cut a
+//! checkpoint short (some node had not committed it), no log holds an
+//! epoch past it — replay runs to S with the layout before it, re-decides
+//! the handover at S's end, and the recovered run hands over again.
+//!
+//! **The layout at a restart** is that of the snapshot the plan restores:
+//! each checkpoint writes it to a file (`layout-<epoch>`), and a node
+//! takes the newest one at or before the plan's snapshot (every node
+//! wrote the same ones up to there), or the layout it was given if none.
+//! Its shards are those its copy of that snapshot lists.
+//!
+//! A node that runs no shard (a spare) takes part in no snapshot, so a
+//! durable run keeps a shard on every node (`Config::spare_nodes` off).
+
+use super::{Durable, Recovered, ShardStart, in_dir, read_complete, write_complete};
+use crate::cluster::Run;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use styx_engine::recovery::{self, Plan, Survey};
+use styx_engine::{Checkpoint, Epoch, Layout, ShardId};
+use styx_storage::snapshot::{Catalog, Manifest};
+use styx_storage::wal::{self, Tail};
+use styx_storage::{DataDir, Error};
+
+/// Prefix of a checkpoint's layout file in a data directory's root: then
+/// the epoch, 20 digits.
+const LAYOUT_FILE: &str = "layout-";
+
+/// What a data directory holds for a node whose shards may have changed:
+/// every complete snapshot, the log of every shard found, the layouts of
+/// the checkpoints. The node's shards are known once the plan is: those
+/// of the snapshot it restores.
+pub struct SurveyedHanded {
+    dir: Arc<DataDir>,
+    options: wal::Options,
+    /// The shards this node runs without a snapshot (the first layout's).
+    first: Vec<ShardId>,
+    catalog: Catalog,
+    manifests: Vec<Manifest>,
+    /// Per shard with a log here, read from the oldest kept snapshot that
+    /// lists it (from the start if none does).
+    logs: BTreeMap<ShardId, (recovery::Log, Tail)>,
+    layouts: BTreeMap<Epoch, Layout>,
+    complete: Epoch,
+}
+
+impl std::fmt::Debug for SurveyedHanded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SurveyedHanded")
+            .field("dir", &self.dir.root())
+            .field("survey", &self.survey())
+            .finish()
+    }
+}
+
+impl Durable {
+    /// Reads what `dir` holds for a node of a run with handovers, which
+    /// runs `first` when no snapshot says otherwise.
+    pub fn survey_handed(dir: Arc<DataDir>, first: Vec<ShardId>, options: wal::Options) -> Result<SurveyedHanded, Error> {
+        let catalog = Catalog::open(&dir)?;
+        let manifests = styx_storage::snapshot::complete_manifests(&dir.snapshot_dir())?;
+        let mut after: Vec<(ShardId, Epoch)> = Vec::new();
+        for s in wal::shards(&dir.wal_dir())? {
+            let from = manifests.iter().find_map(|m| m.shard(s)).map_or(0, |ss| ss.log_after);
+            after.push((s, from));
+        }
+        let mut logs = BTreeMap::new();
+        for recovered in wal::recover_all(&dir, &after)? {
+            let (log, tail) = recovered.into_log();
+            logs.insert(log.shard, (log, tail));
+        }
+        let layouts = read_layouts(&dir)?;
+        let complete = read_complete(&dir)?;
+        Ok(SurveyedHanded {
+            dir,
+            options,
+            first,
+            catalog,
+            manifests,
+            logs,
+            layouts,
+            complete,
+        })
+    }
+
+    /// Writes the checkpoint of a handover at the end of `epoch`: a whole
+    /// file of every shard this node runs from the next epoch on (`of`),
+    /// `layout` (theirs), then the manifest of them at `epoch`. Blocking:
+    /// run it between rounds, once every local log is closed.
+    pub fn checkpoint(&self, epoch: Epoch, layout: &Layout, of: Vec<Checkpoint>) -> Result<(), Error> {
+        let mut ids: Vec<ShardId> = of.iter().map(|c| c.shard).collect();
+        ids.sort_unstable();
+        if of.iter().any(|c| c.epoch != epoch) || ids.windows(2).any(|w| w[0] == w[1]) || ids.is_empty() {
+            return Err(Error::Snapshot(format!(
+                "a checkpoint at epoch {epoch} of shards {ids:?} at epochs {:?}",
+                of.iter().map(|c| c.epoch).collect::<Vec<_>>()
+            )));
+        }
+        write_layout(&self.dir, epoch, layout)?;
+        let dir = &self.dir;
+        let files = std::thread::scope(|scope| {
+            let writers: Vec<_> = of
+                .into_iter()
+                .map(|c| {
+                    scope.spawn(move || {
+                        let mut entries: Vec<_> = c.entities.into_iter().map(|(op, k, v)| (op, k, Some(v))).collect();
+                        styx_storage::snapshot::write_entities(dir, c.shard, epoch, 0, &c.meta, &mut entries)
+                    })
+                })
+                .collect();
+            writers
+                .into_iter()
+                .map(|w| w.join().expect("a checkpoint writer panicked"))
+                .collect::<Result<Vec<_>, _>>()
+        })?;
+        let mut c = self.committer.lock().expect("committer lock");
+        // A fresh chain for every shard: no delta crosses a handover.
+        let manifest = Manifest::snapshot(None, epoch, files)?;
+        c.catalog.commit(manifest)?;
+        self.committed_epoch
+            .store(epoch, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(epoch, shards = ?ids, "handover checkpoint committed");
+        Ok(())
+    }
+
+    /// This node's durability for the round after the handover at the end
+    /// of `epoch`, whose checkpoint it committed ([`Durable::checkpoint`])
+    /// before it joined `run`: every node did, so the checkpoint is the
+    /// cluster's from now on. Records it as complete, removes what only
+    /// older snapshots needed (the logs and files of shards no longer
+    /// here, and layouts) and reopens each local shard's log after it.
+    pub fn next_round(&self, epoch: Epoch, run: Arc<Run>) -> Result<Arc<Durable>, Error> {
+        let shards = run.local_shards().to_vec();
+        let catalog = Catalog::open(&self.dir)?;
+        let manifest = catalog.latest().cloned();
+        let listed: Option<Vec<ShardId>> = manifest
+            .as_ref()
+            .filter(|m| m.epoch == epoch)
+            .map(|m| m.shards.iter().map(|s| s.shard).collect());
+        if listed.as_ref() != Some(&shards) {
+            return Err(Error::Snapshot(format!(
+                "the round after the handover at epoch {epoch} runs shards {shards:?} here, but the latest snapshot is {:?} of shards {listed:?} (data directory {})",
+                manifest.as_ref().map(|m| m.epoch),
+                self.dir.root().display()
+            )));
+        }
+        if run.is_cluster() {
+            write_complete(&self.dir, epoch)?;
+        }
+        collect_departed(&self.dir, &catalog, epoch, &shards)?;
+        let mut starts = Vec::with_capacity(shards.len());
+        for &s in &shards {
+            let recovered = wal::recover(&self.dir, s, epoch)?;
+            if recovered.tail.last_epoch() != epoch {
+                return Err(Error::Snapshot(format!(
+                    "shard {s}'s log here reaches epoch {}, past the handover at {epoch} (data directory {})",
+                    recovered.tail.last_epoch(),
+                    self.dir.root().display()
+                )));
+            }
+            starts.push(Some(ShardStart {
+                start: None,
+                tail: recovered.tail,
+            }));
+        }
+        Ok(Durable::assemble(
+            self.dir.clone(),
+            self.options,
+            shards,
+            starts,
+            manifest,
+            epoch,
+            catalog,
+            run,
+            epoch,
+        ))
+    }
+}
+
+impl SurveyedHanded {
+    /// What the disk holds, for the cluster's join.
+    pub fn survey(&self) -> Survey {
+        recovery::Disk {
+            shards: Vec::new(),
+            snapshots: self.manifests.iter().map(Manifest::for_recovery).collect(),
+            log_shards: self.logs.keys().copied().collect(),
+            logs: self.logs.values().map(|(l, _)| l.clone()).collect(),
+            complete: self.complete,
+        }
+        .survey()
+    }
+
+    /// The layout of the snapshot `plan` restores: that of the newest
+    /// checkpoint at or before it, else `first` (the run's own).
+    pub fn layout_at(&self, plan: &Plan, first: &Layout) -> Result<Layout, String> {
+        let at = plan.snapshot.unwrap_or(0);
+        let Some((epoch, layout)) = self.layouts.range(..=at).next_back() else {
+            return Ok(first.clone());
+        };
+        if layout.n_shards() != first.n_shards() || layout.nodes() != first.nodes() {
+            return Err(format!(
+                "the layout of the handover at epoch {epoch} in {} places {} shards on {} nodes; this run has {} on {}",
+                self.dir.root().display(),
+                layout.n_shards(),
+                layout.nodes(),
+                first.n_shards(),
+                first.nodes()
+            ));
+        }
+        Ok(layout.clone())
+    }
+
+    /// Starts from `plan` with the shards `run` gives this node (those its
+    /// copy of the plan's snapshot lists): recovery decides from their
+    /// logs, the catalog rolls back to the snapshot, and what belongs to
+    /// no shard of this node any more goes.
+    pub fn start(mut self, plan: Plan, run: Arc<Run>) -> Result<(Arc<Durable>, Recovered), Error> {
+        let shards = run.local_shards().to_vec();
+        let snapshot = match plan.snapshot {
+            Some(e) => Some(
+                self.manifests
+                    .iter()
+                    .rev()
+                    .find(|m| m.epoch == e)
+                    .map(Manifest::for_recovery)
+                    .ok_or_else(|| {
+                        in_dir(
+                            &self.dir,
+                            recovery::Error::MissingSnapshot {
+                                epoch: e,
+                                holds: self.survey().snapshots,
+                            },
+                        )
+                    })?,
+            ),
+            None => None,
+        };
+        let holds: Vec<ShardId> = match &snapshot {
+            Some(s) => s.log_after.iter().map(|(s, _)| *s).collect(),
+            None => self.first.clone(),
+        };
+        if holds != shards {
+            return Err(Error::Snapshot(format!(
+                "this node's snapshot {:?} holds shards {holds:?}, the run's layout gives it {shards:?} (data directory {})",
+                plan.snapshot,
+                self.dir.root().display()
+            )));
+        }
+        let mut logs = Vec::with_capacity(shards.len());
+        let mut tails = Vec::with_capacity(shards.len());
+        for &s in &shards {
+            let (log, tail) = match self.logs.remove(&s) {
+                Some(lt) => lt,
+                // Arrived at the snapshot's handover: nothing logged here yet.
+                None => {
+                    let after = snapshot.as_ref().map_or(0, |sn| sn.epoch);
+                    wal::recover(&self.dir, s, after)?.into_log()
+                }
+            };
+            logs.push(log);
+            tails.push(tail);
+        }
+        let truncated: Vec<String> = tails
+            .iter()
+            .filter_map(|t| t.truncation().map(|tr| format!("shard {}: {tr}", t.shard())))
+            .collect();
+        let disk = recovery::Disk {
+            shards: shards.clone(),
+            snapshots: snapshot.into_iter().collect(),
+            log_shards: shards.clone(),
+            logs,
+            complete: self.complete,
+        };
+        let decided = recovery::start(disk, &plan).map_err(|e| in_dir(&self.dir, e))?;
+        self.catalog.roll_back_to(plan.snapshot)?;
+        let manifest = self.catalog.latest().cloned();
+        assert_eq!(
+            manifest.as_ref().map(|m| m.epoch),
+            plan.snapshot,
+            "the catalog rolled back to another snapshot than recovery chose"
+        );
+        // Layouts of checkpoints rolled back: a later one is written anew.
+        for (epoch, _) in self.layouts.range(plan.snapshot.unwrap_or(0) + 1..) {
+            remove(&layout_path(&self.dir, *epoch))?;
+        }
+        // Every node holds the plan's snapshot: nothing older is needed
+        // for a shard that left (nor, once the cluster records it, for any).
+        collect_departed(&self.dir, &self.catalog, plan.snapshot.unwrap_or(0), &shards)?;
+        let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
+        let starts = decided
+            .shards
+            .into_iter()
+            .zip(tails)
+            .map(|(start, tail)| {
+                assert_eq!(start.shard, tail.shard());
+                Some(ShardStart {
+                    start: Some(start),
+                    tail,
+                })
+            })
+            .collect();
+        let durable = Durable::assemble(
+            self.dir,
+            self.options,
+            shards,
+            starts,
+            manifest,
+            decided.replay_to,
+            self.catalog,
+            run,
+            0,
+        );
+        let recovered = Recovered {
+            snapshot_epoch: plan.snapshot,
+            replay_batches,
+            recovered_epoch: decided.replay_to,
+            truncated,
+        };
+        Ok((durable, recovered))
+    }
+}
+
+/// Removes the logs and snapshot files of shards other than `shards`
+/// (they left this node at a handover the cluster's snapshot at `epoch`
+/// is past), the layouts before the newest at or before `epoch`, and what
+/// the catalog no longer needs.
+fn collect_departed(dir: &DataDir, catalog: &Catalog, epoch: Epoch, shards: &[ShardId]) -> Result<(), Error> {
+    catalog.gc_keeping(epoch)?;
+    let wal_dir = dir.wal_dir();
+    for s in wal::shards(&wal_dir)? {
+        if shards.contains(&s) {
+            wal::remove_through(dir, s, epoch)?;
+        } else {
+            for segment in wal::segments(&wal_dir, s)? {
+                remove(&segment.path)?;
+            }
+        }
+    }
+    let snapshot_dir = dir.snapshot_dir();
+    for name in list(&snapshot_dir)? {
+        if let Some((s, ..)) = styx_storage::snapshot::parse_file_name(&name)
+            && !shards.contains(&s)
+        {
+            remove(&snapshot_dir.join(name))?;
+        }
+    }
+    let layouts = read_layouts(dir)?;
+    if let Some((&keep, _)) = layouts.range(..=epoch).next_back() {
+        for (e, _) in layouts.range(..keep) {
+            remove(&layout_path(dir, *e))?;
+        }
+    }
+    Ok(())
+}
+
+fn layout_path(dir: &DataDir, epoch: Epoch) -> PathBuf {
+    dir.root().join(format!("{LAYOUT_FILE}{epoch:020}"))
+}
+
+fn io(op: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.to_path_buf();
+    move |source| Error::Io { op, path, source }
+}
+
+fn remove(path: &Path) -> Result<(), Error> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io("remove", path)(e)),
+        _ => Ok(()),
+    }
+}
+
+fn list(dir: &Path) -> Result<Vec<String>, Error> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(io("list", dir))? {
+        let entry = entry.map_err(io("list", dir))?;
+        if let Some(name) = entry.file_name().to_str() {
+            names.push(name.to_string());
+        }
+    }
+    Ok(names)
+}
+
+/// Writes the layout that holds after the handover at `epoch`, atomically
+/// and durably: version, node count and each shard's node, then their
+/// crc32c.
+fn write_layout(dir: &DataDir, epoch: Epoch, layout: &Layout) -> Result<(), Error> {
+    use std::io::Write;
+    let path = layout_path(dir, epoch);
+    let tmp = path.with_extension("tmp");
+    let node_of: Vec<u16> = (0..layout.n_shards()).map(|s| layout.node_of(s)).collect();
+    let mut bytes = styx_engine::Payload::encode(&(layout.version(), layout.nodes(), node_of))
+        .as_bytes()
+        .to_vec();
+    bytes.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
+        f.write_all(&bytes).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("fsync", &tmp))?;
+    }
+    std::fs::rename(&tmp, &path).map_err(io("rename", &path))?;
+    std::fs::File::open(dir.root())
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync", dir.root()))
+}
+
+/// Every checkpoint's layout in `dir`, by epoch (a half-written one, left
+/// by a crash before its rename, is skipped: its manifest was never
+/// committed).
+fn read_layouts(dir: &DataDir) -> Result<BTreeMap<Epoch, Layout>, Error> {
+    let mut out = BTreeMap::new();
+    for name in list(dir.root())? {
+        let Some(epoch) = name.strip_prefix(LAYOUT_FILE).and_then(|e| e.parse::<Epoch>().ok()) else {
+            continue;
+        };
+        let path = dir.root().join(&name);
+        let bytes = std::fs::read(&path).map_err(io("read", &path))?;
+        let damaged = |why: String| {
+            Error::Snapshot(format!(
+                "{} is damaged ({why}): restore the data directory from a backup",
+                path.display()
+            ))
+        };
+        if bytes.len() < 4 {
+            return Err(damaged(format!("{} bytes", bytes.len())));
+        }
+        let (body, crc) = bytes.split_at(bytes.len() - 4);
+        if crc32c::crc32c(body).to_le_bytes() != crc {
+            return Err(damaged("wrong checksum".into()));
+        }
+        let (version, nodes, node_of) = styx_engine::Payload::from_bytes(body)
+            .decode::<(u64, u16, Vec<u16>)>()
+            .map_err(|e| damaged(e.to_string()))?;
+        let layout = Layout::placed_on(nodes, node_of)
+            .map_err(damaged)?
+            .with_version(version);
+        out.insert(epoch, layout);
+    }
+    Ok(out)
+}
