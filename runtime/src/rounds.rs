@@ -55,6 +55,11 @@ pub struct Round<O> {
 pub struct Disk {
     pub dir: Arc<DataDir>,
     pub wal: styx_storage::wal::Options,
+    /// For crash tests: at the handover with this number (1 for the
+    /// first), the node writes its checkpoint's files and layout and then
+    /// fails before committing its manifest, as a crash there leaves it.
+    #[doc(hidden)]
+    pub fail_checkpoint: Option<usize>,
 }
 
 /// A round change of [`run_rounds`]: a handover at the end of `epoch`.
@@ -271,7 +276,13 @@ where
             // next epoch, every node has committed it.
             let mut all = checkpoints;
             all.extend(resume.iter().map(Handoff::checkpoint));
-            d.checkpoint(epoch, &next, all).map_err(disk_error)?;
+            let files = d.write_checkpoint(epoch, &next, all).map_err(disk_error)?;
+            if disk.as_ref().and_then(|d| d.fail_checkpoint) == Some(changes.len() + 1) {
+                return Err(Error::Handover(format!(
+                    "failing before the checkpoint at epoch {epoch} is committed, as asked"
+                )));
+            }
+            d.commit_checkpoint(epoch, files).map_err(disk_error)?;
         }
         changes.push(RoundChange {
             epoch,

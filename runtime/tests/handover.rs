@@ -94,6 +94,9 @@ struct Closed {
     /// (to twice that): a node leaves only when every shard ended its last
     /// epoch.
     finished: Arc<AtomicUsize>,
+    /// The shard is quiet only once its layout has this version (a
+    /// restart that replays a handover hands over again first).
+    settle_at: u64,
 }
 
 impl Frontend for Closed {
@@ -102,7 +105,12 @@ impl Frontend for Closed {
     fn pump(&mut self, shard: &mut Shard, _now: u64) -> bool {
         let c = &mut self.client;
         let all = usize::from(self.shards);
-        if c.counted && !c.quiet && self.finished.load(Ordering::SeqCst) >= all && shard.is_quiet() {
+        if c.counted
+            && !c.quiet
+            && self.finished.load(Ordering::SeqCst) >= all
+            && shard.is_quiet()
+            && shard.layout().version() >= self.settle_at
+        {
             c.quiet = true;
             self.finished.fetch_add(1, Ordering::SeqCst);
         }
@@ -408,6 +416,7 @@ fn handed_over(threads: usize, named: bool) {
                                 client,
                                 clients: clients.clone(),
                                 finished: all.clone(),
+                                settle_at: 0,
                             }
                         },
                     )
@@ -541,6 +550,7 @@ fn pass_around(name: &str, counts: &[u16], passes: &'static [(u64, ShardId, u16)
                         client,
                         clients: clients.clone(),
                         finished: finished.clone(),
+                        settle_at: 0,
                     }
                 };
                 let options = |run: Arc<styx_runtime::cluster::Run>| Options {
@@ -672,9 +682,16 @@ fn scratch(name: &str) -> std::path::PathBuf {
     dir
 }
 
+/// How a node's run of [`durable_run`] ended.
+type NodeRun = (u16, Result<(Vec<Seen>, Vec<styx_runtime::RoundChange>), String>);
+
 /// One run of a durable two-node cluster on `dirs`: each node's outputs
-/// and round changes. `clients` holds each shard's client (kept across
-/// runs); `finished` starts at what the clients counted already.
+/// and round changes, or its error. `clients` holds each shard's client
+/// (kept across runs); `finished` starts at what the clients counted
+/// already; shards are quiet only at layout version `settle_at`; `fail`:
+/// that node fails at its checkpoint with that number, before committing
+/// it (the others are then stopped).
+#[allow(clippy::too_many_arguments)]
 fn durable_run(
     name: &str,
     spec: &styx_runtime::cluster::Spec,
@@ -682,17 +699,20 @@ fn durable_run(
     passes: &'static [(u64, ShardId, u16)],
     clients: &Clients,
     finished: usize,
-) -> Vec<(u16, Vec<Seen>, Vec<styx_runtime::RoundChange>)> {
+    settle_at: u64,
+    fail: Option<(u16, usize)>,
+) -> Vec<NodeRun> {
     let (app, transfer) = bank(name);
     let n = spec.n_shards();
     let finished = Arc::new(AtomicUsize::new(finished));
+    let stop = Arc::new(AtomicBool::new(false));
     let nodes: Vec<_> = (0..dirs.len() as u16)
         .map(|node| {
             let (app, spec, finished, clients) = (app.clone(), spec.clone(), finished.clone(), clients.clone());
             let dir = dirs[usize::from(node)].clone();
+            let stop = stop.clone();
             std::thread::spawn(move || {
                 let mut control = Control::start(spec.clone(), node, 7).expect("control plane");
-                let stop = AtomicBool::new(false);
                 let app2 = app.clone();
                 let make = move |shard: &mut Shard| {
                     let id = shard.id();
@@ -713,6 +733,7 @@ fn durable_run(
                         client,
                         clients: clients.clone(),
                         finished: finished.clone(),
+                        settle_at,
                     }
                 };
                 let options = |run: Arc<styx_runtime::cluster::Run>| Options {
@@ -734,6 +755,7 @@ fn durable_run(
                         zero_fill: false,
                         ..Default::default()
                     },
+                    fail_checkpoint: fail.filter(|(f, _)| *f == node).map(|(_, k)| k),
                 };
                 let rounds = run_rounds(
                     app,
@@ -744,9 +766,12 @@ fn durable_run(
                     &stop,
                     Duration::from_secs(30),
                     Some(disk),
-                )
-                .unwrap_or_else(|e| panic!("node {node}: {e}"));
-                (node, rounds.outputs, rounds.changes)
+                );
+                if rounds.is_err() {
+                    // The others would wait for this node at their next join.
+                    stop.store(true, Ordering::SeqCst);
+                }
+                (node, rounds.map(|r| (r.outputs, r.changes)).map_err(|e| e.to_string()))
             })
         })
         .collect();
@@ -776,9 +801,10 @@ fn durable_handovers_recover_every_shard_where_it_ran() {
     let dirs: Vec<_> = (0..2).map(|i| scratch(&format!("durable-handover-{i}"))).collect();
     let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
     let last: Vec<u16> = vec![0, 1, 0, 1];
-    let first = durable_run("durable-handover", &spec, &dirs, &PASSES, &clients, 0);
+    let first = durable_run("durable-handover", &spec, &dirs, &PASSES, &clients, 0, 0, None);
     let mut seen = Vec::new();
-    for (node, outputs, changes) in first {
+    for (node, ran) in first {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
         let went: Vec<Vec<u16>> = changes
             .iter()
             .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
@@ -809,9 +835,19 @@ fn durable_handovers_recover_every_shard_where_it_ran() {
     // The same cluster on fresh ports (the first run's control planes
     // still hold theirs).
     let spec = local_cluster_of(&[2, 2]);
-    let second = durable_run("durable-handover", &spec, &dirs, &PASSES, &clients, usize::from(n));
+    let second = durable_run(
+        "durable-handover",
+        &spec,
+        &dirs,
+        &PASSES,
+        &clients,
+        usize::from(n),
+        0,
+        None,
+    );
     let mut after = Vec::new();
-    for (node, outputs, changes) in second {
+    for (node, ran) in second {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
         assert!(changes.is_empty(), "node {node}: no handover on the restart");
         let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
         let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
@@ -819,6 +855,133 @@ fn durable_handovers_recover_every_shard_where_it_ran() {
         after.extend(outputs);
     }
     assert_eq!(balances(&after), before, "every balance recovered as the run left it");
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    done.store(true, Ordering::SeqCst);
+}
+
+/// A node that dies between writing a handover's checkpoint and
+/// committing it (the other node committed its own): the restart's plan
+/// is the snapshot before, the surviving node rolls its checkpoint back,
+/// replay runs to the handover's epoch with the layout before it, decides
+/// the handover again at that epoch's end, and the recovered cluster
+/// hands over and checkpoints anew — every account kept, money conserved,
+/// each node running the shards the handover gives it; a second restart
+/// finds every balance as the first left it.
+#[test]
+fn a_handover_cut_short_by_a_crash_is_replayed_and_made_again() {
+    const PASSES: [(u64, ShardId, u16); 2] = [(1_000, 1, 1), (2_000, 2, 0)];
+    let done = watchdog("the durable two-node cluster, crashed", 240);
+    let n = 4;
+    let last: Vec<u16> = vec![0, 1, 0, 1];
+    let dirs: Vec<_> = (0..2).map(|i| scratch(&format!("durable-crash-{i}"))).collect();
+    let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+    let name = "durable-crash";
+    // Node 1 fails at the second handover, before committing it.
+    let first = durable_run(
+        name,
+        &local_cluster_of(&[2, 2]),
+        &dirs,
+        &PASSES,
+        &clients,
+        0,
+        0,
+        Some((1, 2)),
+    );
+    for (node, ran) in &first {
+        match (node, ran) {
+            (1, Err(e)) => assert!(e.contains("before the checkpoint"), "{e}"),
+            (0, Err(e)) => assert!(e.contains("stopped while joining"), "{e}"),
+            (node, Ok(_)) => panic!("node {node} ran to the end"),
+            (node, Err(e)) => panic!("node {node}: {e}"),
+        }
+    }
+    // Node 0 committed the second handover's checkpoint; node 1 did not.
+    let latest = |d: &std::path::PathBuf| {
+        let dir = styx_storage::DataDir::open(d).unwrap();
+        let manifests = styx_storage::snapshot::complete_manifests(&dir.snapshot_dir()).unwrap();
+        manifests
+            .last()
+            .map(|m| (m.epoch, m.shards.iter().map(|s| s.shard).collect::<Vec<_>>()))
+    };
+    let (cut, shards0) = latest(&dirs[0]).expect("node 0's snapshots");
+    let (before_cut, shards1) = latest(&dirs[1]).expect("node 1's snapshots");
+    assert_eq!(shards0, vec![0, 2], "node 0's checkpoint of the cut handover");
+    assert_eq!(shards1, vec![1, 2, 3], "node 1's latest is from before it");
+    assert!(before_cut < cut);
+    // Restart: the clients' remaining requests are not sent again (a
+    // closed loop without resends): the shards finish once quiet on the
+    // layout of both handovers.
+    let mut restarted = clients.lock().unwrap().clone();
+    for (s, c) in restarted.iter_mut().enumerate() {
+        let mut fresh = Client::new();
+        fresh.sent = REQUESTS;
+        fresh.counted = true;
+        fresh.handovers = c.as_ref().map_or_else(Vec::new, |c| c.handovers.clone());
+        assert!(s != 0 || fresh.handovers.len() == 2, "both handovers asked");
+        *c = Some(fresh);
+    }
+    *clients.lock().unwrap() = restarted;
+    let second = durable_run(
+        name,
+        &local_cluster_of(&[2, 2]),
+        &dirs,
+        &PASSES,
+        &clients,
+        usize::from(n),
+        2,
+        None,
+    );
+    let mut after = Vec::new();
+    for (node, ran) in second {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        let went: Vec<Vec<u16>> = changes
+            .iter()
+            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
+            .collect();
+        assert_eq!(went, vec![last.clone()], "node {node}: the cut handover, made again");
+        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
+        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
+        assert_eq!(ran, mine, "node {node}");
+        after.extend(outputs);
+    }
+    let recovered = balances(&after);
+    assert_eq!(recovered.len() as u64, ACCOUNTS, "every account");
+    assert_eq!(
+        recovered.iter().map(|(_, b)| b).sum::<i64>(),
+        START * ACCOUNTS as i64,
+        "money conserved"
+    );
+    assert!(
+        recovered.iter().any(|(_, b)| *b != START),
+        "transfers ran before the crash"
+    );
+    // Again, from the checkpoint the recovery wrote.
+    for c in clients.lock().unwrap().iter_mut().flatten() {
+        c.quiet = false;
+    }
+    let third = durable_run(
+        name,
+        &local_cluster_of(&[2, 2]),
+        &dirs,
+        &PASSES,
+        &clients,
+        usize::from(n),
+        2,
+        None,
+    );
+    let mut again = Vec::new();
+    for (node, ran) in third {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        assert!(changes.is_empty(), "node {node}");
+        again.extend(outputs);
+    }
+    assert_eq!(
+        balances(&again),
+        recovered,
+        "the second restart finds what the first left"
+    );
     for d in &dirs {
         let _ = std::fs::remove_dir_all(d);
     }

@@ -6,7 +6,7 @@
 //! S (a shard's log closes before its round ends, so the log of a shard
 //! leaving is durable on its old node before its hand-off is sent). Each
 //! node then writes a whole snapshot file of every shard it runs from
-//! S + 1 on ([`Durable::checkpoint`]: those staying from their live state,
+//! S + 1 on ([`Durable::write_checkpoint`]: those staying from their live state,
 //! those arriving from their hand-offs: `styx_engine::Checkpoint`), the
 //! layout of S + 1 on, and a manifest of them at S; only then does it join
 //! the next round. The join needs every node, so once any node runs S + 1
@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use styx_engine::recovery::{self, Plan, Survey};
 use styx_engine::{Checkpoint, Epoch, Layout, ShardId};
-use styx_storage::snapshot::{Catalog, Manifest};
+use styx_storage::snapshot::{Catalog, FileRef, Manifest};
 use styx_storage::wal::{self, Tail};
 use styx_storage::{DataDir, Error};
 
@@ -73,7 +73,11 @@ impl std::fmt::Debug for SurveyedHanded {
 impl Durable {
     /// Reads what `dir` holds for a node of a run with handovers, which
     /// runs `first` when no snapshot says otherwise.
-    pub fn survey_handed(dir: Arc<DataDir>, first: Vec<ShardId>, options: wal::Options) -> Result<SurveyedHanded, Error> {
+    pub fn survey_handed(
+        dir: Arc<DataDir>,
+        first: Vec<ShardId>,
+        options: wal::Options,
+    ) -> Result<SurveyedHanded, Error> {
         let catalog = Catalog::open(&dir)?;
         let manifests = styx_storage::snapshot::complete_manifests(&dir.snapshot_dir())?;
         let mut after: Vec<(ShardId, Epoch)> = Vec::new();
@@ -101,10 +105,11 @@ impl Durable {
     }
 
     /// Writes the checkpoint of a handover at the end of `epoch`: a whole
-    /// file of every shard this node runs from the next epoch on (`of`),
-    /// `layout` (theirs), then the manifest of them at `epoch`. Blocking:
-    /// run it between rounds, once every local log is closed.
-    pub fn checkpoint(&self, epoch: Epoch, layout: &Layout, of: Vec<Checkpoint>) -> Result<(), Error> {
+    /// file of every shard this node runs from the next epoch on (`of`)
+    /// and `layout` (theirs); [`Durable::commit_checkpoint`] then commits
+    /// the manifest of the files. Blocking: run it between rounds, once
+    /// every local log is closed.
+    pub fn write_checkpoint(&self, epoch: Epoch, layout: &Layout, of: Vec<Checkpoint>) -> Result<Vec<FileRef>, Error> {
         let mut ids: Vec<ShardId> = of.iter().map(|c| c.shard).collect();
         ids.sort_unstable();
         if of.iter().any(|c| c.epoch != epoch) || ids.windows(2).any(|w| w[0] == w[1]) || ids.is_empty() {
@@ -130,18 +135,24 @@ impl Durable {
                 .map(|w| w.join().expect("a checkpoint writer panicked"))
                 .collect::<Result<Vec<_>, _>>()
         })?;
+        Ok(files)
+    }
+
+    /// Commits the manifest of a checkpoint's `files` at `epoch`
+    /// ([`Durable::write_checkpoint`]).
+    pub fn commit_checkpoint(&self, epoch: Epoch, files: Vec<FileRef>) -> Result<(), Error> {
+        let ids: Vec<ShardId> = files.iter().map(|f| f.shard).collect();
         let mut c = self.committer.lock().expect("committer lock");
         // A fresh chain for every shard: no delta crosses a handover.
         let manifest = Manifest::snapshot(None, epoch, files)?;
         c.catalog.commit(manifest)?;
-        self.committed_epoch
-            .store(epoch, std::sync::atomic::Ordering::Relaxed);
+        self.committed_epoch.store(epoch, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(epoch, shards = ?ids, "handover checkpoint committed");
         Ok(())
     }
 
     /// This node's durability for the round after the handover at the end
-    /// of `epoch`, whose checkpoint it committed ([`Durable::checkpoint`])
+    /// of `epoch`, whose checkpoint it committed ([`Durable::commit_checkpoint`])
     /// before it joined `run`: every node did, so the checkpoint is the
     /// cluster's from now on. Records it as complete, removes what only
     /// older snapshots needed (the logs and files of shards no longer
