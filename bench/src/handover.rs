@@ -20,7 +20,7 @@
 use crate::ycsbt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use styx_engine::{App, Config, Handover, Key, OpId, Outcome, Reply, Shard, ShardId};
 use styx_runtime::cluster::{Control, Node, Spec};
@@ -36,7 +36,7 @@ const BUCKET_US: u64 = 10_000;
 const HANDOVER_TOKEN: u64 = 1 << 40;
 
 /// What to run.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct Params {
     pub accounts: u64,
     /// Handovers, one every `every`.
@@ -51,6 +51,10 @@ pub struct Params {
     pub rate: Option<u64>,
     /// Node 1 starts as a spare: node 0 runs the four shards.
     pub spare: bool,
+    /// Durable: each node logs and snapshots into a directory of its own
+    /// under this one (emptied first), and each handover is a checkpoint
+    /// (`styx_runtime::Disk`).
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 /// What a run measured.
@@ -77,20 +81,16 @@ pub struct Report {
     pub unsent: u64,
 }
 
-/// When the run began (one clock for both nodes and every round).
-fn start() -> Instant {
-    static START: OnceLock<Instant> = OnceLock::new();
-    *START.get_or_init(Instant::now)
+/// µs since `origin`, when the run began (one clock for both nodes and
+/// every round; each run its own, so that runs in one process do not
+/// share it).
+fn now_us(origin: Instant) -> u64 {
+    origin.elapsed().as_micros() as u64
 }
 
-/// µs since the run began.
-fn now_us() -> u64 {
-    start().elapsed().as_micros() as u64
-}
-
-/// `t` in µs since the run began.
-fn us_at(t: Instant) -> u64 {
-    t.saturating_duration_since(start()).as_micros() as u64
+/// `t` in µs since `origin`.
+fn us_at(origin: Instant, t: Instant) -> u64 {
+    t.saturating_duration_since(origin).as_micros() as u64
 }
 
 /// A shard's client, kept across rounds.
@@ -121,6 +121,8 @@ struct Load {
     functions: Arc<ycsbt::Functions>,
     accounts: u64,
     params: Params,
+    /// When the run began.
+    origin: Instant,
     /// Until when clients send, µs.
     until_us: u64,
     finished: Arc<AtomicUsize>,
@@ -138,7 +140,7 @@ impl Frontend for Load {
     type Output = usize;
 
     fn pump(&mut self, shard: &mut Shard, _now: u64) -> bool {
-        let now = now_us();
+        let now = now_us(self.origin);
         if self.client.counted
             && !self.client.quiet
             && self.finished.load(Ordering::SeqCst) >= usize::from(SHARDS)
@@ -204,7 +206,7 @@ impl Frontend for Load {
     }
 
     fn deliver(&mut self, replies: &mut Vec<Reply>, _now: u64) {
-        let now = now_us();
+        let now = now_us(self.origin);
         for r in replies.drain(..) {
             if r.token >= HANDOVER_TOKEN {
                 let h = &mut self.client.handovers[(r.token - HANDOVER_TOKEN) as usize];
@@ -297,7 +299,7 @@ pub fn run(params: Params) -> Report {
         failure_timeout: Duration::from_secs(5),
         placement: None,
     };
-    now_us();
+    let origin = Instant::now();
     let duration_us = (params.handovers as u64 + 1) * params.every.as_micros() as u64;
     let finished = Arc::new(AtomicUsize::new(0));
     let clients: Clients = Arc::new(Mutex::new((0..SHARDS).map(|_| None).collect()));
@@ -310,7 +312,20 @@ pub fn run(params: Params) -> Report {
                 clients.clone(),
                 functions.clone(),
             );
-            std::thread::spawn(move || drive(node, app, spec, params, duration_us, finished, clients, functions))
+            let params = params.clone();
+            std::thread::spawn(move || {
+                drive(
+                    node,
+                    app,
+                    spec,
+                    params,
+                    origin,
+                    duration_us,
+                    finished,
+                    clients,
+                    functions,
+                )
+            })
         })
         .collect();
     let mut rounds: Vec<Vec<(u64, u64, usize)>> = Vec::new();
@@ -407,6 +422,7 @@ fn drive(
     app: Arc<App>,
     spec: Spec,
     params: Params,
+    origin: Instant,
     duration_us: u64,
     finished: Arc<AtomicUsize>,
     clients: Clients,
@@ -415,6 +431,16 @@ fn drive(
     let mut control = Control::start(spec.clone(), node, 7).expect("control plane");
     let stop = AtomicBool::new(false);
     let accounts = params.accounts;
+    let disk = params.data_dir.as_ref().map(|root| {
+        let dir = root.join(format!("node-{node}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        styx_runtime::Disk {
+            dir: Arc::new(styx_storage::DataDir::open(&dir).expect("a data directory")),
+            wal: styx_storage::wal::Options::default(),
+            fail_checkpoint: None,
+        }
+    });
+    let loaded = params.clone();
     let app2 = app.clone();
     let make = move |shard: &mut Shard| {
         let id = shard.id();
@@ -436,7 +462,8 @@ fn drive(
             clients: clients.clone(),
             functions: functions.clone(),
             accounts,
-            params,
+            params: loaded.clone(),
+            origin,
             until_us: duration_us,
             finished: finished.clone(),
             rng: u64::from(id) * 0x1234_5678_9abc_def1 + 1,
@@ -461,7 +488,7 @@ fn drive(
         make,
         &stop,
         Duration::from_secs(60),
-        None,
+        disk,
     )
     .unwrap_or_else(|e| panic!("node {node}: {e}"));
     let total: usize = rounds.outputs.iter().sum();
@@ -482,11 +509,11 @@ fn drive(
             if std::env::var_os("STYX_HANDOVER_TRACE").is_some() {
                 eprintln!(
                     "node {node}: round end {} µs, next round joined +{} µs",
-                    us_at(c.ended),
-                    us_at(c.joined) - us_at(c.ended)
+                    us_at(origin, c.ended),
+                    us_at(origin, c.joined) - us_at(origin, c.ended)
                 );
             }
-            (us_at(c.ended), us_at(c.joined), entities)
+            (us_at(origin, c.ended), us_at(origin, c.joined), entities)
         })
         .collect()
 }
@@ -507,6 +534,24 @@ mod tests {
         shards_change_nodes(true);
     }
 
+    /// Durable: every node logs, each handover is a checkpoint.
+    #[test]
+    fn durable_shards_change_nodes_under_load() {
+        let root = std::env::temp_dir().join(format!("styx-bench-handover-{}", std::process::id()));
+        let r = super::run(super::Params {
+            accounts: 2_000,
+            handovers: 2,
+            every: std::time::Duration::from_millis(300),
+            in_flight: 50,
+            rate: None,
+            spare: false,
+            data_dir: Some(root.clone()),
+        });
+        let _ = std::fs::remove_dir_all(&root);
+        assert!(r.committed > 1_000, "{r:?}");
+        assert_eq!(r.handovers.len(), 2);
+    }
+
     fn shards_change_nodes(spare: bool) {
         let r = super::run(super::Params {
             accounts: 2_000,
@@ -515,6 +560,7 @@ mod tests {
             in_flight: 50,
             rate: None,
             spare,
+            data_dir: None,
         });
         assert!(r.committed > 1_000, "{r:?}");
         assert_eq!(r.handovers.len(), 2);

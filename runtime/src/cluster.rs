@@ -817,6 +817,11 @@ impl Control {
         })
     }
 
+    /// This node's id in the cluster file.
+    pub fn node(&self) -> u16 {
+        self.node
+    }
+
     /// Joins the cluster with what this node's disk holds and the layout
     /// it runs (the cluster file's numbering, [`Spec::layout`], or a
     /// placement given whole): waits until every other node said hello
@@ -824,11 +829,6 @@ impl Control {
     /// the plan. A peer that disagrees is refused and logged, and the join
     /// goes on waiting for it to be restarted right. Returns `None` if
     /// `stop` was set meanwhile.
-    /// This node's id in the cluster file.
-    pub fn node(&self) -> u16 {
-        self.node
-    }
-
     pub fn join(&mut self, survey: Survey, layout: &Layout, stop: &AtomicBool) -> Result<Option<Run>, String> {
         self.join_placed(survey, layout, stop, |_| Ok(layout.clone()))
     }

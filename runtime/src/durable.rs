@@ -121,7 +121,9 @@ fn write_complete(dir: &DataDir, epoch: Epoch) -> Result<(), Error> {
 /// log resumes.
 pub struct ShardStart {
     start: Option<recovery::ShardStart>,
-    tail: Tail,
+    /// `None`: a shard kept on its executor across a handover, whose log
+    /// writer goes on open (`ShardDurable::start`'s `writer`).
+    tail: Option<Tail>,
 }
 
 /// Durability for a whole engine: the data directory and what each shard
@@ -256,7 +258,7 @@ impl Surveyed {
                 assert_eq!(start.shard, tail.shard());
                 Some(ShardStart {
                     start: Some(start),
-                    tail,
+                    tail: Some(tail),
                 })
             })
             .collect();
@@ -450,6 +452,10 @@ struct LogState {
     durable: Option<Epoch>,
     writer_waker: Option<Waker>,
     closing: bool,
+    /// Closing keeps the writer open (here, once `closed`): the shard
+    /// stays on its executor for the next round.
+    keep: bool,
+    kept: Option<wal::Writer>,
     closed: bool,
 }
 
@@ -457,9 +463,12 @@ impl ShardDurable {
     /// Restores `shard` as recovery decided (snapshot, then the replay
     /// queued), opens its log and writes the empty batches of the epochs it
     /// lacks. Runs on the shard's executor before the loop starts.
+    /// `writer`: the shard's log writer, still open, when the shard was
+    /// kept on its executor across a handover.
     pub(crate) async fn start(
         durable: Arc<Durable>,
         shard: &mut Shard,
+        writer: Option<wal::Writer>,
         loop_waker: Waiter,
         metrics: Option<Arc<ShardMetrics>>,
         on_background: Option<fn()>,
@@ -507,11 +516,18 @@ impl ShardDurable {
                 durable.floor
             );
         }
-        let opened = Instant::now();
-        let mut writer = wal::Writer::open(&durable.dir, &tail, durable.options)
-            .await
-            .unwrap_or_else(|e| fatal(id, &format!("cannot open the log: {e}")));
-        tracing::info!(shard = id, open_ms = opened.elapsed().as_secs_f64() * 1e3, "log opened");
+        let mut writer = match (writer, tail) {
+            (Some(w), None) => w,
+            (None, Some(tail)) => {
+                let opened = Instant::now();
+                let w = wal::Writer::open(&durable.dir, &tail, durable.options)
+                    .await
+                    .unwrap_or_else(|e| fatal(id, &format!("cannot open the log: {e}")));
+                tracing::info!(shard = id, open_ms = opened.elapsed().as_secs_f64() * 1e3, "log opened");
+                w
+            }
+            _ => fatal(id, "a log writer kept, and a log to open"),
+        };
         // Epochs other shards logged but this one lost: empty here, written
         // as such so the logs agree before anything new is logged (and
         // replayed too, in `start.replay`: run live, the shard would
@@ -537,6 +553,8 @@ impl ShardDurable {
             durable: (durable.floor > 0).then_some(durable.floor),
             writer_waker: None,
             closing: false,
+            keep: false,
+            kept: None,
             closed: false,
         }));
         glommio::spawn_local(log_task(
@@ -594,6 +612,13 @@ impl ShardDurable {
         if let Some(w) = l.writer_waker.take() {
             w.wake();
         }
+    }
+
+    /// The newest epoch this shard's log made durable (told to the
+    /// shard by [`ShardDurable::durable`] in the same loop iteration at
+    /// the latest: the log task sets both at once).
+    pub(crate) fn logged_through(&self) -> Epoch {
+        self.durable.log_durable[self.durable.local_index(self.shard)].load(Relaxed)
     }
 
     /// The newest epoch made durable since the last call.
@@ -669,11 +694,13 @@ impl ShardDurable {
         self.writing.load(Acquire) > 0 || !self.log.borrow().queue.is_empty()
     }
 
-    /// Flushes and closes the log (graceful stop).
-    pub(crate) async fn close(mut self) {
+    /// Flushes and closes the log (graceful stop); with `keep`, flushes
+    /// it and returns its writer, still open, for the next round.
+    pub(crate) async fn close(mut self, keep: bool) -> Option<wal::Writer> {
         {
             let mut l = self.log.borrow_mut();
             l.closing = true;
+            l.keep = keep;
             if let Some(w) = l.writer_waker.take() {
                 w.wake();
             }
@@ -690,6 +717,7 @@ impl ShardDurable {
             self.durable.stop_committer();
             ended(committer).await;
         }
+        self.log.borrow_mut().kept.take()
     }
 }
 
@@ -743,7 +771,13 @@ async fn log_task(
             crate::wake(&loop_waker);
         }
         if closing && state.borrow().queue.is_empty() {
-            let _ = writer.close().await;
+            let keep = state.borrow().keep;
+            if keep {
+                // Everything queued is durable (synced above).
+                state.borrow_mut().kept = Some(writer);
+            } else {
+                let _ = writer.close().await;
+            }
             state.borrow_mut().closed = true;
             return;
         }

@@ -142,10 +142,9 @@ where
     let mut executors: Option<Executors<F, M>> = None;
     let disk_error = |e: styx_storage::Error| Error::Handover(format!("the data directory: {e}"));
     let mut surveyed = match &disk {
-        Some(d) => Some(
-            durable::Durable::survey_handed(d.dir.clone(), layout.shards_of(control.node()).collect(), d.wal)
-                .map_err(disk_error)?,
-        ),
+        Some(d) => {
+            Some(durable::Durable::survey_handed(d.dir.clone(), &layout, control.node(), d.wal).map_err(disk_error)?)
+        }
         None => None,
     };
     let mut durable: Option<Arc<durable::Durable>> = None;
@@ -183,7 +182,9 @@ where
                     }
                     d
                 }
-                (None, Some(d), Some(change)) => d.next_round(change.epoch, run.clone()).map_err(disk_error)?,
+                (None, Some(d), Some(change)) => d
+                    .next_round(change.epoch, run.clone(), &change.kept)
+                    .map_err(disk_error)?,
                 _ => unreachable!("a durable round after the first follows a handover"),
             };
             durable = Some(next);
@@ -333,8 +334,9 @@ enum Start {
 /// Where a shard of a round comes from.
 enum Begin {
     Start(Start),
-    /// Kept by its executor from the last round: it goes on in place.
-    Kept(Box<Shard>),
+    /// Kept by its executor from the last round: it goes on in place,
+    /// its log writer (durable) still open.
+    Kept(Box<Shard>, Option<Box<styx_storage::wal::Writer>>),
 }
 
 impl Begin {
@@ -342,7 +344,7 @@ impl Begin {
         match self {
             Begin::Start(Start::New(id)) => *id,
             Begin::Start(Start::Resume(h)) => h.shard(),
-            Begin::Kept(s) => s.id(),
+            Begin::Kept(s, _) => s.id(),
         }
     }
 }
@@ -814,14 +816,14 @@ async fn executor<F, M>(
     if reporter.tx.send(Report::Joined { spawned, peer }).is_err() {
         return;
     }
-    let mut kept: Vec<Box<Shard>> = Vec::new();
+    let mut kept: Vec<(Box<Shard>, Option<Box<styx_storage::wal::Writer>>)> = Vec::new();
     let mut ran = false;
     // Blocks the thread between rounds: nothing of this executor runs then
     // (the links' tasks ended with the last round).
     'rounds: while let Ok((node, begins)) = plans.recv() {
         let mut shards: Vec<Begin> = kept
             .drain(..)
-            .map(Begin::Kept)
+            .map(|(shard, writer)| Begin::Kept(shard, writer))
             .chain(begins.into_iter().map(Begin::Start))
             .collect();
         shards.sort_by_key(Begin::id);
@@ -888,12 +890,12 @@ async fn executor<F, M>(
             outputs.push((id, output));
             match departed {
                 Some(Departed::Leaves(h)) => handoffs.push(*h),
-                Some(Departed::Stays(shard)) => {
+                Some(Departed::Stays(shard, writer)) => {
                     keeps.push((id, shard.epoch(), shard.layout().placed()));
                     if node.opts.durable.is_some() {
                         checkpoints.push(shard.checkpoint());
                     }
-                    kept.push(shard);
+                    kept.push((shard, writer));
                 }
                 None => {}
             }
@@ -971,8 +973,10 @@ where
     M: Fn(&mut Shard) -> F + Send + Sync + 'static,
 {
     let opts = &node.opts;
+    let mut log_writer = None;
     let mut shard = match begin {
-        Begin::Kept(mut shard) => {
+        Begin::Kept(mut shard, writer) => {
+            log_writer = writer.map(|w| *w);
             // It stopped at the last round's end and stays on this node.
             shard.stay();
             *shard
@@ -1023,6 +1027,7 @@ where
             durable::ShardDurable::start(
                 d.clone(),
                 &mut shard,
+                log_writer,
                 waiter.clone(),
                 metrics.clone(),
                 opts.on_background,
@@ -1060,7 +1065,7 @@ where
     if let Some(d) = &departed {
         let layout = match d {
             Departed::Leaves(h) => h.layout().placed(),
-            Departed::Stays(s) => s.layout().placed(),
+            Departed::Stays(s, _) => s.layout().placed(),
         };
         node.paused_layout.lock().expect("layout lock").get_or_insert(layout);
     }

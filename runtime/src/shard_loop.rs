@@ -135,8 +135,8 @@ pub(crate) enum Departed {
     /// its hand-off.
     Leaves(Box<Handoff>),
     /// It stays on this node: the shard itself, for the next round
-    /// ([`Shard::stay`]).
-    Stays(Box<Shard>),
+    /// ([`Shard::stay`]), with its log writer (durable), still open.
+    Stays(Box<Shard>, Option<Box<styx_storage::wal::Writer>>),
 }
 
 /// One shard, what it talks to, and the loop's own state.
@@ -317,7 +317,12 @@ impl<F: Frontend> ShardLoop<F> {
             // Before `is_over`: a shard counted done still stops with the
             // others at a handover.
             if self.shard.is_departing() {
-                self.pause();
+                // Not in an iteration that told the shard of its log:
+                // the announcement to its peers is drained and shipped
+                // first (at the next one).
+                if !durable {
+                    self.pause();
+                }
                 glommio::timer::sleep(Duration::from_micros(100)).await;
                 continue;
             }
@@ -379,6 +384,12 @@ impl<F: Frontend> ShardLoop<F> {
             return;
         }
         let epoch = self.shard.epoch();
+        // A durable shard stops once its log holds its last epoch and the
+        // shard was told (it announces that to every peer, which must be
+        // sent before the stop: nothing is sent after it).
+        if self.durable.as_ref().is_some_and(|d| d.logged_through() < epoch) {
+            return;
+        }
         let run = self
             .mesh
             .run
@@ -653,22 +664,25 @@ impl<F: Frontend> ShardLoop<F> {
         }
         // Cancels the tasks of the links to other nodes (closing them).
         drop(self.mesh.remote.take());
-        if let Some(d) = self.durable.take() {
-            d.close().await;
-        }
+        let stays = self.shard.is_departing()
+            && self
+                .keep_on
+                .is_some_and(|node| self.shard.layout().node_of(self.shard.id()) == node);
+        let writer = match self.durable.take() {
+            Some(d) => d.close(stays).await,
+            None => None,
+        };
         let output = self.frontend.finish(&self.shard);
         if !self.shard.is_departing() {
             return (output, None);
         }
-        if self
-            .keep_on
-            .is_some_and(|node| self.shard.layout().node_of(self.shard.id()) == node)
-        {
-            return (output, Some(Departed::Stays(Box::new(self.shard))));
+        if stays {
+            return (output, Some(Departed::Stays(Box::new(self.shard), writer.map(Box::new))));
         }
         let handoff = self.shard.hand_off();
         // A snapshot it was copying finishes in `hand_off`: its chunks
-        // have no log to go to (handovers run in memory only so far).
+        // have no log to go to: its log is closed, and the new node writes
+        // the shard whole at the handover's checkpoint.
         self.shard.drain(&mut self.out);
         (output, Some(Departed::Leaves(Box::new(handoff))))
     }

@@ -114,6 +114,12 @@ struct HandoverArgs {
     /// handover of shard 1 to it adds a node, each one back drains it.
     #[arg(long)]
     spare: bool,
+    /// Durable: each node logs (fsync per epoch) and snapshots into its
+    /// own directory under this one (`node-0`, `node-1`, emptied first),
+    /// and each handover is a checkpoint of every shard where it runs
+    /// next. Not with --spare (a durable node keeps a shard).
+    #[arg(long)]
+    data_dir: Option<std::path::PathBuf>,
     /// Print one JSON object instead of the table.
     #[arg(long)]
     json: bool,
@@ -549,6 +555,9 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
     if args.accounts < 8 || args.handovers == 0 || args.every_ms == 0 || args.in_flight == 0 {
         return usage("--accounts must be at least 8, and --handovers, --every-ms and --in-flight at least 1");
     }
+    if args.spare && args.data_dir.is_some() {
+        return usage("--spare runs in memory only: a durable node keeps a shard");
+    }
     let r = styx_bench::handover::run(styx_bench::handover::Params {
         accounts: args.accounts,
         handovers: args.handovers,
@@ -556,6 +565,7 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
         in_flight: args.in_flight,
         rate: args.rate,
         spare: args.spare,
+        data_dir: args.data_dir.clone(),
     });
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -587,6 +597,7 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
             "in_flight": args.in_flight,
             "rate": args.rate,
             "spare": args.spare,
+            "durable": args.data_dir.is_some(),
             "unsent": r.unsent,
             "committed": r.committed,
             "seconds": r.seconds,
@@ -607,9 +618,10 @@ fn handover_cmd(args: HandoverArgs) -> ExitCode {
         println!("{out}");
     } else {
         println!(
-            "handover · {} accounts on 4 shards, 2 nodes{} · {} handovers of shard 1 ({} entities) · {}",
+            "handover · {} accounts on 4 shards, 2 nodes{}{} · {} handovers of shard 1 ({} entities) · {}",
             args.accounts,
             if args.spare { " (node 1 a spare at first)" } else { "" },
+            if args.data_dir.is_some() { ", durable" } else { "" },
             args.handovers,
             r.entities,
             match args.rate {

@@ -71,26 +71,47 @@ impl std::fmt::Debug for SurveyedHanded {
 }
 
 impl Durable {
-    /// Reads what `dir` holds for a node of a run with handovers, which
-    /// runs `first` when no snapshot says otherwise.
+    /// Reads what `dir` holds for node `node` of a run with handovers
+    /// that starts with `layout`. A directory without a layout file gets
+    /// `layout` as its first (`layout-0`): from then on the directory,
+    /// not the layout a restart is given, says where its shards ran.
     pub fn survey_handed(
         dir: Arc<DataDir>,
-        first: Vec<ShardId>,
+        layout: &Layout,
+        node: u16,
         options: wal::Options,
     ) -> Result<SurveyedHanded, Error> {
         let catalog = Catalog::open(&dir)?;
         let manifests = styx_storage::snapshot::complete_manifests(&dir.snapshot_dir())?;
+        let mut layouts = read_layouts(&dir)?;
+        if layouts.is_empty() {
+            write_layout(&dir, 0, layout)?;
+            layouts.insert(0, layout.clone());
+        }
+        let first: Vec<ShardId> = match layouts.get(&0) {
+            Some(l) => l.shards_of(node).collect(),
+            None => layout.shards_of(node).collect(),
+        };
+        // The logs a plan may need: of the shards a kept snapshot lists,
+        // from the oldest that does; with none kept, every log from the
+        // start. A log no kept snapshot lists is what a shard that left
+        // this node before all of them left behind (a shard arrives with
+        // a checkpoint that lists it), no longer needed (a crash cut its
+        // removal short): read from the start it may not even begin where
+        // a reader expects.
         let mut after: Vec<(ShardId, Epoch)> = Vec::new();
         for s in wal::shards(&dir.wal_dir())? {
-            let from = manifests.iter().find_map(|m| m.shard(s)).map_or(0, |ss| ss.log_after);
-            after.push((s, from));
+            match manifests.iter().find_map(|m| m.shard(s)) {
+                Some(ss) => after.push((s, ss.log_after)),
+                None if manifests.is_empty() => after.push((s, 0)),
+                None => tracing::info!(shard = s, "a log of a shard that left this node, to remove"),
+            }
         }
         let mut logs = BTreeMap::new();
         for recovered in wal::recover_all(&dir, &after)? {
             let (log, tail) = recovered.into_log();
             logs.insert(log.shard, (log, tail));
         }
-        let layouts = read_layouts(&dir)?;
         let complete = read_complete(&dir)?;
         Ok(SurveyedHanded {
             dir,
@@ -156,8 +177,9 @@ impl Durable {
     /// before it joined `run`: every node did, so the checkpoint is the
     /// cluster's from now on. Records it as complete, removes what only
     /// older snapshots needed (the logs and files of shards no longer
-    /// here, and layouts) and reopens each local shard's log after it.
-    pub fn next_round(&self, epoch: Epoch, run: Arc<Run>) -> Result<Arc<Durable>, Error> {
+    /// here, and layouts) and reopens the log of each local shard arriving here after it (those
+    /// `kept` on their executors keep theirs open).
+    pub fn next_round(&self, epoch: Epoch, run: Arc<Run>, kept: &[ShardId]) -> Result<Arc<Durable>, Error> {
         let shards = run.local_shards().to_vec();
         let catalog = Catalog::open(&self.dir)?;
         let manifest = catalog.latest().cloned();
@@ -176,8 +198,17 @@ impl Durable {
             write_complete(&self.dir, epoch)?;
         }
         collect_departed(&self.dir, &catalog, epoch, &shards)?;
+        hand_spares(&self.dir, &shards)?;
         let mut starts = Vec::with_capacity(shards.len());
         for &s in &shards {
+            if kept.contains(&s) {
+                // Its writer goes on open, on the shard's executor.
+                starts.push(Some(ShardStart {
+                    start: None,
+                    tail: None,
+                }));
+                continue;
+            }
             let recovered = wal::recover(&self.dir, s, epoch)?;
             if recovered.tail.last_epoch() != epoch {
                 return Err(Error::Snapshot(format!(
@@ -188,7 +219,7 @@ impl Durable {
             }
             starts.push(Some(ShardStart {
                 start: None,
-                tail: recovered.tail,
+                tail: Some(recovered.tail),
             }));
         }
         Ok(Durable::assemble(
@@ -219,7 +250,8 @@ impl SurveyedHanded {
     }
 
     /// The layout of the snapshot `plan` restores: that of the newest
-    /// checkpoint at or before it, else `first` (the run's own).
+    /// checkpoint at or before it (or the directory's first), checked
+    /// against `first`'s shape (the run's own).
     pub fn layout_at(&self, plan: &Plan, first: &Layout) -> Result<Layout, String> {
         let at = plan.snapshot.unwrap_or(0);
         let Some((epoch, layout)) = self.layouts.range(..=at).next_back() else {
@@ -274,6 +306,21 @@ impl SurveyedHanded {
                 self.dir.root().display()
             )));
         }
+        // A log of a shard this node does not run now must have ended by
+        // the snapshot (the shard left at a handover it covers): one that
+        // goes on, or any with no snapshot to explain it, is data this
+        // start would lose.
+        for (s, (log, _)) in &self.logs {
+            let explained = plan.snapshot.is_some_and(|p| log.last_epoch <= p);
+            if !shards.contains(s) && !explained {
+                return Err(Error::Snapshot(format!(
+                    "{} holds shard {s}'s log through epoch {}, but this node runs shards {shards:?} from snapshot {:?}: start it with the layout it ran (or restore the directory)",
+                    self.dir.root().display(),
+                    log.last_epoch,
+                    plan.snapshot
+                )));
+            }
+        }
         let mut logs = Vec::with_capacity(shards.len());
         let mut tails = Vec::with_capacity(shards.len());
         for &s in &shards {
@@ -314,6 +361,7 @@ impl SurveyedHanded {
         // Every node holds the plan's snapshot: nothing older is needed
         // for a shard that left (nor, once the cluster records it, for any).
         collect_departed(&self.dir, &self.catalog, plan.snapshot.unwrap_or(0), &shards)?;
+        hand_spares(&self.dir, &shards)?;
         let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
         let starts = decided
             .shards
@@ -323,7 +371,7 @@ impl SurveyedHanded {
                 assert_eq!(start.shard, tail.shard());
                 Some(ShardStart {
                     start: Some(start),
-                    tail,
+                    tail: Some(tail),
                 })
             })
             .collect();
@@ -353,16 +401,27 @@ impl SurveyedHanded {
 /// is past), the layouts before the newest at or before `epoch`, and what
 /// the catalog no longer needs.
 fn collect_departed(dir: &DataDir, catalog: &Catalog, epoch: Epoch, shards: &[ShardId]) -> Result<(), Error> {
-    catalog.gc_keeping(epoch)?;
     let wal_dir = dir.wal_dir();
+    // The logs of shards gone first, newest segment first (a crash in
+    // between leaves a log that still ends where it did), and for good
+    // before the manifests that list them go.
+    let mut removed = false;
     for s in wal::shards(&wal_dir)? {
-        if shards.contains(&s) {
-            wal::remove_through(dir, s, epoch)?;
-        } else {
-            for segment in wal::segments(&wal_dir, s)? {
+        if !shards.contains(&s) {
+            for segment in wal::segments(&wal_dir, s)?.iter().rev() {
                 remove(&segment.path)?;
+                removed = true;
             }
         }
+    }
+    if removed {
+        std::fs::File::open(&wal_dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io("fsync", &wal_dir))?;
+    }
+    catalog.gc_keeping(epoch)?;
+    for &s in shards {
+        wal::remove_through(dir, s, epoch)?;
     }
     let snapshot_dir = dir.snapshot_dir();
     for name in list(&snapshot_dir)? {
@@ -377,6 +436,43 @@ fn collect_departed(dir: &DataDir, catalog: &Catalog, epoch: Epoch, shards: &[Sh
         for (e, _) in layouts.range(..keep) {
             remove(&layout_path(dir, *e))?;
         }
+    }
+    for name in list(dir.root())? {
+        if name.starts_with(LAYOUT_FILE) && name.ends_with(".tmp") {
+            remove(&dir.root().join(name))?;
+        }
+    }
+    Ok(())
+}
+
+/// Gives each shard of `shards` without a spare log segment one that a
+/// shard no longer here left (renamed: preparing a segment writes it
+/// whole, 64 MiB by default, which a shard arriving here would otherwise
+/// wait for before it logs its first epoch), and removes the spares left
+/// over.
+fn hand_spares(dir: &DataDir, shards: &[ShardId]) -> Result<(), Error> {
+    let wal_dir = dir.wal_dir();
+    let spare = |s: ShardId| wal_dir.join(format!("wal-{s:04}-spare.tmp"));
+    let mut left: Vec<PathBuf> = list(&wal_dir)?
+        .iter()
+        .filter_map(|n| {
+            n.strip_prefix("wal-")?
+                .strip_suffix("-spare.tmp")?
+                .parse::<ShardId>()
+                .ok()
+        })
+        .filter(|s| !shards.contains(s))
+        .map(spare)
+        .collect();
+    for &s in shards {
+        if spare(s).exists() {
+            continue;
+        }
+        let Some(from) = left.pop() else { break };
+        std::fs::rename(&from, spare(s)).map_err(io("rename", &from))?;
+    }
+    for p in left {
+        remove(&p)?;
     }
     Ok(())
 }
