@@ -750,6 +750,27 @@ pub struct Control {
     app_fingerprint: u64,
     /// Peers' connections, with when each was accepted.
     accepted: mpsc::Receiver<(Instant, TcpStream)>,
+    /// Each peer's incarnation at the last join: a later join that meets
+    /// another one (the peer restarted) cannot go on (see `Refused`).
+    met: BTreeMap<u16, u64>,
+}
+
+/// Why a peer's hello was not accepted.
+enum Refused {
+    /// It runs something else, or said something wrong: logged, and the
+    /// join waits for it to be restarted right.
+    Peer(String),
+    /// A peer met at an earlier join restarted: it recovers from its disk
+    /// and waits for a first join, while this node, past its first, holds
+    /// state only in memory (or a later round's layout) — this node must
+    /// restart too, for the cluster to recover together.
+    Restarted(u16),
+}
+
+impl From<String> for Refused {
+    fn from(e: String) -> Refused {
+        Refused::Peer(e)
+    }
 }
 
 impl std::fmt::Debug for Control {
@@ -814,6 +835,7 @@ impl Control {
             round: 0,
             app_fingerprint,
             accepted,
+            met: BTreeMap::new(),
         })
     }
 
@@ -878,7 +900,8 @@ impl Control {
                         Ok((s, h)) => {
                             peers.insert(h.node, (s, h));
                         }
-                        Err(e) => tracing::warn!("joining node {}: {e}", peer.id),
+                        Err(Refused::Peer(e)) => tracing::warn!("joining node {}: {e}", peer.id),
+                        Err(Refused::Restarted(p)) => return Err(restarted(p)),
                     }
                 }
             }
@@ -889,7 +912,8 @@ impl Control {
                         peers.insert(h.node, (s, h));
                     }
                     Ok((_, h)) => tracing::warn!("node {} dialed node {}: the lower id dials", h.node, self.node),
-                    Err(e) => tracing::warn!("a peer's hello: {e}"),
+                    Err(Refused::Peer(e)) => tracing::warn!("a peer's hello: {e}"),
+                    Err(Refused::Restarted(p)) => return Err(restarted(p)),
                 },
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Err("the control listener stopped".into()),
@@ -947,6 +971,7 @@ impl Control {
             );
             writers.push((peer, writer));
         }
+        self.met = parts.iter().map(|(node, inc, _)| (*node, *inc)).collect();
         let layout = placed;
         Ok(Some(Run {
             local: layout.shards_of(self.node).collect(),
@@ -963,14 +988,14 @@ impl Control {
 
     /// Exchanges hellos on a fresh connection (`dialed`: the node we
     /// called) and checks that the peer runs the same cluster and app.
-    fn greet(&self, mut s: TcpStream, me: &Hello, dialed: Option<u16>) -> Result<(TcpStream, Hello), String> {
+    fn greet(&self, mut s: TcpStream, me: &Hello, dialed: Option<u16>) -> Result<(TcpStream, Hello), Refused> {
         s.set_nodelay(true).map_err(|e| e.to_string())?;
         s.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(|e| e.to_string())?;
         s.write_all(&raw_control_frame(HELLO, &encode_hello(me)))
             .map_err(|e| format!("sending hello: {e}"))?;
         let (tag, body) = read_control_frame(&mut s)?;
         if tag != HELLO {
-            return Err(format!("expected a hello, got frame {tag}"));
+            return Err(format!("expected a hello, got frame {tag}").into());
         }
         let h = decode_hello(&body)?;
         self.check_peer(me, &h, dialed)?;
@@ -979,7 +1004,14 @@ impl Control {
 
     /// Whether the peer that said `h` runs the same cluster, application
     /// and layout as this node (that said `me`), and is who we dialed.
-    fn check_peer(&self, me: &Hello, h: &Hello, dialed: Option<u16>) -> Result<(), String> {
+    fn check_peer(&self, me: &Hello, h: &Hello, dialed: Option<u16>) -> Result<(), Refused> {
+        if self.met.get(&h.node).is_some_and(|i| *i != h.incarnation) && h.fingerprint == me.fingerprint {
+            return Err(Refused::Restarted(h.node));
+        }
+        Ok(self.check_hello(me, h, dialed)?)
+    }
+
+    fn check_hello(&self, me: &Hello, h: &Hello, dialed: Option<u16>) -> Result<(), String> {
         if h.fingerprint != me.fingerprint {
             return Err(format!(
                 "node {} runs another cluster layout (check that every node has the same cluster file)",
@@ -1012,6 +1044,12 @@ impl Control {
         }
         Ok(())
     }
+}
+
+fn restarted(node: u16) -> String {
+    format!(
+        "node {node} restarted while this node went on to a later round: the cluster recovers together from its disks, so restart this node too"
+    )
 }
 
 /// Per peer: a thread that reads its frames (heartbeats, commit notices)
@@ -1494,13 +1532,13 @@ mod tests {
         me.fingerprint = c.spec.fingerprint();
         let mut them = hello(&alternate, 1);
         them.fingerprint = c.spec.fingerprint();
-        let refused = c.check_peer(&me, &them, Some(1)).unwrap_err();
+        let refused = c.check_hello(&me, &them, Some(1)).unwrap_err();
         assert!(
             refused.contains("[0, 1, 0, 1]") && refused.contains("[0, 0, 1, 1]"),
             "{refused}"
         );
         them.layout = spec.layout();
-        c.check_peer(&me, &them, Some(1)).unwrap();
+        c.check_hello(&me, &them, Some(1)).unwrap();
         drop(c);
         // Two nodes told different layouts wait for each other in vain;
         // told the same one, they join and run it. (Neither first layout is
@@ -1534,6 +1572,78 @@ mod tests {
             assert_eq!(*local, [i as u16, i as u16 + 2]);
             assert_eq!(*layout, alternate);
         }
+    }
+
+    /// A peer met at an earlier join that greets with another incarnation
+    /// (it restarted, and recovers from its disk) ends this node's later
+    /// join with an error instead of a wait for ever (it greets with its
+    /// first layout, this node with the next round's).
+    #[test]
+    fn a_later_join_fails_when_a_peer_restarted() {
+        let base = 21_700 + (std::process::id() % 200) as u16 * 10;
+        let node = |id: u16| Node {
+            id,
+            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
+            client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
+            shards: 2,
+        };
+        let spec = Spec {
+            nodes: vec![node(0), node(1)],
+            heartbeat: Duration::from_millis(20),
+            failure_timeout: Duration::from_millis(200),
+            placement: None,
+        };
+        let mut c = Control::start(spec.clone(), 0, 42).unwrap();
+        // Node 1 as it was met at the last join, and as it answers now.
+        c.met.insert(1, 7);
+        c.round = 1;
+        let listener = std::net::TcpListener::bind(spec.nodes[1].peer).unwrap();
+        let fingerprint = spec.fingerprint();
+        let first = spec.layout();
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            let (tag, _) = read_control_frame(&mut s).unwrap();
+            assert_eq!(tag, HELLO);
+            let h = Hello {
+                fingerprint,
+                app: 42,
+                node: 1,
+                incarnation: 8,
+                round: 1,
+                survey: survey(&[], 0),
+                layout: first,
+            };
+            s.write_all(&raw_control_frame(HELLO, &encode_hello(&h))).unwrap();
+        });
+        let next = Layout::placed_on(2, vec![0, 1, 1, 1]).unwrap().with_version(1);
+        // Without the check the join would wait: stopped, it says `None`.
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopper = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(10));
+            stopper.store(true, Ordering::Relaxed);
+        });
+        let e = c.join(survey(&[], 0), &next, &stop).unwrap_err();
+        assert!(e.contains("node 1 restarted"), "{e}");
+        peer.join().unwrap();
+        // Met with the same incarnation, a peer told another layout is
+        // only refused (the join waits for it).
+        c.met.insert(1, 8);
+        let h = Hello {
+            fingerprint,
+            app: 42,
+            node: 1,
+            incarnation: 8,
+            round: 1,
+            survey: survey(&[], 0),
+            layout: spec.layout(),
+        };
+        let me = Hello {
+            node: 0,
+            layout: next,
+            ..h.clone()
+        };
+        assert!(matches!(c.check_peer(&me, &h, Some(1)), Err(Refused::Peer(_))));
     }
 
     /// A spare's rounds: it ends a handover with the node that has the

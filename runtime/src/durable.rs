@@ -164,6 +164,10 @@ pub struct Durable {
     /// newest file, so a snapshot the engine takes at or before it (one
     /// due at the handover, one still being copied) is not written.
     floor: Epoch,
+    /// After a handover, the thread removing what its checkpoint made
+    /// garbage: the next handover waits for it (it removes whole logs of
+    /// shards that left, and one may come back).
+    collecting: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl std::fmt::Debug for Durable {
@@ -376,6 +380,7 @@ impl Durable {
             shards,
             run,
             floor,
+            collecting: Mutex::new(None),
         })
     }
 

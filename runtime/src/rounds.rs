@@ -71,6 +71,10 @@ pub struct RoundChange {
     /// When this node's round ended, and when it joined the next one.
     pub ended: std::time::Instant,
     pub joined: std::time::Instant,
+    /// Durable: how long the checkpoint took (writing the files, then
+    /// committing), and the next round's start on the data directory.
+    pub checkpoint: Duration,
+    pub reopen: Duration,
     /// The shards this node handed to other nodes, with their entities.
     pub sent: Vec<(ShardId, usize)>,
     /// The shards that stayed on this node: kept in memory as they were,
@@ -167,7 +171,7 @@ where
                     "a durable node runs a shard: a spare would take part in no snapshot (docs/nodes.md)".into(),
                 ));
             }
-            let next = match (surveyed.take(), &durable, changes.last()) {
+            let next = match (surveyed.take(), &durable, changes.last_mut()) {
                 (Some(sv), ..) => {
                     let (d, recovered) = sv.start(run.plan, run.clone()).map_err(disk_error)?;
                     tracing::info!(
@@ -182,9 +186,14 @@ where
                     }
                     d
                 }
-                (None, Some(d), Some(change)) => d
-                    .next_round(change.epoch, run.clone(), &change.kept)
-                    .map_err(disk_error)?,
+                (None, Some(d), Some(change)) => {
+                    let reopening = std::time::Instant::now();
+                    let next = d
+                        .next_round(change.epoch, run.clone(), &change.kept)
+                        .map_err(disk_error)?;
+                    change.reopen = reopening.elapsed();
+                    next
+                }
                 _ => unreachable!("a durable round after the first follows a handover"),
             };
             durable = Some(next);
@@ -245,6 +254,9 @@ where
             )?;
             let Some((epoch, next)) = round.paused else {
                 executors.take().expect("started").stop()?;
+                if let Some(d) = &durable {
+                    d.collected();
+                }
                 // Before saying FINISHED: once a spare hears it, it closes.
                 let failed = run.failure.reason();
                 // A spare learns that the run is over, not failed.
@@ -272,6 +284,7 @@ where
             let h = Handoff::decode(&bytes, &app).map_err(|e| Error::Handover(format!("a hand-off: {e}")))?;
             resume.push(h);
         }
+        let checkpointing = std::time::Instant::now();
         if let Some(d) = &durable {
             // The checkpoint, before the next join: once any node runs the
             // next epoch, every node has committed it.
@@ -285,11 +298,14 @@ where
             }
             d.commit_checkpoint(epoch, files).map_err(disk_error)?;
         }
+        let checkpoint = checkpointing.elapsed();
         changes.push(RoundChange {
             epoch,
             layout: next.clone(),
             ended,
             joined: ended,
+            checkpoint,
+            reopen: Duration::ZERO,
             sent,
             kept,
         });

@@ -677,7 +677,10 @@ impl<F: Frontend> ShardLoop<F> {
             return (output, None);
         }
         if stays {
-            return (output, Some(Departed::Stays(Box::new(self.shard), writer.map(Box::new))));
+            return (
+                output,
+                Some(Departed::Stays(Box::new(self.shard), writer.map(Box::new))),
+            );
         }
         let handoff = self.shard.hand_off();
         // A snapshot it was copying finishes in `hand_off`: its chunks

@@ -172,14 +172,24 @@ impl Durable {
         Ok(())
     }
 
+    /// Waits for the removal of what the last handover's checkpoint made
+    /// garbage ([`Durable::next_round`]), if any.
+    pub fn collected(&self) {
+        if let Some(gc) = self.collecting.lock().expect("collecting lock").take() {
+            let _ = gc.join();
+        }
+    }
+
     /// This node's durability for the round after the handover at the end
-    /// of `epoch`, whose checkpoint it committed ([`Durable::commit_checkpoint`])
-    /// before it joined `run`: every node did, so the checkpoint is the
-    /// cluster's from now on. Records it as complete, removes what only
-    /// older snapshots needed (the logs and files of shards no longer
-    /// here, and layouts) and reopens the log of each local shard arriving here after it (those
-    /// `kept` on their executors keep theirs open).
+    /// of `epoch`, whose checkpoint it committed
+    /// ([`Durable::commit_checkpoint`]) before it joined `run`: every node
+    /// did, so the checkpoint is the cluster's from now on. Opens the log
+    /// of each shard arriving here after it (those `kept` on their
+    /// executors keep theirs open); on a thread of its own, records the
+    /// checkpoint as complete and removes what only older snapshots
+    /// needed (the logs and files of shards no longer here, layouts).
     pub fn next_round(&self, epoch: Epoch, run: Arc<Run>, kept: &[ShardId]) -> Result<Arc<Durable>, Error> {
+        self.collected();
         let shards = run.local_shards().to_vec();
         let catalog = Catalog::open(&self.dir)?;
         let manifest = catalog.latest().cloned();
@@ -194,11 +204,11 @@ impl Durable {
                 self.dir.root().display()
             )));
         }
-        if run.is_cluster() {
-            write_complete(&self.dir, epoch)?;
-        }
-        collect_departed(&self.dir, &catalog, epoch, &shards)?;
-        hand_spares(&self.dir, &shards)?;
+        // An arriving shard takes the node's pool spare (a rename); the
+        // spares departed shards left are settled below, off the round's
+        // path (a rename of one whose preparation was cut short waits for
+        // its writes: tens of ms).
+        take_pool_spare(&self.dir, &shards)?;
         let mut starts = Vec::with_capacity(shards.len());
         for &s in &shards {
             if kept.contains(&s) {
@@ -222,17 +232,49 @@ impl Durable {
                 tail: Some(recovered.tail),
             }));
         }
-        Ok(Durable::assemble(
+        let cluster = run.is_cluster();
+        let next = Durable::assemble(
             self.dir.clone(),
             self.options,
-            shards,
+            shards.clone(),
             starts,
             manifest,
             epoch,
             catalog,
             run,
             epoch,
-        ))
+        );
+        // The record that every node has the checkpoint, then what only
+        // older snapshots needed: on a thread, under the committer's lock
+        // (its own collection takes it too), while the round runs — the
+        // removal of a departed shard's log and spare (~64 MiB files)
+        // took tens of ms. A crash before it leaves garbage that the next
+        // start removes (`SurveyedHanded::start`); the record only guards
+        // against a node restarting without its directory.
+        let gc = next.clone();
+        let collect = move || -> Result<(), Error> {
+            let c = gc.committer.lock().expect("committer lock");
+            if gc.collected_through.load(std::sync::atomic::Ordering::Relaxed) > epoch {
+                // The committer collected a later snapshot already.
+                return Ok(());
+            }
+            if cluster {
+                write_complete(&gc.dir, epoch)?;
+            }
+            collect_departed(&gc.dir, &c.catalog, epoch, &shards)?;
+            drop(c);
+            settle_spares(&gc.dir, &shards, gc.options)
+        };
+        let spawned = std::thread::Builder::new().name("handover-gc".into()).spawn(move || {
+            if let Err(e) = collect() {
+                tracing::warn!("cannot remove what the handover's checkpoint made garbage: {e}");
+            }
+        });
+        match spawned {
+            Ok(gc) => *next.collecting.lock().expect("collecting lock") = Some(gc),
+            Err(e) => tracing::warn!("cannot start the handover's garbage collection: {e}"),
+        }
+        Ok(next)
     }
 }
 
@@ -361,7 +403,14 @@ impl SurveyedHanded {
         // Every node holds the plan's snapshot: nothing older is needed
         // for a shard that left (nor, once the cluster records it, for any).
         collect_departed(&self.dir, &self.catalog, plan.snapshot.unwrap_or(0), &shards)?;
-        hand_spares(&self.dir, &shards)?;
+        take_pool_spare(&self.dir, &shards)?;
+        let (dir, options) = (self.dir.clone(), self.options);
+        let settle = shards.clone();
+        let _ = std::thread::Builder::new().name("spares".into()).spawn(move || {
+            if let Err(e) = settle_spares(&dir, &settle, options) {
+                tracing::warn!("cannot prepare a spare log segment for arriving shards: {e}");
+            }
+        });
         let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
         let starts = decided
             .shards
@@ -445,15 +494,39 @@ fn collect_departed(dir: &DataDir, catalog: &Catalog, epoch: Epoch, shards: &[Sh
     Ok(())
 }
 
-/// Gives each shard of `shards` without a spare log segment one that a
-/// shard no longer here left (renamed: preparing a segment writes it
-/// whole, 64 MiB by default, which a shard arriving here would otherwise
-/// wait for before it logs its first epoch), and removes the spares left
-/// over.
-fn hand_spares(dir: &DataDir, shards: &[ShardId]) -> Result<(), Error> {
+/// The node's spare log segment for a shard that arrives here (in the
+/// log directory): a segment is prepared whole before it takes records
+/// (64 MiB of zeros by default), which an arriving shard would otherwise
+/// wait for before it logs its first epoch here.
+const POOL_SPARE: &str = "pool-spare.tmp";
+
+/// Gives the node's pool spare, if any, to a shard of `shards` that has no
+/// spare segment of its own (one arriving here; a rename).
+fn take_pool_spare(dir: &DataDir, shards: &[ShardId]) -> Result<(), Error> {
     let wal_dir = dir.wal_dir();
-    let spare = |s: ShardId| wal_dir.join(format!("wal-{s:04}-spare.tmp"));
-    let mut left: Vec<PathBuf> = list(&wal_dir)?
+    let pool = wal_dir.join(POOL_SPARE);
+    if !pool.exists() {
+        return Ok(());
+    }
+    if let Some(s) = shards.iter().find(|s| !spare_of(&wal_dir, **s).exists()) {
+        let to = spare_of(&wal_dir, *s);
+        std::fs::rename(&pool, &to).map_err(io("rename", &pool))?;
+    }
+    Ok(())
+}
+
+fn spare_of(wal_dir: &Path, shard: ShardId) -> PathBuf {
+    wal_dir.join(format!("wal-{shard:04}-spare.tmp"))
+}
+
+/// Makes one spare segment a shard left here (one not of `shards`) the
+/// node's pool spare, for the next shard to arrive, and removes the
+/// others; without either, prepares a pool spare (zeros, synced, renamed
+/// into place when whole). Blocking: on a thread off the round's path.
+fn settle_spares(dir: &DataDir, shards: &[ShardId], options: wal::Options) -> Result<(), Error> {
+    let wal_dir = dir.wal_dir();
+    let pool = wal_dir.join(POOL_SPARE);
+    let left: Vec<PathBuf> = list(&wal_dir)?
         .iter()
         .filter_map(|n| {
             n.strip_prefix("wal-")?
@@ -462,19 +535,42 @@ fn hand_spares(dir: &DataDir, shards: &[ShardId]) -> Result<(), Error> {
                 .ok()
         })
         .filter(|s| !shards.contains(s))
-        .map(spare)
+        .map(|s| spare_of(&wal_dir, s))
         .collect();
-    for &s in shards {
-        if spare(s).exists() {
-            continue;
-        }
-        let Some(from) = left.pop() else { break };
-        std::fs::rename(&from, spare(s)).map_err(io("rename", &from))?;
-    }
     for p in left {
-        remove(&p)?;
+        if pool.exists() {
+            remove(&p)?;
+        } else {
+            std::fs::rename(&p, &pool).map_err(io("rename", &p))?;
+        }
+    }
+    if !pool.exists() {
+        let part = wal_dir.join(format!("{POOL_SPARE}.part"));
+        prepare_pool(&part, &pool, options).map_err(io("prepare", &part))?;
     }
     Ok(())
+}
+
+/// Writes a spare segment of `options.segment_bytes` at `part` (zeros if
+/// the options zero-fill), syncs it and renames it to `pool`.
+fn prepare_pool(part: &Path, pool: &Path, options: wal::Options) -> std::io::Result<()> {
+    use std::io::Write;
+    let f = std::fs::File::create(part)?;
+    if options.zero_fill {
+        let zeros = vec![0u8; 1 << 20];
+        let mut w = std::io::BufWriter::new(&f);
+        let mut left = options.segment_bytes;
+        while left > 0 {
+            let n = left.min(zeros.len() as u64) as usize;
+            w.write_all(&zeros[..n])?;
+            left -= n as u64;
+        }
+        w.flush()?;
+    } else {
+        f.set_len(options.segment_bytes)?;
+    }
+    f.sync_all()?;
+    std::fs::rename(part, pool)
 }
 
 fn layout_path(dir: &DataDir, epoch: Epoch) -> PathBuf {
