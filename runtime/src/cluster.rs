@@ -750,9 +750,11 @@ pub struct Control {
     app_fingerprint: u64,
     /// Peers' connections, with when each was accepted.
     accepted: mpsc::Receiver<(Instant, TcpStream)>,
-    /// Each peer's incarnation at the last join: a later join that meets
-    /// another one (the peer restarted) cannot go on (see `Refused`).
+    /// Each peer's incarnation at the last join: a join after a handover
+    /// that meets another one (the peer restarted) cannot go on (see
+    /// `Refused`, [`Control::join_next`]).
     met: BTreeMap<u16, u64>,
+    after_handover: bool,
 }
 
 /// Why a peer's hello was not accepted.
@@ -836,6 +838,7 @@ impl Control {
             app_fingerprint,
             accepted,
             met: BTreeMap::new(),
+            after_handover: false,
         })
     }
 
@@ -853,6 +856,21 @@ impl Control {
     /// `stop` was set meanwhile.
     pub fn join(&mut self, survey: Survey, layout: &Layout, stop: &AtomicBool) -> Result<Option<Run>, String> {
         self.join_placed(survey, layout, stop, |_| Ok(layout.clone()))
+    }
+
+    /// [`Control::join`] of the round after a handover, whose state lives
+    /// on in memory (or in a layout past the cluster file's): a peer met
+    /// at the last join that greets with another incarnation restarted,
+    /// and recovers from its disk waiting for a first join with the
+    /// layout it was given — this join fails instead of waiting for ever,
+    /// so that this node restarts and the cluster recovers together. (A
+    /// daemon's join after a failed run starts from its disk itself: any
+    /// peer may have restarted then.)
+    pub fn join_next(&mut self, layout: &Layout, stop: &AtomicBool) -> Result<Option<Run>, String> {
+        self.after_handover = true;
+        let joined = self.join(Survey::default(), layout, stop);
+        self.after_handover = false;
+        joined
     }
 
     /// [`Control::join`], the run placed by `place` of the plan agreed
@@ -1005,7 +1023,10 @@ impl Control {
     /// Whether the peer that said `h` runs the same cluster, application
     /// and layout as this node (that said `me`), and is who we dialed.
     fn check_peer(&self, me: &Hello, h: &Hello, dialed: Option<u16>) -> Result<(), Refused> {
-        if self.met.get(&h.node).is_some_and(|i| *i != h.incarnation) && h.fingerprint == me.fingerprint {
+        if self.after_handover
+            && self.met.get(&h.node).is_some_and(|i| *i != h.incarnation)
+            && h.fingerprint == me.fingerprint
+        {
             return Err(Refused::Restarted(h.node));
         }
         Ok(self.check_hello(me, h, dialed)?)
@@ -1575,9 +1596,10 @@ mod tests {
     }
 
     /// A peer met at an earlier join that greets with another incarnation
-    /// (it restarted, and recovers from its disk) ends this node's later
-    /// join with an error instead of a wait for ever (it greets with its
-    /// first layout, this node with the next round's).
+    /// (it restarted, and recovers from its disk) ends this node's join
+    /// after a handover with an error instead of a wait for ever (it
+    /// greets with its first layout, this node with the next round's); a
+    /// plain join (a daemon's after a failed run) takes it.
     #[test]
     fn a_later_join_fails_when_a_peer_restarted() {
         let base = 21_700 + (std::process::id() % 200) as u16 * 10;
@@ -1597,6 +1619,18 @@ mod tests {
         // Node 1 as it was met at the last join, and as it answers now.
         c.met.insert(1, 7);
         c.round = 1;
+        // A plain join (a daemon's after a failed run) takes it as it is.
+        let h8 = Hello {
+            fingerprint: spec.fingerprint(),
+            app: 42,
+            node: 1,
+            incarnation: 8,
+            round: 1,
+            survey: survey(&[], 0),
+            layout: spec.layout(),
+        };
+        let me0 = Hello { node: 0, ..h8.clone() };
+        assert!(c.check_peer(&me0, &h8, Some(1)).is_ok());
         let listener = std::net::TcpListener::bind(spec.nodes[1].peer).unwrap();
         let fingerprint = spec.fingerprint();
         let first = spec.layout();
@@ -1623,7 +1657,7 @@ mod tests {
             std::thread::sleep(Duration::from_secs(10));
             stopper.store(true, Ordering::Relaxed);
         });
-        let e = c.join(survey(&[], 0), &next, &stop).unwrap_err();
+        let e = c.join_next(&next, &stop).unwrap_err();
         assert!(e.contains("node 1 restarted"), "{e}");
         peer.join().unwrap();
         // Met with the same incarnation, a peer told another layout is
@@ -1643,6 +1677,7 @@ mod tests {
             layout: next,
             ..h.clone()
         };
+        c.after_handover = true;
         assert!(matches!(c.check_peer(&me, &h, Some(1)), Err(Refused::Peer(_))));
     }
 

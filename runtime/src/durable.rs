@@ -522,7 +522,14 @@ impl ShardDurable {
             );
         }
         let mut writer = match (writer, tail) {
-            (Some(w), None) => w,
+            (Some(w), None) => {
+                assert_eq!(
+                    (w.shard(), w.last_epoch()),
+                    (id, durable.floor),
+                    "a log writer kept across a handover goes on where it stopped"
+                );
+                w
+            }
             (None, Some(tail)) => {
                 let opened = Instant::now();
                 let w = wal::Writer::open(&durable.dir, &tail, durable.options)

@@ -151,11 +151,15 @@ where
         }
         None => None,
     };
-    let mut durable: Option<Arc<durable::Durable>> = None;
+    // Whatever way the rounds end, a handover's garbage collection ends
+    // first: it must not go on changing the directory after them.
+    let mut settle = Settle(None);
+    let durable = &mut settle.0;
     loop {
         let joined = match &surveyed {
             Some(sv) => control.join_placed(sv.survey(), &layout, stop, |plan| sv.layout_at(plan, &first_layout)),
-            None => control.join(cluster::Survey::default(), &layout, stop),
+            None if changes.is_empty() => control.join(cluster::Survey::default(), &layout, stop),
+            None => control.join_next(&layout, stop),
         };
         let run = match joined {
             Ok(Some(run)) => Arc::new(run),
@@ -171,7 +175,7 @@ where
                     "a durable node runs a shard: a spare would take part in no snapshot (docs/nodes.md)".into(),
                 ));
             }
-            let next = match (surveyed.take(), &durable, changes.last_mut()) {
+            let next = match (surveyed.take(), &*durable, changes.last_mut()) {
                 (Some(sv), ..) => {
                     let (d, recovered) = sv.start(run.plan, run.clone()).map_err(disk_error)?;
                     tracing::info!(
@@ -196,7 +200,7 @@ where
                 }
                 _ => unreachable!("a durable round after the first follows a handover"),
             };
-            durable = Some(next);
+            *durable = Some(next);
         }
         // The handover that ended the round: its epoch, the next layout,
         // when this node's round ended, and the shards it sends (as bytes)
@@ -254,7 +258,7 @@ where
             )?;
             let Some((epoch, next)) = round.paused else {
                 executors.take().expect("started").stop()?;
-                if let Some(d) = &durable {
+                if let Some(d) = &*durable {
                     d.collected();
                 }
                 // Before saying FINISHED: once a spare hears it, it closes.
@@ -285,7 +289,11 @@ where
             resume.push(h);
         }
         let checkpointing = std::time::Instant::now();
-        if let Some(d) = &durable {
+        if let Some(d) = &*durable {
+            // The last handover's garbage collection removes files of the
+            // shards that left then: one may be back, and its file is
+            // written now.
+            d.collected();
             // The checkpoint, before the next join: once any node runs the
             // next epoch, every node has committed it.
             let mut all = checkpoints;
@@ -310,6 +318,18 @@ where
             kept,
         });
         layout = next;
+    }
+}
+
+/// Waits, when dropped, for the garbage collection of the last handover's
+/// checkpoint (`durable::Durable::collected`).
+struct Settle(Option<Arc<durable::Durable>>);
+
+impl Drop for Settle {
+    fn drop(&mut self) {
+        if let Some(d) = &self.0 {
+            d.collected();
+        }
     }
 }
 

@@ -385,9 +385,15 @@ impl<F: Frontend> ShardLoop<F> {
         }
         let epoch = self.shard.epoch();
         // A durable shard stops once its log holds its last epoch and the
-        // shard was told (it announces that to every peer, which must be
-        // sent before the stop: nothing is sent after it).
-        if self.durable.as_ref().is_some_and(|d| d.logged_through() < epoch) {
+        // shard was told (it announces that to every peer), and once every
+        // reply it held was released (every peer announced the same: a
+        // release may send a reply to the shard its request came
+        // through) — nothing is sent after the stop.
+        if self
+            .durable
+            .as_ref()
+            .is_some_and(|d| d.logged_through() < epoch || self.shard.holds_replies())
+        {
             return;
         }
         let run = self

@@ -205,6 +205,7 @@ impl Frontend for Closed {
 
 #[test]
 fn shards_handed_between_two_running_nodes_keep_every_transfer_once() {
+    let _one = one_cluster_at_a_time();
     // A cluster that stops making progress hangs rather than fails: a
     // watchdog turns that into a failure.
     let done = watchdog("the two-node clusters", 240);
@@ -493,6 +494,7 @@ fn handed_over(threads: usize, named: bool) {
 /// and an executor whose shard left runs none until one arrives.
 #[test]
 fn three_nodes_pass_shards_around() {
+    let _one = one_cluster_at_a_time();
     const PASSES: [(u64, ShardId, u16); 3] = [(600, 1, 1), (1_200, 1, 2), (1_800, 5, 0)];
     pass_around(
         "handover-three",
@@ -507,6 +509,7 @@ fn three_nodes_pass_shards_around() {
 /// a spare until the run ends.
 #[test]
 fn a_spare_node_takes_shards_and_a_drained_node_becomes_one() {
+    let _one = one_cluster_at_a_time();
     const PASSES: [(u64, ShardId, u16); 3] = [(600, 1, 2), (1_200, 3, 2), (1_800, 2, 0)];
     pass_around(
         "handover-spare",
@@ -674,6 +677,14 @@ fn pair(shard: u64, sent: u64, shards: u64) -> (u64, u64) {
     (debtor, (debtor + 1 + n * 104_729 % (ACCOUNTS - 1)) % ACCOUNTS)
 }
 
+/// The clusters of this file's tests one at a time: each takes blocks of
+/// free ports (probed, then bound by its nodes), and several at once
+/// took each other's, on a loaded machine.
+fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: Mutex<()> = Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// A scratch directory of this test process, empty.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("styx-{name}-{}", std::process::id()));
@@ -794,6 +805,7 @@ fn balances(seen: &[Seen]) -> Vec<(u64, i64)> {
 /// every balance exactly as the run left it.
 #[test]
 fn durable_handovers_recover_every_shard_where_it_ran() {
+    let _one = one_cluster_at_a_time();
     const PASSES: [(u64, ShardId, u16); 2] = [(1_000, 1, 1), (2_000, 2, 0)];
     let done = watchdog("the durable two-node cluster", 240);
     let spec = local_cluster_of(&[2, 2]);
@@ -889,6 +901,7 @@ fn durable_handovers_recover_every_shard_where_it_ran() {
 /// finds every balance as the first left it.
 #[test]
 fn a_handover_cut_short_by_a_crash_is_replayed_and_made_again() {
+    let _one = one_cluster_at_a_time();
     const PASSES: [(u64, ShardId, u16); 2] = [(1_000, 1, 1), (2_000, 2, 0)];
     let done = watchdog("the durable two-node cluster, crashed", 240);
     let n = 4;

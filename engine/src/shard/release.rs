@@ -68,6 +68,14 @@ impl Shard {
         self.release_replies();
     }
 
+    /// Whether replies wait here for their epoch to be durable on every
+    /// shard: releasing them may send messages (a reply to the shard its
+    /// request came through), so a shard stopped at a handover with a
+    /// log must wait until it holds none.
+    pub fn holds_replies(&self) -> bool {
+        !self.gate.held.is_empty()
+    }
+
     /// Tells every peer that this shard's log is durable through `epoch`.
     pub(super) fn announce_durable(&self, epoch: Epoch) {
         let mut st = self.exec.st.borrow_mut();

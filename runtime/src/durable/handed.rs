@@ -208,7 +208,8 @@ impl Durable {
         // spares departed shards left are settled below, off the round's
         // path (a rename of one whose preparation was cut short waits for
         // its writes: tens of ms).
-        take_pool_spare(&self.dir, &shards)?;
+        let arriving: Vec<ShardId> = shards.iter().copied().filter(|s| !kept.contains(s)).collect();
+        take_pool_spare(&self.dir, &arriving)?;
         let mut starts = Vec::with_capacity(shards.len());
         for &s in &shards {
             if kept.contains(&s) {
@@ -254,11 +255,8 @@ impl Durable {
         let gc = next.clone();
         let collect = move || -> Result<(), Error> {
             let c = gc.committer.lock().expect("committer lock");
-            if gc.collected_through.load(std::sync::atomic::Ordering::Relaxed) > epoch {
-                // The committer collected a later snapshot already.
-                return Ok(());
-            }
-            if cluster {
+            // Unless the committer recorded a later snapshot already.
+            if cluster && gc.collected_through.load(std::sync::atomic::Ordering::Relaxed) <= epoch {
                 write_complete(&gc.dir, epoch)?;
             }
             collect_departed(&gc.dir, &c.catalog, epoch, &shards)?;
@@ -403,14 +401,14 @@ impl SurveyedHanded {
         // Every node holds the plan's snapshot: nothing older is needed
         // for a shard that left (nor, once the cluster records it, for any).
         collect_departed(&self.dir, &self.catalog, plan.snapshot.unwrap_or(0), &shards)?;
-        take_pool_spare(&self.dir, &shards)?;
-        let (dir, options) = (self.dir.clone(), self.options);
-        let settle = shards.clone();
-        let _ = std::thread::Builder::new().name("spares".into()).spawn(move || {
-            if let Err(e) = settle_spares(&dir, &settle, options) {
-                tracing::warn!("cannot prepare a spare log segment for arriving shards: {e}");
+        // Left by a process that stopped while it prepared one.
+        for name in list(&self.dir.wal_dir())? {
+            if name.starts_with(POOL_SPARE) && name.ends_with(".part") {
+                remove(&self.dir.wal_dir().join(name))?;
             }
-        });
+        }
+        take_pool_spare(&self.dir, &shards)?;
+        settle_spares(&self.dir, &shards, self.options)?;
         let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
         let starts = decided
             .shards
@@ -452,7 +450,7 @@ impl SurveyedHanded {
 fn collect_departed(dir: &DataDir, catalog: &Catalog, epoch: Epoch, shards: &[ShardId]) -> Result<(), Error> {
     let wal_dir = dir.wal_dir();
     // The logs of shards gone first, newest segment first (a crash in
-    // between leaves a log that still ends where it did), and for good
+    // between leaves a log that still begins where it did), and for good
     // before the manifests that list them go.
     let mut removed = false;
     for s in wal::shards(&wal_dir)? {
@@ -500,17 +498,26 @@ fn collect_departed(dir: &DataDir, catalog: &Catalog, epoch: Epoch, shards: &[Sh
 /// wait for before it logs its first epoch here.
 const POOL_SPARE: &str = "pool-spare.tmp";
 
-/// Gives the node's pool spare, if any, to a shard of `shards` that has no
-/// spare segment of its own (one arriving here; a rename).
-fn take_pool_spare(dir: &DataDir, shards: &[ShardId]) -> Result<(), Error> {
+/// Gives the node's pool spare, if any, to a shard of `arriving` (one
+/// whose log starts here) that has no spare segment of its own: a link
+/// then an unlink, so that a spare a writer is preparing meanwhile under
+/// that name is never replaced.
+fn take_pool_spare(dir: &DataDir, arriving: &[ShardId]) -> Result<(), Error> {
     let wal_dir = dir.wal_dir();
     let pool = wal_dir.join(POOL_SPARE);
     if !pool.exists() {
         return Ok(());
     }
-    if let Some(s) = shards.iter().find(|s| !spare_of(&wal_dir, **s).exists()) {
-        let to = spare_of(&wal_dir, *s);
-        std::fs::rename(&pool, &to).map_err(io("rename", &pool))?;
+    for &s in arriving {
+        let to = spare_of(&wal_dir, s);
+        match std::fs::hard_link(&pool, &to) {
+            Ok(()) => {
+                remove(&pool)?;
+                break;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(io("link", &pool)(e)),
+        }
     }
     Ok(())
 }
@@ -521,8 +528,8 @@ fn spare_of(wal_dir: &Path, shard: ShardId) -> PathBuf {
 
 /// Makes one spare segment a shard left here (one not of `shards`) the
 /// node's pool spare, for the next shard to arrive, and removes the
-/// others; without either, prepares a pool spare (zeros, synced, renamed
-/// into place when whole). Blocking: on a thread off the round's path.
+/// others; without either, has a pool spare prepared (zeros, synced,
+/// renamed into place when whole). Blocking: off the round's path.
 fn settle_spares(dir: &DataDir, shards: &[ShardId], options: wal::Options) -> Result<(), Error> {
     let wal_dir = dir.wal_dir();
     let pool = wal_dir.join(POOL_SPARE);
@@ -544,11 +551,47 @@ fn settle_spares(dir: &DataDir, shards: &[ShardId], options: wal::Options) -> Re
             std::fs::rename(&p, &pool).map_err(io("rename", &p))?;
         }
     }
+    if pool.exists() && std::fs::metadata(&pool).map_err(io("stat", &pool))?.len() != pool_bytes(options) {
+        // Of a run with other segment options.
+        remove(&pool)?;
+    }
     if !pool.exists() {
-        let part = wal_dir.join(format!("{POOL_SPARE}.part"));
-        prepare_pool(&part, &pool, options).map_err(io("prepare", &part))?;
+        prepare_pool_later(&wal_dir, options);
     }
     Ok(())
+}
+
+/// A pool spare's size: a segment's, as the writer aligns it (its
+/// alignment is the device's, at most 4 KiB; a size it does not accept is
+/// removed and prepared anew by the writer).
+fn pool_bytes(options: wal::Options) -> u64 {
+    options.segment_bytes.max(4096).div_ceil(4096) * 4096
+}
+
+/// Prepares the node's pool spare on a thread of its own, never waited
+/// for (a process that stops first leaves a `.part` file the next one
+/// removes), one at a time per directory.
+fn prepare_pool_later(wal_dir: &Path, options: wal::Options) {
+    static PREPARING: std::sync::Mutex<std::collections::BTreeSet<PathBuf>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    let pool = wal_dir.join(POOL_SPARE);
+    if !PREPARING.lock().expect("preparing lock").insert(pool.clone()) {
+        return;
+    }
+    let part = wal_dir.join(format!("{POOL_SPARE}.{}.part", std::process::id()));
+    let spawned = std::thread::Builder::new().name("pool-spare".into()).spawn({
+        let pool = pool.clone();
+        move || {
+            if let Err(e) = prepare_pool(&part, &pool, options) {
+                tracing::warn!("cannot prepare a spare log segment for arriving shards: {e}");
+                let _ = std::fs::remove_file(&part);
+            }
+            PREPARING.lock().expect("preparing lock").remove(&pool);
+        }
+    });
+    if spawned.is_err() {
+        PREPARING.lock().expect("preparing lock").remove(&pool);
+    }
 }
 
 /// Writes a spare segment of `options.segment_bytes` at `part` (zeros if
@@ -559,7 +602,7 @@ fn prepare_pool(part: &Path, pool: &Path, options: wal::Options) -> std::io::Res
     if options.zero_fill {
         let zeros = vec![0u8; 1 << 20];
         let mut w = std::io::BufWriter::new(&f);
-        let mut left = options.segment_bytes;
+        let mut left = pool_bytes(options);
         while left > 0 {
             let n = left.min(zeros.len() as u64) as usize;
             w.write_all(&zeros[..n])?;
@@ -567,7 +610,7 @@ fn prepare_pool(part: &Path, pool: &Path, options: wal::Options) -> std::io::Res
         }
         w.flush()?;
     } else {
-        f.set_len(options.segment_bytes)?;
+        f.set_len(pool_bytes(options))?;
     }
     f.sync_all()?;
     std::fs::rename(part, pool)
