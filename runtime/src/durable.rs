@@ -207,6 +207,21 @@ fn in_dir(dir: &DataDir, e: recovery::Error) -> Error {
     Error::Snapshot(format!("{e} (data directory {})", dir.root().display()))
 }
 
+/// Each shard's start: recovery's decision, and where its log resumes.
+fn recovered_starts(decided: Vec<recovery::ShardStart>, tails: Vec<Tail>) -> Vec<Option<ShardStart>> {
+    decided
+        .into_iter()
+        .zip(tails)
+        .map(|(start, tail)| {
+            assert_eq!(start.shard, tail.shard());
+            Some(ShardStart {
+                start: Some(start),
+                tail: Some(tail),
+            })
+        })
+        .collect()
+}
+
 /// What a data directory holds, read before the shards start: every kept
 /// snapshot and each shard's log after the oldest of them. A node of a
 /// cluster tells the others its [`Surveyed::survey`] and starts from the
@@ -254,18 +269,7 @@ impl Surveyed {
             "the catalog rolled back to another snapshot than recovery chose"
         );
         let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
-        let starts: Vec<Option<ShardStart>> = decided
-            .shards
-            .into_iter()
-            .zip(self.tails)
-            .map(|(start, tail)| {
-                assert_eq!(start.shard, tail.shard());
-                Some(ShardStart {
-                    start: Some(start),
-                    tail: Some(tail),
-                })
-            })
-            .collect();
+        let starts = recovered_starts(decided.shards, self.tails);
         let snapshot_epoch = manifest.as_ref().map(|m| m.epoch);
         let durable = Durable::assemble(
             self.dir,

@@ -28,7 +28,7 @@
 //! A node that runs no shard (a spare) takes part in no snapshot, so a
 //! durable run keeps a shard on every node (`Config::spare_nodes` off).
 
-use super::{Durable, Recovered, ShardStart, in_dir, read_complete, write_complete};
+use super::{Durable, Recovered, ShardStart, in_dir, read_complete, recovered_starts, write_complete};
 use crate::cluster::Run;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -410,18 +410,7 @@ impl SurveyedHanded {
         take_pool_spare(&self.dir, &shards)?;
         settle_spares(&self.dir, &shards, self.options)?;
         let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
-        let starts = decided
-            .shards
-            .into_iter()
-            .zip(tails)
-            .map(|(start, tail)| {
-                assert_eq!(start.shard, tail.shard());
-                Some(ShardStart {
-                    start: Some(start),
-                    tail: Some(tail),
-                })
-            })
-            .collect();
+        let starts = recovered_starts(decided.shards, tails);
         let durable = Durable::assemble(
             self.dir,
             self.options,
