@@ -96,24 +96,9 @@ fn read_complete(dir: &DataDir) -> Result<Epoch, Error> {
 
 /// Records `epoch` in `dir`'s [`COMPLETE_FILE`], atomically and durably.
 fn write_complete(dir: &DataDir, epoch: Epoch) -> Result<(), Error> {
-    let path = dir.root().join(COMPLETE_FILE);
-    let tmp = dir.root().join(format!("{COMPLETE_FILE}.tmp"));
     let mut bytes = epoch.to_le_bytes().to_vec();
     bytes.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
-    let io = |op: &'static str, p: &std::path::Path| {
-        let p = p.to_path_buf();
-        move |source| Error::Io { op, path: p, source }
-    };
-    {
-        use std::io::Write;
-        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
-        f.write_all(&bytes).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("fsync", &tmp))?;
-    }
-    std::fs::rename(&tmp, &path).map_err(io("rename", &path))?;
-    std::fs::File::open(dir.root())
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync", dir.root()))
+    styx_storage::fsutil::write_atomic(&dir.root().join(COMPLETE_FILE), &bytes)
 }
 
 /// What a shard starts from: recovery's decision (`None`: the shard is
@@ -207,21 +192,6 @@ fn in_dir(dir: &DataDir, e: recovery::Error) -> Error {
     Error::Snapshot(format!("{e} (data directory {})", dir.root().display()))
 }
 
-/// Each shard's start: recovery's decision, and where its log resumes.
-fn recovered_starts(decided: Vec<recovery::ShardStart>, tails: Vec<Tail>) -> Vec<Option<ShardStart>> {
-    decided
-        .into_iter()
-        .zip(tails)
-        .map(|(start, tail)| {
-            assert_eq!(start.shard, tail.shard());
-            Some(ShardStart {
-                start: Some(start),
-                tail: Some(tail),
-            })
-        })
-        .collect()
-}
-
 /// What a data directory holds, read before the shards start: every kept
 /// snapshot and each shard's log after the oldest of them. A node of a
 /// cluster tells the others its [`Surveyed::survey`] and starts from the
@@ -255,11 +225,6 @@ impl Surveyed {
     /// rolls back to the plan's snapshot (dropping newer ones, which not
     /// every node completed). `run` learns of this node's snapshot commits.
     pub fn start(mut self, plan: Plan, run: Arc<Run>) -> Result<(Arc<Durable>, Recovered), Error> {
-        let truncated: Vec<String> = self
-            .tails
-            .iter()
-            .filter_map(|t| t.truncation().map(|tr| format!("shard {}: {tr}", t.shard())))
-            .collect();
         let decided = recovery::start(self.disk, &plan).map_err(|e| in_dir(&self.dir, e))?;
         self.catalog.roll_back_to(plan.snapshot)?;
         let manifest = self.catalog.latest().cloned();
@@ -268,27 +233,16 @@ impl Surveyed {
             decided.snapshot.as_ref().map(|s| s.epoch),
             "the catalog rolled back to another snapshot than recovery chose"
         );
-        let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
-        let starts = recovered_starts(decided.shards, self.tails);
-        let snapshot_epoch = manifest.as_ref().map(|m| m.epoch);
-        let durable = Durable::assemble(
+        Ok(Durable::recovered(
             self.dir,
             self.options,
             self.shards,
-            starts,
+            decided,
+            self.tails,
             manifest,
-            decided.replay_to,
             self.catalog,
             run,
-            0,
-        );
-        let recovered = Recovered {
-            snapshot_epoch,
-            replay_batches,
-            recovered_epoch: decided.replay_to,
-            truncated,
-        };
-        Ok((durable, recovered))
+        ))
     }
 }
 
@@ -346,6 +300,58 @@ impl Durable {
 
     pub fn dir(&self) -> &DataDir {
         &self.dir
+    }
+
+    /// A node's durability for `shards` as recovery `decided` (each log
+    /// resuming at its `tails`), from the snapshot `manifest` (the
+    /// catalog's latest), and what the start-up log line tells of it.
+    #[allow(clippy::too_many_arguments)]
+    fn recovered(
+        dir: Arc<DataDir>,
+        options: wal::Options,
+        shards: Vec<ShardId>,
+        decided: recovery::Start,
+        tails: Vec<Tail>,
+        manifest: Option<Manifest>,
+        catalog: Catalog,
+        run: Arc<Run>,
+    ) -> (Arc<Durable>, Recovered) {
+        let truncated: Vec<String> = tails
+            .iter()
+            .filter_map(|t| t.truncation().map(|tr| format!("shard {}: {tr}", t.shard())))
+            .collect();
+        let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
+        let starts = decided
+            .shards
+            .into_iter()
+            .zip(tails)
+            .map(|(start, tail)| {
+                assert_eq!(start.shard, tail.shard());
+                Some(ShardStart {
+                    start: Some(start),
+                    tail: Some(tail),
+                })
+            })
+            .collect();
+        let snapshot_epoch = manifest.as_ref().map(|m| m.epoch);
+        let durable = Durable::assemble(
+            dir,
+            options,
+            shards,
+            starts,
+            manifest,
+            decided.replay_to,
+            catalog,
+            run,
+            0,
+        );
+        let recovered = Recovered {
+            snapshot_epoch,
+            replay_batches,
+            recovered_epoch: decided.replay_to,
+            truncated,
+        };
+        (durable, recovered)
     }
 
     /// A node's durability for a run (or a round of one) of `shards`, each

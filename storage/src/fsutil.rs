@@ -14,14 +14,14 @@ use std::path::{Path, PathBuf};
 
 /// Makes the directory entries of `dir` (creations, renames, removals)
 /// durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
+pub fn sync_dir(dir: &Path) -> Result<()> {
     let d = File::open(dir).map_err(Error::io("open directory", dir))?;
     d.sync_all().map_err(Error::io("fsync directory", dir))
 }
 
 /// Writes `bytes` to `path` so that a crash leaves either the old state or
 /// the whole new file: temporary name, fsync, rename, fsync of the directory.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = temp_path(path);
     {
         let mut f = OpenOptions::new()
@@ -52,7 +52,7 @@ pub(crate) fn parent(path: &Path) -> &Path {
 }
 
 /// The names of the entries of `dir` (an absent directory has none).
-pub(crate) fn list(dir: &Path) -> Result<Vec<String>> {
+pub fn list(dir: &Path) -> Result<Vec<String>> {
     let entries = match fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),

@@ -48,7 +48,7 @@
 mod crc;
 pub mod dir;
 mod error;
-mod fsutil;
+pub mod fsutil;
 pub mod fuzz;
 pub mod inspect;
 pub mod snapshot;

@@ -28,7 +28,7 @@
 //! A node that runs no shard (a spare) takes part in no snapshot, so a
 //! durable run keeps a shard on every node (`Config::spare_nodes` off).
 
-use super::{Durable, Recovered, ShardStart, in_dir, read_complete, recovered_starts, write_complete};
+use super::{Durable, Recovered, ShardStart, in_dir, read_complete, write_complete};
 use crate::cluster::Run;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -37,7 +37,7 @@ use styx_engine::recovery::{self, Plan, Survey};
 use styx_engine::{Checkpoint, Epoch, Layout, ShardId};
 use styx_storage::snapshot::{Catalog, FileRef, Manifest};
 use styx_storage::wal::{self, Tail};
-use styx_storage::{DataDir, Error};
+use styx_storage::{DataDir, Error, fsutil};
 
 /// Prefix of a checkpoint's layout file in a data directory's root: then
 /// the epoch, 20 digits.
@@ -375,10 +375,6 @@ impl SurveyedHanded {
             logs.push(log);
             tails.push(tail);
         }
-        let truncated: Vec<String> = tails
-            .iter()
-            .filter_map(|t| t.truncation().map(|tr| format!("shard {}: {tr}", t.shard())))
-            .collect();
         let disk = recovery::Disk {
             shards: shards.clone(),
             snapshots: snapshot.into_iter().collect(),
@@ -402,33 +398,23 @@ impl SurveyedHanded {
         // for a shard that left (nor, once the cluster records it, for any).
         collect_departed(&self.dir, &self.catalog, plan.snapshot.unwrap_or(0), &shards)?;
         // Left by a process that stopped while it prepared one.
-        for name in list(&self.dir.wal_dir())? {
+        for name in fsutil::list(&self.dir.wal_dir())? {
             if name.starts_with(POOL_SPARE) && name.ends_with(".part") {
                 remove(&self.dir.wal_dir().join(name))?;
             }
         }
         take_pool_spare(&self.dir, &shards)?;
         settle_spares(&self.dir, &shards, self.options)?;
-        let replay_batches = decided.shards.iter().map(recovery::ShardStart::logged_batches).sum();
-        let starts = recovered_starts(decided.shards, tails);
-        let durable = Durable::assemble(
+        Ok(Durable::recovered(
             self.dir,
             self.options,
             shards,
-            starts,
+            decided,
+            tails,
             manifest,
-            decided.replay_to,
             self.catalog,
             run,
-            0,
-        );
-        let recovered = Recovered {
-            snapshot_epoch: plan.snapshot,
-            replay_batches,
-            recovered_epoch: decided.replay_to,
-            truncated,
-        };
-        Ok((durable, recovered))
+        ))
     }
 }
 
@@ -451,16 +437,14 @@ fn collect_departed(dir: &DataDir, catalog: &Catalog, epoch: Epoch, shards: &[Sh
         }
     }
     if removed {
-        std::fs::File::open(&wal_dir)
-            .and_then(|d| d.sync_all())
-            .map_err(io("fsync", &wal_dir))?;
+        fsutil::sync_dir(&wal_dir)?;
     }
     catalog.gc_keeping(epoch)?;
     for &s in shards {
         wal::remove_through(dir, s, epoch)?;
     }
     let snapshot_dir = dir.snapshot_dir();
-    for name in list(&snapshot_dir)? {
+    for name in fsutil::list(&snapshot_dir)? {
         if let Some((s, ..)) = styx_storage::snapshot::parse_file_name(&name)
             && !shards.contains(&s)
         {
@@ -473,7 +457,7 @@ fn collect_departed(dir: &DataDir, catalog: &Catalog, epoch: Epoch, shards: &[Sh
             remove(&layout_path(dir, *e))?;
         }
     }
-    for name in list(dir.root())? {
+    for name in fsutil::list(dir.root())? {
         if name.starts_with(LAYOUT_FILE) && name.ends_with(".tmp") {
             remove(&dir.root().join(name))?;
         }
@@ -522,7 +506,7 @@ fn spare_of(wal_dir: &Path, shard: ShardId) -> PathBuf {
 fn settle_spares(dir: &DataDir, shards: &[ShardId], options: wal::Options) -> Result<(), Error> {
     let wal_dir = dir.wal_dir();
     let pool = wal_dir.join(POOL_SPARE);
-    let left: Vec<PathBuf> = list(&wal_dir)?
+    let left: Vec<PathBuf> = fsutil::list(&wal_dir)?
         .iter()
         .filter_map(|n| {
             n.strip_prefix("wal-")?
@@ -621,38 +605,16 @@ fn remove(path: &Path) -> Result<(), Error> {
     }
 }
 
-fn list(dir: &Path) -> Result<Vec<String>, Error> {
-    let mut names = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io("list", dir))? {
-        let entry = entry.map_err(io("list", dir))?;
-        if let Some(name) = entry.file_name().to_str() {
-            names.push(name.to_string());
-        }
-    }
-    Ok(names)
-}
-
 /// Writes the layout that holds after the handover at `epoch`, atomically
 /// and durably: version, node count and each shard's node, then their
 /// crc32c.
 fn write_layout(dir: &DataDir, epoch: Epoch, layout: &Layout) -> Result<(), Error> {
-    use std::io::Write;
-    let path = layout_path(dir, epoch);
-    let tmp = path.with_extension("tmp");
     let node_of: Vec<u16> = (0..layout.n_shards()).map(|s| layout.node_of(s)).collect();
     let mut bytes = styx_engine::Payload::encode(&(layout.version(), layout.nodes(), node_of))
         .as_bytes()
         .to_vec();
     bytes.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
-        f.write_all(&bytes).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("fsync", &tmp))?;
-    }
-    std::fs::rename(&tmp, &path).map_err(io("rename", &path))?;
-    std::fs::File::open(dir.root())
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync", dir.root()))
+    fsutil::write_atomic(&layout_path(dir, epoch), &bytes)
 }
 
 /// Every checkpoint's layout in `dir`, by epoch (a half-written one, left
@@ -660,7 +622,7 @@ fn write_layout(dir: &DataDir, epoch: Epoch, layout: &Layout) -> Result<(), Erro
 /// committed).
 fn read_layouts(dir: &DataDir) -> Result<BTreeMap<Epoch, Layout>, Error> {
     let mut out = BTreeMap::new();
-    for name in list(dir.root())? {
+    for name in fsutil::list(dir.root())? {
         let Some(epoch) = name.strip_prefix(LAYOUT_FILE).and_then(|e| e.parse::<Epoch>().ok()) else {
             continue;
         };
