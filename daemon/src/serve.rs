@@ -7,15 +7,16 @@
 
 use crate::settings::{Fsync, Settings, resolve_all};
 use crate::{Extension, Program, Start};
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use styx_engine::{App, Config, Durability};
+use styx_engine::{App, Config, Durability, Shard, ShardId};
 use styx_runtime::cluster::{Control, Plan, Run, Spec};
 use styx_runtime::durable::Durable;
 use styx_runtime::server::{ServerShared, TcpFrontend};
-use styx_runtime::{Metrics, Options};
+use styx_runtime::{Disk, Metrics, Options, ShardMetrics};
 use styx_storage::DataDir;
 use styx_storage::wal::{self, FsyncMode};
 
@@ -74,8 +75,11 @@ fn claim_addresses(
 /// A node of a cluster runs in rounds: survey its disk, join the others
 /// (agreeing on the snapshot to restore and the epoch to replay to), serve,
 /// and when a node fails, stop its shards and start the next round from
-/// its disk. Clients of the round that ended are disconnected; they
-/// reconnect and retry (exactly-once).
+/// its disk. A handover (`__handover`, `styx handover`) ends a round too:
+/// every node checkpoints the shards it runs next and the next round
+/// starts with the new layout (`styx_runtime::run_rounds`). Clients of the
+/// round that ended are disconnected; they reconnect and retry
+/// (exactly-once).
 pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, extension: &E) -> Result<(), String> {
     let started = Instant::now();
     let mut named = vec![settings.listen.as_str()];
@@ -86,7 +90,6 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
         None => (Spec::single(settings.shards, listen), 0),
     };
     let local = spec.shards_of(node);
-    let n_local = local.len();
     let dir = Arc::new(DataDir::open(&settings.data_dir).map_err(|e| e.to_string())?);
     extension.prepare(&Start {
         app: &app,
@@ -98,73 +101,216 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
         Fsync::Epoch => FsyncMode::Epoch,
         Fsync::None => FsyncMode::None,
     };
-    let options = wal::Options {
+    let wal = wal::Options {
         fsync,
         ..wal::Options::default()
     };
     if settings.fsync == Fsync::None {
         tracing::warn!("fsync = none: acknowledged transactions can be lost in a crash of the machine");
     }
-    let metrics = Metrics::of_ids(&local);
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
         signal_hook::flag::register(signal, shutdown.clone()).map_err(|e| format!("signal handler: {e}"))?;
     }
-    let mut control = match &settings.cluster {
-        Some(_) => Some(Control::start(spec.clone(), node, app_fingerprint(&app))?),
-        None => None,
+    let daemon = Arc::new(Daemon {
+        program_name: program.name.clone(),
+        on_quiet: program.on_quiet,
+        on_background: program.on_background,
+        app: app.clone(),
+        settings: settings.clone(),
+        started,
+        listen,
+        metrics_addr,
+        spec: spec.clone(),
+        node,
+        shutdown: shutdown.clone(),
+        counters: Mutex::new(BTreeMap::new()),
+        current: Mutex::new(None),
+        ready: AtomicUsize::new(0),
+        first_round: AtomicUsize::new(0),
+    });
+    announce(&daemon);
+    match &settings.cluster {
+        None => serve_alone(&daemon, dir, wal, &local)?,
+        Some(_) => serve_in_rounds(&daemon, dir, wal)?,
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// A daemon without a cluster: one node, its shards never change nodes;
+/// it recovers and serves once.
+fn serve_alone(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options, local: &[ShardId]) -> Result<(), String> {
+    let surveyed = Durable::survey(dir, local.to_vec(), wal).map_err(|e| format!("recovery: {e}"))?;
+    let run = Arc::new(Run::single(daemon.spec.clone(), Plan::of(&[surveyed.survey()])?));
+    let (durable, recovered) = surveyed
+        .start(run.plan, run.clone())
+        .map_err(|e| format!("recovery: {e}"))?;
+    for t in &recovered.truncated {
+        tracing::warn!("torn log tail cut at start: {t}");
+    }
+    tracing::info!(
+        data_dir = %daemon.settings.data_dir.display(),
+        snapshot_epoch = ?recovered.snapshot_epoch,
+        replay_batches = recovered.replay_batches,
+        recovered_epoch = recovered.recovered_epoch,
+        since_start_ms = daemon.started.elapsed().as_secs_f64() * 1e3,
+        "logs read; the shards restore the snapshot and replay"
+    );
+    let mut opts = daemon.options(&run);
+    opts.durable = Some(durable);
+    opts.cluster = Some(run.clone());
+    styx_runtime::run(daemon.app.clone(), opts, daemon.frontends()).map_err(|e| e.to_string())?;
+    run.close();
+    daemon.failure()
+}
+
+/// A node of a cluster: rounds until a signal. Each `run_rounds` recovers
+/// from the data directory, joins, serves, and makes the handovers the
+/// shards decide; a failed run (a node lost, a handover cut short) starts
+/// the next from the disks.
+fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -> Result<(), String> {
+    let mut control = Control::start(daemon.spec.clone(), daemon.node, app_fingerprint(&daemon.app))?;
+    let disk = Disk {
+        dir,
+        wal,
+        fail_checkpoint: None,
     };
-    let announced = Arc::new(AtomicBool::new(false));
-    let mut round = 0u64;
+    let mut attempt = 0u64;
     loop {
-        round += 1;
-        let surveyed = Durable::survey(dir.clone(), local.clone(), options).map_err(|e| format!("recovery: {e}"))?;
-        let run = match &mut control {
-            None => Arc::new(Run::single(spec.clone(), Plan::of(&[surveyed.survey()])?)),
-            Some(c) => {
-                tracing::info!(node, round, survey = ?surveyed.survey(), "joining the cluster");
-                match c.join(surveyed.survey(), &spec.layout(), &shutdown)? {
-                    Some(run) => Arc::new(run),
-                    None => break,
-                }
+        attempt += 1;
+        let joined = Instant::now();
+        tracing::info!(node = daemon.node, attempt, "joining the cluster");
+        let options = {
+            let daemon = daemon.clone();
+            move |run: Arc<Run>| {
+                tracing::info!(
+                    node = daemon.node,
+                    layout = ?run.layout().placed(),
+                    shards = ?run.local_shards(),
+                    "serving"
+                );
+                daemon.options(&run)
             }
         };
-        let joined = Instant::now();
-        let (durable, recovered) = surveyed
-            .start(run.plan, run.clone())
-            .map_err(|e| format!("recovery: {e}"))?;
-        for t in &recovered.truncated {
-            tracing::warn!("torn log tail cut at start: {t}");
-        }
-        tracing::info!(
-            data_dir = %settings.data_dir.display(),
-            snapshot_epoch = ?recovered.snapshot_epoch,
-            replay_batches = recovered.replay_batches,
-            recovered_epoch = recovered.recovered_epoch,
-            since_start_ms = started.elapsed().as_secs_f64() * 1e3,
-            "logs read; the shards restore the snapshot and replay"
+        let rounds = styx_runtime::run_rounds(
+            daemon.app.clone(),
+            &mut control,
+            daemon.spec.layout(),
+            options,
+            daemon.frontends(),
+            &daemon.shutdown,
+            HANDOVER_TIMEOUT,
+            Some(disk.clone()),
         );
+        daemon.failure()?;
+        let rounds = match rounds {
+            Ok(rounds) => rounds,
+            Err(_) if daemon.shutdown.load(Ordering::Relaxed) => break,
+            Err(e) => return Err(e.to_string()),
+        };
+        for c in &rounds.changes {
+            tracing::info!(
+                epoch = c.epoch,
+                layout = ?c.layout.placed(),
+                sent = ?c.sent,
+                checkpoint_ms = c.checkpoint.as_secs_f64() * 1e3,
+                "handed over"
+            );
+        }
+        if daemon.shutdown.load(Ordering::Relaxed) {
+            break;
+        }
+        match rounds.failed {
+            Some(reason) => tracing::warn!(
+                attempt,
+                served_s = joined.elapsed().as_secs_f64(),
+                "the cluster lost a node ({reason}); recovering from the log"
+            ),
+            None => break,
+        }
+    }
+    Ok(())
+}
+
+/// How long a handover's transfer may take before the run fails (and the
+/// cluster recovers from its logs).
+const HANDOVER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// What a daemon's rounds share.
+struct Daemon {
+    program_name: String,
+    on_quiet: Option<fn()>,
+    on_background: Option<fn()>,
+    app: Arc<App>,
+    settings: Settings,
+    started: Instant,
+    listen: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    spec: Spec,
+    node: u16,
+    shutdown: Arc<AtomicBool>,
+    /// The counters of every shard that ran here, kept across rounds (a
+    /// shard handed away and back goes on counting).
+    counters: Mutex<BTreeMap<ShardId, Arc<ShardMetrics>>>,
+    /// The round being served: its frontends answer from it.
+    current: Mutex<Option<Arc<ServerShared>>>,
+    /// Shards whose listener started, and the first round's local shards
+    /// (0 until it starts): the daemon announces itself once every one
+    /// listens.
+    ready: AtomicUsize,
+    first_round: AtomicUsize,
+}
+
+impl Daemon {
+    /// The counters of `local`, in order: each shard's own since the daemon
+    /// started.
+    fn metrics_of(&self, local: &[ShardId]) -> Arc<Metrics> {
+        let mut counters = self.counters.lock().expect("counters");
+        Arc::new(Metrics {
+            shards: local.iter().map(|s| counters.entry(*s).or_default().clone()).collect(),
+            ids: local.to_vec(),
+        })
+    }
+
+    /// A round's options and its server (what its frontends share, made
+    /// current): `run`'s local shards, answering LAYOUT with its layout.
+    fn options(&self, run: &Run) -> Options {
+        let layout = run.layout();
+        let settings = &self.settings;
+        let local = run.local_shards().to_vec();
+        let n_local = local.len();
+        let metrics = self.metrics_of(&local);
         let shared = Arc::new(ServerShared {
-            app: app.clone(),
+            app: self.app.clone(),
             limits: settings.limits.clone(),
             metrics: metrics.clone(),
-            shutdown: shutdown.clone(),
+            shutdown: self.shutdown.clone(),
             connections: AtomicUsize::new(0),
             recovering: AtomicUsize::new(n_local),
-            started,
-            server_name: format!("{} {} ({})", program.name, env!("CARGO_PKG_VERSION"), app.name()),
+            started: self.started,
+            server_name: format!(
+                "{} {} ({})",
+                self.program_name,
+                env!("CARGO_PKG_VERSION"),
+                self.app.name()
+            ),
+            node: self.node,
             first_shard: local[0],
-            map: partition_map(&spec, node, &app),
-            layout: {
-                let layout = spec.layout();
-                styx_net::Layout {
-                    version: layout.version(),
-                    node_of: (0..layout.n_shards()).map(|s| layout.node_of(s)).collect(),
-                }
+            map: partition_map(&self.spec, self.node, &self.app),
+            layout: styx_net::Layout {
+                version: layout.version(),
+                node_of: (0..layout.n_shards()).map(|s| layout.node_of(s)).collect(),
             },
             failure: Default::default(),
             rates: styx_runtime::server::Rates::new(&metrics),
         });
+        *self.current.lock().expect("current") = Some(shared);
+        // The first round's shards are the directory's (a handover may have
+        // moved some since the cluster file was written).
+        let _ = self
+            .first_round
+            .compare_exchange(0, n_local, Ordering::AcqRel, Ordering::Acquire);
         let engine = Config {
             epoch_txns_max: settings.epoch_txns_max,
             epoch_gather_us: settings.epoch_gather_us,
@@ -181,55 +327,48 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
             .min(n_local);
         // The other nodes on this machine run their shards on its cores too
         // (their threads by their defaults: their settings are not known here).
-        let neighbour_threads: usize = spec
-            .neighbours(node)
+        let neighbour_threads: usize = self
+            .spec
+            .neighbours(self.node)
             .filter(|n| n.shards > 0)
             .map(|n| styx_runtime::threads_default(usize::from(n.shards)))
             .sum();
-        let opts = Options {
+        tracing::info!(listen = %self.listen, shards = n_local, threads, "serving");
+        Options {
             shards: n_local as u16,
             engine,
-            metrics: Some(metrics.clone()),
-            durable: Some(durable),
-            cluster: Some(run.clone()),
+            metrics: Some(metrics),
             threads: Some(threads),
             idle_poll_us: settings
                 .idle_poll_us
                 .unwrap_or_else(|| styx_runtime::idle_poll_default(threads + neighbour_threads)),
             spin_before_park: styx_runtime::spin_before_park_default(threads + neighbour_threads),
-            on_quiet: program.on_quiet,
-            on_background: program.on_background,
+            on_quiet: self.on_quiet,
+            on_background: self.on_background,
             ..Options::default()
-        };
-        // Announce once every shard listens; tests and scripts read this
-        // line, the same for every daemon whatever its name.
-        let ready = Arc::new(AtomicUsize::new(0));
-        if !announced.load(Ordering::Acquire) {
-            let ready = ready.clone();
-            let announced = announced.clone();
-            let data_dir = settings.data_dir.clone();
-            std::thread::spawn(move || {
-                while ready.load(Ordering::Acquire) < n_local {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-                let m = metrics_addr.map_or("off".to_string(), |a| a.to_string());
-                println!(
-                    "styxd listening on {listen} (metrics {m}), data in {}",
-                    data_dir.display()
-                );
-                use std::io::Write;
-                let _ = std::io::stdout().flush();
-                announced.store(true, Ordering::Release);
-            });
         }
-        tracing::info!(%listen, shards = n_local, threads, round, "serving");
-        let first = local[0];
-        let server = shared.clone();
-        styx_runtime::run(app.clone(), opts, move |shard| {
-            let http = if shard.id() == first { metrics_addr } else { None };
-            match TcpFrontend::start(shard, shared.clone(), listen, http) {
+    }
+
+    /// Each shard's frontend: its listener on the client port (the first
+    /// shard's also on the metrics port), answering from the current
+    /// round's server.
+    fn frontends(self: &Arc<Self>) -> impl Fn(&mut Shard) -> TcpFrontend + Clone + Send + Sync + 'static {
+        let daemon = self.clone();
+        move |shard: &mut Shard| {
+            let shared = daemon
+                .current
+                .lock()
+                .expect("current")
+                .clone()
+                .expect("a round's server");
+            let http = if shard.id() == shared.first_shard {
+                daemon.metrics_addr
+            } else {
+                None
+            };
+            match TcpFrontend::start(shard, shared.clone(), daemon.listen, http) {
                 Ok(frontend) => {
-                    ready.fetch_add(1, Ordering::AcqRel);
+                    daemon.ready.fetch_add(1, Ordering::AcqRel);
                     frontend
                 }
                 Err(e) => {
@@ -238,26 +377,42 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
                     TcpFrontend::idle(shard, shared.clone())
                 }
             }
-        })
-        .map_err(|e| e.to_string())?;
-        run.close();
-        if let Some(reason) = server.failure() {
-            return Err(reason);
-        }
-        if shutdown.load(Ordering::Relaxed) {
-            break;
-        }
-        match run.failure.reason() {
-            Some(reason) => tracing::warn!(
-                round,
-                served_s = joined.elapsed().as_secs_f64(),
-                "the cluster lost a node ({reason}); recovering from the log"
-            ),
-            None => break,
         }
     }
-    tracing::info!("stopped");
-    Ok(())
+
+    /// Why the last round's server stopped, if it could not serve.
+    fn failure(&self) -> Result<(), String> {
+        match self.current.lock().expect("current").as_ref().and_then(|s| s.failure()) {
+            Some(reason) => Err(reason),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Announces the daemon once every shard of its first round listens; tests
+/// and scripts read this line, the same for every daemon whatever its name.
+fn announce(daemon: &Arc<Daemon>) {
+    let daemon = daemon.clone();
+    std::thread::spawn(move || {
+        loop {
+            let expected = daemon.first_round.load(Ordering::Acquire);
+            if expected > 0 && daemon.ready.load(Ordering::Acquire) >= expected {
+                break;
+            }
+            if daemon.shutdown.load(Ordering::Relaxed) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let m = daemon.metrics_addr.map_or("off".to_string(), |a| a.to_string());
+        println!(
+            "styxd listening on {} (metrics {m}), data in {}",
+            daemon.listen,
+            daemon.settings.data_dir.display()
+        );
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    });
 }
 
 /// A hash of what every node of a cluster must run alike: operators, their

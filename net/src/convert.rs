@@ -11,8 +11,8 @@
 use crate::error::{Error, ErrorCode, error_frame};
 use crate::frame::{Body, Frame, Request};
 use styx_engine::{
-    AbortKind, Address, App, ClientSeq, FnId, FnKind, MOVE_FUNCTION, MOVE_FUNCTION_INDEX, OpId, Outcome,
-    PAYLOAD_LEN_MAX, Reply, Tid,
+    AbortKind, Address, App, ClientSeq, FnId, FnKind, HANDOVER_FUNCTION, HANDOVER_FUNCTION_INDEX, MOVE_FUNCTION,
+    MOVE_FUNCTION_INDEX, OpId, Outcome, PAYLOAD_LEN_MAX, Reply, Tid,
 };
 
 impl Request {
@@ -22,7 +22,10 @@ impl Request {
     pub fn resolve(&self, corr: u32, app: &App) -> Result<styx_engine::Request, Error> {
         let op = resolve_operator(corr, app, &self.operator)?;
         if self.function == MOVE_FUNCTION {
-            return self.resolve_move(corr, app, op);
+            return self.resolve_builtin(corr, app, op, MOVE_FUNCTION, MOVE_FUNCTION_INDEX);
+        }
+        if self.function == HANDOVER_FUNCTION {
+            return self.resolve_builtin(corr, app, op, HANDOVER_FUNCTION, HANDOVER_FUNCTION_INDEX);
         }
         let Some(function) = app.resolve(&self.operator, &self.function) else {
             return Err(Error::UnknownFunction {
@@ -64,15 +67,24 @@ impl Request {
         })
     }
 
-    /// A partition move: `__move` on any operator, a partition target, the
-    /// target shard (`u16`) as its argument, optionally followed by the
-    /// move's pace (three `u32`). The engine checks the shard and the
-    /// argument when it takes the request (an abort, nothing run).
-    fn resolve_move(&self, corr: u32, app: &App, op: OpId) -> Result<styx_engine::Request, Error> {
+    /// A built-in on any operator with a partition target: a partition move
+    /// (`__move`: the target shard, `u16`, optionally followed by the
+    /// move's pace, three `u32`) or a shard's handover to another node
+    /// (`__handover`: `(shard, node)` as two `u16`; the partition names
+    /// none). The engine checks the argument when it takes the request (an
+    /// abort, nothing run).
+    fn resolve_builtin(
+        &self,
+        corr: u32,
+        app: &App,
+        op: OpId,
+        name: &str,
+        index: u16,
+    ) -> Result<styx_engine::Request, Error> {
         let Address::Partition(partition) = self.target else {
             return Err(Error::WrongTarget {
                 corr,
-                function: format!("{}.{MOVE_FUNCTION}", self.operator),
+                function: format!("{}.{name}", self.operator),
                 expected: "a partition",
             });
         };
@@ -86,10 +98,7 @@ impl Request {
             });
         }
         Ok(styx_engine::Request {
-            function: FnId {
-                op,
-                index: MOVE_FUNCTION_INDEX,
-            },
+            function: FnId { op, index },
             address: self.target.clone(),
             args: self.args.clone(),
             client: self.client_seq(),
@@ -272,6 +281,31 @@ mod tests {
         );
         assert_eq!(
             code(request("acct", MOVE_FUNCTION, Address::Partition(0))),
+            ErrorCode::UNKNOWN_OPERATOR
+        );
+    }
+
+    #[test]
+    fn a_handover_resolves_to_the_engines_handover_request() {
+        let app = app();
+        let mut r = request("account", HANDOVER_FUNCTION, Address::Partition(0));
+        r.args = Payload::encode(&(3u16, 1u16));
+        let resolved = r.resolve(3, &app).unwrap();
+        let mut expected = styx_engine::Handover { shard: 3, node: 1 }.request();
+        expected.client = resolved.client;
+        assert_eq!(resolved, expected);
+        assert_eq!(
+            styx_engine::Handover::of(&resolved),
+            Some(Ok(styx_engine::Handover { shard: 3, node: 1 }))
+        );
+        let code = |r: Request| r.resolve(3, &app).unwrap_err().code();
+        let key = Address::Entity(Key::from(1u64));
+        assert_eq!(
+            code(request("account", HANDOVER_FUNCTION, key)),
+            ErrorCode::WRONG_TARGET
+        );
+        assert_eq!(
+            code(request("acct", HANDOVER_FUNCTION, Address::Partition(0))),
             ErrorCode::UNKNOWN_OPERATOR
         );
     }

@@ -59,6 +59,10 @@ pub enum Error {
     Listen { addr: std::net::SocketAddr, reason: String },
     #[error("shards stopped for a handover: {0}")]
     Handover(String),
+    #[error("joining the cluster: {0}")]
+    Join(String),
+    #[error("the data directory: {0}")]
+    Disk(String),
 }
 
 /// How long a shard polls without progress before it parks, by default.

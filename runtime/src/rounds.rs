@@ -123,7 +123,10 @@ pub struct Rounds<O> {
 /// — and each handover is a checkpoint of every shard where it runs next,
 /// committed by every node before any starts the next epoch
 /// (`durable::SurveyedHanded`). A durable node keeps a shard (no spares:
-/// a spare would take part in no snapshot).
+/// a spare would take part in no snapshot). A durable run that fails during
+/// a handover, or at the join after it, ends like one that fails in a
+/// round ([`Rounds::failed`]): its logs hold the handover's epoch, so the
+/// caller calls `run_rounds` again and the cluster recovers.
 #[allow(clippy::too_many_arguments)]
 pub fn run_rounds<F, M>(
     app: Arc<App>,
@@ -144,7 +147,7 @@ where
     let mut resume: Vec<Handoff> = Vec::new();
     let mut changes: Vec<RoundChange> = Vec::new();
     let mut executors: Option<Executors<F, M>> = None;
-    let disk_error = |e: styx_storage::Error| Error::Handover(format!("the data directory: {e}"));
+    let disk_error = |e: styx_storage::Error| Error::Disk(e.to_string());
     let mut surveyed = match &disk {
         Some(d) => {
             Some(durable::Durable::survey_handed(d.dir.clone(), &layout, control.node(), d.wal).map_err(disk_error)?)
@@ -163,8 +166,14 @@ where
         };
         let run = match joined {
             Ok(Some(run)) => Arc::new(run),
-            Ok(None) => return Err(Error::Handover("stopped while joining".into())),
-            Err(e) => return Err(Error::Handover(format!("joining: {e}"))),
+            Ok(None) => return Err(Error::Join("stopped while joining".into())),
+            // Durable, the round after a handover recovers from the disks
+            // like any failed run (a peer restarted meanwhile: it greets
+            // with the layout its directory holds).
+            Err(e) if disk.is_some() && !changes.is_empty() => {
+                return Ok(failed_between(executors.take(), changes, format!("joining: {e}")));
+            }
+            Err(e) => return Err(Error::Join(e)),
         };
         if let Some(c) = changes.last_mut() {
             c.joined = std::time::Instant::now();
@@ -284,7 +293,14 @@ where
             kept.sort_unstable();
             (epoch, next, ended, outgoing, sent, kept, round.checkpoints)
         };
-        for bytes in run.hand_over(epoch, outgoing, timeout).map_err(Error::Handover)? {
+        let arrived = match run.hand_over(epoch, outgoing, timeout) {
+            Ok(arrived) => arrived,
+            // Durable, every shard's log holds the handover's epoch: the
+            // cluster recovers from the disks and makes it again.
+            Err(e) if disk.is_some() => return Ok(failed_between(executors.take(), changes, e)),
+            Err(e) => return Err(Error::Handover(e)),
+        };
+        for bytes in arrived {
             let h = Handoff::decode(&bytes, &app).map_err(|e| Error::Handover(format!("a hand-off: {e}")))?;
             resume.push(h);
         }
@@ -318,6 +334,30 @@ where
             kept,
         });
         layout = next;
+    }
+}
+
+/// How a durable [`run_rounds`] ends when its run fails between two
+/// rounds (a hand-over cut short, a join refused): the kept shards stop
+/// with their executors, and the caller recovers from the disks as after
+/// any failed run.
+fn failed_between<F: Frontend, M>(
+    executors: Option<Executors<F, M>>,
+    changes: Vec<RoundChange>,
+    why: String,
+) -> Rounds<F::Output>
+where
+    M: Fn(&mut Shard) -> F + Send + Sync + 'static,
+{
+    if let Some(ex) = executors
+        && let Err(e) = ex.stop()
+    {
+        tracing::warn!("stopping the executors after a failed handover: {e}");
+    }
+    Rounds {
+        outputs: Vec::new(),
+        changes,
+        failed: Some(why),
     }
 }
 
@@ -854,9 +894,11 @@ async fn executor<F, M>(
     }
     let mut kept: Vec<(Box<Shard>, Option<Box<styx_storage::wal::Writer>>)> = Vec::new();
     let mut ran = false;
-    // Blocks the thread between rounds: nothing of this executor runs then
-    // (the links' tasks ended with the last round).
-    'rounds: while let Ok((node, begins)) = plans.recv() {
+    // Between rounds the executor keeps running what the last round left:
+    // a frontend's listener closing, its connections writing their last
+    // answers and closing (a thread blocked here would leave a listener
+    // open that nobody accepts on, and its clients hanging).
+    'rounds: while let Some((node, begins)) = next_plan(&plans).await {
         let mut shards: Vec<Begin> = kept
             .drain(..)
             .map(|(shard, writer)| Begin::Kept(shard, writer))
@@ -956,11 +998,35 @@ async fn executor<F, M>(
         }
     }
     if ran {
+        crate::server::close_listeners();
         // Before the thread ends, once: what a cancelled task held (a
         // socket, a listener) is closed by the time the driver joined it.
         settle().await;
     }
 }
+
+/// The executor's next round, or `None` once the driver is gone: polled,
+/// so that the executor's other tasks run meanwhile, at first often (a
+/// round change takes milliseconds) and then at most every
+/// [`BETWEEN_ROUNDS_POLL_MAX`] (a node whose shards all left may wait for
+/// the rest of the run).
+async fn next_plan<M>(plans: &mpsc::Receiver<Plan<M>>) -> Option<Plan<M>> {
+    let mut pause = Duration::from_micros(100);
+    loop {
+        match plans.try_recv() {
+            Ok(plan) => return Some(plan),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => {
+                glommio::timer::sleep(pause).await;
+                pause = (pause * 2).min(BETWEEN_ROUNDS_POLL_MAX);
+            }
+        }
+    }
+}
+
+/// How long an executor waiting for its next round sleeps at most between
+/// looks.
+const BETWEEN_ROUNDS_POLL_MAX: Duration = Duration::from_millis(20);
 
 /// Passes an executor makes after its round's shards ended, so that the
 /// tasks they cancelled run once more and drop what they held.

@@ -94,6 +94,8 @@ pub struct ServerShared {
     pub recovering: AtomicUsize,
     pub started: std::time::Instant,
     pub server_name: String,
+    /// This node's id in the cluster (0 alone).
+    pub node: u16,
     /// The id of this node's first shard (it samples the node's rates).
     pub first_shard: styx_engine::ShardId,
     /// What MAP answers: the cluster's nodes and the operators' partitions.
@@ -293,12 +295,33 @@ impl Conn {
 }
 
 /// Where connection tasks and the shard loop meet (one per shard).
-#[derive(Default)]
 pub struct Hub {
     inbox: VecDeque<Inbound>,
     conns: HashMap<u64, Conn>,
     next_conn: u64,
     loop_waker: Option<Waker>,
+    /// The server of the round the shard serves now (its connections answer
+    /// MAP, LAYOUT and STATUS from it, and count in it).
+    shared: Arc<ServerShared>,
+}
+
+/// A shard's connections while it changes rounds on its executor (it stopped
+/// for a handover and stays on this node): the next round's frontend of the
+/// shard takes them up, with the requests they sent meanwhile and the
+/// answers the shard still owes them.
+struct Parked {
+    shard: styx_engine::ShardId,
+    /// The listeners that fed it: they go on feeding it until then.
+    slots: Vec<Slot>,
+    hub: Rc<RefCell<Hub>>,
+    tokens: HashMap<Token, (u64, u32)>,
+    next_token: Token,
+    metrics: Arc<ShardMetrics>,
+}
+
+thread_local! {
+    /// This executor's parked connections, by shard.
+    static PARKED: RefCell<Vec<Parked>> = const { RefCell::new(Vec::new()) };
 }
 
 /// The shard loop's side: submits requests, routes replies.
@@ -311,10 +334,102 @@ pub struct TcpFrontend {
     metrics: Arc<ShardMetrics>,
     /// This shard finished recovery (and said so in `recovering`).
     serving: bool,
-    /// The tasks that own the listeners: dropped (cancelled) at the end, so
-    /// the ports close with the run (a leaked listener would keep taking a
-    /// share of new connections and never answer them).
-    listeners: Vec<glommio::Task<()>>,
+    /// The executor's listeners this frontend serves (see [`Kept`]): let go
+    /// at the end.
+    slots: Vec<Slot>,
+    /// Tasks of this frontend only (the sampling of STATUS's rates).
+    tasks: Vec<glommio::Task<()>>,
+}
+
+/// Where a listener sends what it accepts: the round's server and, for the
+/// client port, a shard's hub and counters.
+#[derive(Clone)]
+struct Target {
+    shared: Arc<ServerShared>,
+    hub: Rc<RefCell<Hub>>,
+    metrics: Arc<ShardMetrics>,
+}
+
+/// A listener's target: `None` while no frontend of its executor serves it
+/// (between rounds, or once the shards that used it left): a connection
+/// accepted then is closed at once, and its client dials again.
+type Slot = Rc<RefCell<Option<Target>>>;
+
+/// A listener an executor keeps for its life, across the rounds of a run
+/// ([`crate::run_rounds`]): a frontend that ends lets go of it, the next
+/// one on the executor takes it up. A listener is never closed while an
+/// accept may be in flight: glommio's accept is an io_uring operation, and
+/// one cancelled after a connection arrived completes with a socket nobody
+/// owns — a client that connected and waits for its WELCOME for ever
+/// (seen at handovers, when every frontend ends and starts again).
+struct Kept {
+    addr: SocketAddr,
+    http: bool,
+    slot: Slot,
+    /// The task that owns the listener: dropped (cancelled) when the
+    /// executor ends ([`close_listeners`]).
+    task: glommio::Task<()>,
+}
+
+thread_local! {
+    /// This executor's listeners (its thread is the executor's).
+    static KEPT: RefCell<Vec<Kept>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Serves `target` from a listener on `addr` this executor keeps and no
+/// frontend serves now, or from one bound now (`http`: the HTTP endpoint,
+/// else the client port).
+fn attach(addr: SocketAddr, http: bool, target: &Target) -> Result<Slot, crate::Error> {
+    let idle = KEPT.with_borrow(|kept| {
+        kept.iter()
+            .find(|k| k.addr == addr && k.http == http && k.slot.borrow().is_none())
+            .map(|k| k.slot.clone())
+    });
+    if let Some(slot) = idle {
+        *slot.borrow_mut() = Some(target.clone());
+        return Ok(slot);
+    }
+    let listener = TcpListener::bind(addr).map_err(|e| crate::Error::Listen {
+        addr,
+        reason: std::io::Error::from(e).to_string(),
+    })?;
+    let slot: Slot = Rc::new(RefCell::new(Some(target.clone())));
+    let task = if http {
+        glommio::spawn_local(http_loop(listener, slot.clone()))
+    } else {
+        glommio::spawn_local(accept_loop(listener, slot.clone()))
+    };
+    KEPT.with_borrow_mut(|kept| {
+        kept.push(Kept {
+            addr,
+            http,
+            slot: slot.clone(),
+            task,
+        })
+    });
+    Ok(slot)
+}
+
+/// Closes this executor's listeners and the connections parked on it: its
+/// rounds are over. The executor must run a little after this (a pass of
+/// its ring) for the sockets to close.
+pub(crate) fn close_listeners() {
+    for p in PARKED.take() {
+        abandon(&p.hub);
+    }
+    for k in KEPT.take() {
+        k.slot.borrow_mut().take();
+        drop(k.task);
+    }
+}
+
+/// An HTTP listener this executor keeps and no frontend serves, if any.
+fn idle_http() -> Option<Slot> {
+    KEPT.with_borrow(|kept| {
+        kept.iter()
+            .find(|k| k.http && k.slot.borrow().is_none())
+            .map(|k| k.slot.clone())
+    })
 }
 
 impl TcpFrontend {
@@ -330,28 +445,28 @@ impl TcpFrontend {
         listen: SocketAddr,
         http: Option<SocketAddr>,
     ) -> Result<TcpFrontend, crate::Error> {
-        let bind = |addr: SocketAddr| {
-            TcpListener::bind(addr).map_err(|e| crate::Error::Listen {
-                addr,
-                reason: std::io::Error::from(e).to_string(),
-            })
-        };
-        let listener = bind(listen)?;
-        let http = http.map(bind).transpose()?;
         let mut frontend = TcpFrontend::idle(shard, shared.clone());
-        frontend.listeners.push(glommio::spawn_local(accept_loop(
-            listener,
-            frontend.hub.clone(),
-            shared.clone(),
-            frontend.metrics.clone(),
-        )));
-        if let Some(l) = http {
-            frontend
-                .listeners
-                .push(glommio::spawn_local(http_loop(l, shared.clone())));
+        frontend.take_parked(shard.id());
+        let target = Target {
+            shared: shared.clone(),
+            hub: frontend.hub.clone(),
+            metrics: frontend.metrics.clone(),
+        };
+        frontend.slots.push(attach(listen, false, &target)?);
+        match http {
+            Some(addr) => frontend.slots.push(attach(addr, true, &target)?),
+            // The node's first shard moved to another executor: an HTTP
+            // listener kept here serves this round too (the port is the
+            // node's, whichever shard answers).
+            None => {
+                if let Some(slot) = idle_http() {
+                    *slot.borrow_mut() = Some(target);
+                    frontend.slots.push(slot);
+                }
+            }
         }
         if shard.id() == shared.first_shard {
-            frontend.listeners.push(glommio::spawn_local(sample_rates(shared)));
+            frontend.tasks.push(glommio::spawn_local(sample_rates(shared)));
         }
         Ok(frontend)
     }
@@ -361,14 +476,59 @@ impl TcpFrontend {
     pub fn idle(shard: &Shard, shared: Arc<ServerShared>) -> TcpFrontend {
         let metrics = shared.metrics.of(shard.id()).clone();
         TcpFrontend {
-            hub: Rc::new(RefCell::new(Hub::default())),
+            hub: Rc::new(RefCell::new(Hub {
+                inbox: VecDeque::new(),
+                conns: HashMap::new(),
+                next_conn: 0,
+                loop_waker: None,
+                shared: shared.clone(),
+            })),
             shared,
             tokens: HashMap::new(),
             next_token: 1,
             metrics,
             serving: false,
-            listeners: Vec::new(),
+            slots: Vec::new(),
+            tasks: Vec::new(),
         }
+    }
+
+    /// Takes up the connections the last round of `shard` parked here, if
+    /// any (and they counted in the same counters).
+    fn take_parked(&mut self, shard: styx_engine::ShardId) {
+        let parked = PARKED.with_borrow_mut(|parked| {
+            let i = parked.iter().position(|p| p.shard == shard)?;
+            Some(parked.swap_remove(i))
+        });
+        let Some(p) = parked else { return };
+        // Free for this round's frontends to take up (this one first).
+        for slot in &p.slots {
+            slot.borrow_mut().take();
+        }
+        if !Arc::ptr_eq(&p.metrics, &self.metrics) {
+            // Other counters: its gauges would not balance. The clients
+            // dial again, as after any round.
+            abandon(&p.hub);
+            return;
+        }
+        {
+            let mut hub = p.hub.borrow_mut();
+            self.shared.connections.fetch_add(hub.conns.len(), Relaxed);
+            hub.shared = self.shared.clone();
+        }
+        self.hub = p.hub;
+        self.tokens = p.tokens;
+        self.next_token = p.next_token;
+    }
+}
+
+/// Closes every connection of `hub`: the shard answers nothing more, the
+/// sockets close once what is queued is written (the clients retry
+/// elsewhere).
+fn abandon(hub: &RefCell<Hub>) {
+    for c in hub.borrow_mut().conns.values_mut() {
+        c.session.abandon();
+        c.wake_writer();
     }
 }
 
@@ -462,18 +622,34 @@ impl Frontend for TcpFrontend {
         self.shared.shutdown.load(Relaxed) && self.tokens.is_empty() && self.hub.borrow().inbox.is_empty()
     }
 
-    fn finish(self, _shard: &Shard) {
-        drop(self.listeners);
-        for c in self.hub.borrow_mut().conns.values_mut() {
-            // The shard answers nothing more: the sockets close once what
-            // is queued is written (the clients retry elsewhere).
-            c.session.abandon();
-            c.wake_writer();
+    fn finish(self, shard: &Shard) {
+        drop(self.tasks);
+        // Stopped for a handover and staying on this node: its connections
+        // wait here for its next round (the listeners keep feeding them).
+        if shard.is_departing()
+            && shard.layout().node_of(shard.id()) == self.shared.node
+            && !self.shared.shutdown.load(Relaxed)
+        {
+            PARKED.with_borrow_mut(|parked| {
+                parked.push(Parked {
+                    shard: shard.id(),
+                    slots: self.slots,
+                    hub: self.hub,
+                    tokens: self.tokens,
+                    next_token: self.next_token,
+                    metrics: self.metrics,
+                })
+            });
+            return;
         }
+        for slot in &self.slots {
+            slot.borrow_mut().take();
+        }
+        abandon(&self.hub);
     }
 }
 
-async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<ServerShared>, m: Arc<ShardMetrics>) {
+async fn accept_loop(listener: TcpListener, slot: Slot) {
     let mut warned = None;
     loop {
         let stream = match listener.accept().await {
@@ -483,6 +659,13 @@ async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<S
                 continue;
             }
         };
+        // No shard serves it now: closed, the client dials again.
+        let Some(Target { hub, metrics: m, .. }) = slot.borrow().clone() else {
+            continue;
+        };
+        // Counted in the server its hub serves now (a parked hub is taken
+        // up by the next round's).
+        let shared = hub.borrow().shared.clone();
         let _ = stream.set_nodelay(true);
         if shared.connections.fetch_add(1, Relaxed) >= shared.limits.connections_max {
             shared.connections.fetch_sub(1, Relaxed);
@@ -505,7 +688,7 @@ async fn accept_loop(listener: TcpListener, hub: Rc<RefCell<Hub>>, shared: Arc<S
                 // Answers never written (the connection died) are owed no more.
                 m.frames_owed.fetch_sub(c.session.owed() as u64, Relaxed);
             }
-            shared.connections.fetch_sub(1, Relaxed);
+            hub.borrow().shared.connections.fetch_sub(1, Relaxed);
             m.connections.fetch_sub(1, Relaxed);
         })
         .detach();
@@ -536,7 +719,7 @@ async fn serve(id: u64, stream: TcpStream, hub: Rc<RefCell<Hub>>, shared: Arc<Se
         m.clone(),
         shared.limits.output_bytes_max,
     ));
-    read_loop(id, reader, &hub, &shared, &m).await;
+    read_loop(id, reader, &hub, &m).await;
     if let Some(c) = hub.borrow_mut().conns.get_mut(&id) {
         c.close();
     }
@@ -550,7 +733,6 @@ async fn read_loop(
     id: u64,
     mut reader: futures_lite::io::ReadHalf<TcpStream>,
     hub: &Rc<RefCell<Hub>>,
-    shared: &Arc<ServerShared>,
     metrics: &ShardMetrics,
 ) {
     let mut buf = vec![0u8; READ_CHUNK_BYTES];
@@ -619,7 +801,7 @@ async fn read_loop(
         // session serves it, so that a STATUS counts itself ("frames
         // awaiting an answer"), and taken back if no frame was complete.
         metrics.frames_owed.fetch_add(1, Relaxed);
-        let received = c.session.receive(&mut input, &**shared);
+        let received = c.session.receive(&mut input, &*h.shared);
         start = end - input.len();
         match received {
             // The chunk ended inside a frame; the session keeps its part.
@@ -827,9 +1009,13 @@ async fn until(hub: &Rc<RefCell<Hub>>, id: u64, slot: usize, ready: fn(&Session)
 /// A minimal HTTP/1.1 endpoint: `GET /metrics` (Prometheus text),
 /// `GET /health` and `GET /schema` (the application's schema as JSON). At most `HTTP_CONNECTIONS_MAX` connections at once, each
 /// given `HTTP_REQUEST_TIMEOUT` to send its request head.
-async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
+async fn http_loop(listener: TcpListener, slot: Slot) {
     let open = Rc::new(std::cell::Cell::new(0usize));
     let mut warned = None;
+    // The server it last served: while no frontend of this executor serves
+    // the endpoint (its shards left), it answers from that one rather than
+    // fail the scrape (the node's other executor took the port up too).
+    let mut last: Option<Arc<ServerShared>> = None;
     loop {
         let mut stream = match listener.accept().await {
             Ok(s) => s,
@@ -837,6 +1023,12 @@ async fn http_loop(listener: TcpListener, shared: Arc<ServerShared>) {
                 accept_failed("HTTP listener", &e, &mut warned).await;
                 continue;
             }
+        };
+        if let Some(t) = slot.borrow().as_ref() {
+            last = Some(t.shared.clone());
+        }
+        let Some(shared) = last.clone() else {
+            continue;
         };
         if open.get() >= HTTP_CONNECTIONS_MAX {
             glommio::spawn_local(async move {

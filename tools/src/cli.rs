@@ -497,6 +497,109 @@ pub fn get(a: GetArgs) -> ExitCode {
 /// partition is then copied in the background and switches once copied;
 /// unless `--no-wait`, the command watches every shard's map on the
 /// metrics address (`styx_partition_owner`) until it has.
+#[derive(Args)]
+pub struct HandoverArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// The shard that changes nodes.
+    shard: u16,
+    /// The node it goes to (an index into the cluster file's nodes, as MAP
+    /// and LAYOUT number them).
+    node: u16,
+    /// Return once the handover is decided and durable, without waiting
+    /// for the shard to run on its new node.
+    #[arg(long)]
+    no_wait: bool,
+    /// Seconds to wait for the shard to run on its new node.
+    #[arg(long, default_value_t = 60.0)]
+    wait_s: f64,
+}
+
+/// `styx handover SHARD NODE`: shard SHARD goes to node NODE at the end of
+/// the epoch the request is sequenced in (every node checkpoints the shards
+/// it runs next, then the cluster goes on with the new layout); waits until
+/// LAYOUT says it runs there.
+pub fn handover(a: HandoverArgs) -> ExitCode {
+    if !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
+        eprintln!("error: --wait-s must be positive");
+        return ExitCode::from(2);
+    }
+    finish(on_client(move || async move {
+        let client = client(&a.connect)?;
+        let conn = client
+            .connection()
+            .await
+            .map_err(|e| format!("{}: {e}", a.connect.connect))?;
+        let map = conn.map().await.map_err(|e| e.to_string())?;
+        // A handover is a built-in of every operator: the first one names it.
+        let operator = map
+            .operators
+            .first()
+            .ok_or("the application has no operator")?
+            .name
+            .clone();
+        drop(conn);
+        let start = Instant::now();
+        let outcome = client
+            .call_address(
+                &operator,
+                Address::Partition(0),
+                styx_engine::HANDOVER_FUNCTION,
+                Payload::encode(&(a.shard, a.node)),
+            )
+            .await;
+        let tid = match outcome {
+            Ok(Outcome::Committed { tid, .. }) => tid,
+            Ok(Outcome::Aborted { abort, .. }) => return Err(format!("handover refused: {}", abort.message())),
+            Err(e) => return Err(e.to_string()),
+        };
+        let decided = start.elapsed();
+        if a.no_wait {
+            println!(
+                "shard {} goes to node {} (tid {tid}): decided in {:.1} ms",
+                a.shard,
+                a.node,
+                ms(decided)
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        // Every connection of the round that ended closes: ask again on a
+        // new one until the layout places the shard on its node.
+        let deadline = start + Duration::from_secs_f64(a.wait_s);
+        let options = ConnectOptions {
+            name: "styx cli".into(),
+            ..ConnectOptions::default()
+        };
+        loop {
+            let placed = match styx_net::client::Connection::connect(a.connect.connect.as_str(), &options).await {
+                Ok(c) => c.layout().await.ok().flatten(),
+                Err(_) => None,
+            };
+            if let Some(l) = placed
+                && l.node_of.get(usize::from(a.shard)) == Some(&a.node)
+            {
+                println!(
+                    "shard {} runs on node {} (tid {tid}, layout version {}): decided in {:.1} ms, \
+                     serving there after {:.1} ms",
+                    a.shard,
+                    a.node,
+                    l.version,
+                    ms(decided),
+                    ms(start.elapsed())
+                );
+                return Ok(ExitCode::SUCCESS);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the handover is decided (tid {tid}) but shard {} did not run on node {} within {} s",
+                    a.shard, a.node, a.wait_s
+                ));
+            }
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+    }))
+}
+
 pub fn rebalance(a: RebalanceArgs) -> ExitCode {
     let wait_ok = a.wait_s > 0.0 && a.wait_s.is_finite();
     if !a.no_wait && !wait_ok {

@@ -36,6 +36,8 @@ enum Command {
     /// Move a partition to another shard: `styx rebalance OP PARTITION SHARD`,
     /// or those that even out the shards' load: `styx rebalance OP --auto`.
     Rebalance(cli::RebalanceArgs),
+    /// Hand a shard to another node of a cluster: `styx handover SHARD NODE`.
+    Handover(cli::HandoverArgs),
     /// Read commands from stdin (call, get, status, ping) on one connection.
     Repl(cli::ReplArgs),
     /// Check a running daemon's invariants; exits non-zero on a violation.
@@ -55,6 +57,7 @@ fn main() -> ExitCode {
         Command::Get(args) => cli::get(args),
         Command::Status(args) => cli::status(args),
         Command::Rebalance(args) => cli::rebalance(args),
+        Command::Handover(args) => cli::handover(args),
         Command::Repl(args) => cli::repl(args),
         Command::Verify(args) => cli::verify(args),
         Command::Inspect { what } => cli::inspect(what),

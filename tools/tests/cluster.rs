@@ -525,6 +525,122 @@ fn a_cluster_placed_by_its_file_rides_out_kill_9_of_nodes() {
     );
 }
 
+/// Which node runs each shard, as the node at `addr` answers LAYOUT.
+fn layout_at(addr: &str) -> Option<Vec<u16>> {
+    let mut c = connect(addr, Duration::from_secs(5))?;
+    c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.send(Body::Layout);
+    match c.try_recv()?.body {
+        Body::LayoutReply(l) => Some(l.node_of),
+        _ => None,
+    }
+}
+
+/// Waits until every node answers LAYOUT with `want`.
+fn await_layout(nodes: &[Node], want: &[u16], why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for n in nodes {
+        loop {
+            let got = layout_at(&n.client);
+            if got.as_deref() == Some(want) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{why}: {} answers LAYOUT {got:?}, not {want:?}",
+                n.client
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// `styx handover SHARD NODE` through the node at `addr`.
+fn hand_over(addr: &str, shard: u16, node: u16, wait: bool) {
+    let (shard, node) = (shard.to_string(), node.to_string());
+    let mut args = vec!["handover", "--connect", addr, "--timeout", "60", &shard, &node];
+    if !wait {
+        args.push("--no-wait");
+    }
+    let (code, text) = styx(&args);
+    assert_eq!(code, 0, "styx handover {shard} {node}: {text}");
+}
+
+/// Daemons hand shards to each other under an exactly-once load: a node
+/// killed -9 as a handover it sends is made (its hand-off, the checkpoint)
+/// and restarted; the handover decided is made once the cluster recovers,
+/// every node answers the same layout, clients keep their answers (the
+/// bench's invariants, `styx verify`), and a restart of every node finds
+/// every shard where it ran last.
+#[test]
+fn daemons_hand_shards_over_under_load_through_kill_9() {
+    let root = data_dir("cluster-handover");
+    let knobs = ["--keys", "300"];
+    let (_, mut nodes) = cluster_of(&root, &["--preload", "ycsbt", "--keys", "300"], 2);
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
+    await_layout(&nodes, &[0, 0, 1, 1, 2, 2], "the cluster file's layout");
+    let bench = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "bench",
+            "ycsbt",
+            "--connect",
+            &addrs,
+            "--connections",
+            "1",
+            "--exactly-once",
+        ])
+        .args(["--duration", "8", "--warmup", "0", "--json", "--no-serial", "--quiet"])
+        .args(["--in-flight", "8"])
+        .args(knobs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("styx runs");
+    std::thread::sleep(Duration::from_millis(1000));
+    // Node 0's shard 1 to node 1, waiting until it serves there.
+    hand_over(&nodes[0].client, 1, 1, true);
+    await_layout(&nodes, &[0, 1, 1, 1, 2, 2], "after the first handover");
+    std::thread::sleep(Duration::from_millis(500));
+    // Node 2's shard 4 to node 0: decided and durable, then node 2 dies in
+    // the round change it starts (its hand-off, the checkpoint).
+    hand_over(&nodes[2].client, 4, 0, false);
+    nodes[2].kill9();
+    nodes[2].spawn(bin);
+    await_layout(&nodes, &[0, 1, 1, 1, 0, 2], "the handover decided before the kill");
+    // And back, once the cluster recovered.
+    hand_over(&nodes[1].client, 1, 0, true);
+    let out = bench.wait_with_output().expect("styx bench finishes");
+    let report = report_of("ycsbt", &out);
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
+    let verify = |when: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+            .args(["verify", "ycsbt", "--connect", &addrs])
+            .args(knobs)
+            .output()
+            .expect("styx runs");
+        let text = output_text(&out);
+        assert!(out.status.success() && text.contains("consistent"), "{when}: {text}");
+    };
+    verify("after the handovers");
+    let last = [0, 0, 1, 1, 0, 2];
+    await_layout(&nodes, &last, "after the last handover");
+    // Every node killed and restarted: each recovers the shards it ran last
+    // from its own directory (the cluster file still says otherwise).
+    for n in &mut nodes {
+        n.kill9();
+    }
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    await_layout(&nodes, &last, "after a restart of every node");
+    verify("after a restart of every node");
+}
+
 #[test]
 fn tpcc_bench_rides_out_kill_9_of_nodes() {
     bench_through_kills("tpcc", &["--warehouses", "3", "--scale", "small"], "1");

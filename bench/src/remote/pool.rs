@@ -30,6 +30,9 @@ pub const RECONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 pub const PLACEMENT_EVERY: Duration = Duration::from_millis(200);
 /// How long an answer to PLACEMENT is waited for.
 const PLACEMENT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a pool keeps trying to start (a cluster between rounds closes
+/// its connections).
+const CONNECT_PATIENCE: Duration = Duration::from_secs(10);
 /// The pause between two rounds of dialling.
 const REDIAL_PAUSE: Duration = Duration::from_millis(20);
 
@@ -61,10 +64,28 @@ impl Pool {
     /// Connects to the engine at any of `addrs` (comma-separated
     /// `host:port`s, tried in order), learns its map and opens `per_node`
     /// connections to each of its nodes.
+    /// A cluster between two rounds (a node recovering, a handover) closes
+    /// connections: the whole start is tried again for a while.
     pub async fn connect(addrs: &str, per_node: usize, options: ConnectOptions) -> Result<Rc<Pool>, String> {
+        let deadline = Instant::now() + CONNECT_PATIENCE;
+        loop {
+            match Pool::try_connect(addrs, per_node, options.clone()).await {
+                Ok(pool) => return Ok(pool),
+                // An engine reached: it may be between rounds.
+                Err((_, true)) if Instant::now() < deadline => {
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                }
+                Err((e, _)) => return Err(e),
+            }
+        }
+    }
+
+    /// [`Pool::connect`], once; an error says whether an engine answered
+    /// (then it is worth trying again).
+    async fn try_connect(addrs: &str, per_node: usize, options: ConnectOptions) -> Result<Rc<Pool>, (String, bool)> {
         let given: Vec<&str> = addrs.split(',').map(str::trim).filter(|a| !a.is_empty()).collect();
         if given.is_empty() {
-            return Err("no address to connect to".into());
+            return Err(("no address to connect to".into(), false));
         }
         let mut errors = Vec::new();
         let mut first = None;
@@ -77,15 +98,16 @@ impl Pool {
                 Err(e) => errors.push(format!("{addr}: {e}")),
             }
         }
-        let first = first.ok_or_else(|| format!("cannot connect: {}", errors.join("; ")))?;
+        let first = first.ok_or_else(|| (format!("cannot connect: {}", errors.join("; ")), false))?;
+        let again = |e: String| (e, true);
         let map = match first.map().await {
             Ok(map) => map,
             // A server older than MAP: one node holding every shard.
             Err(ClientError::Server { code, .. }) if code == ErrorCode::UNKNOWN_FRAME_TYPE => {
-                let shards = first.status().await.map_err(|e| format!("STATUS: {e}"))?.shards;
+                let shards = first.status().await.map_err(|e| again(format!("STATUS: {e}")))?.shards;
                 Map::single(shards, first.peer().to_string(), Vec::new())
             }
-            Err(e) => return Err(format!("MAP: {e}")),
+            Err(e) => return Err(again(format!("MAP: {e}"))),
         };
         let addrs: Vec<String> = map.nodes.iter().map(|n| reachable(n, first.peer())).collect();
         let mut slots = Vec::with_capacity(addrs.len() * per_node);
@@ -93,7 +115,7 @@ impl Pool {
             for _ in 0..per_node {
                 let conn = Connection::connect(addr.as_str(), &options)
                     .await
-                    .map_err(|e| format!("cannot connect to node {node} at {addr}: {e}"))?;
+                    .map_err(|e| again(format!("cannot connect to node {node} at {addr}: {e}")))?;
                 slots.push(Slot {
                     node,
                     conn: RefCell::new(Some(conn)),
@@ -101,7 +123,7 @@ impl Pool {
                 });
             }
         }
-        let placement = first.placement().await.map_err(|e| format!("PLACEMENT: {e}"))?;
+        let placement = first.placement().await.map_err(|e| again(format!("PLACEMENT: {e}")))?;
         first.close();
         Ok(Rc::new(Pool {
             map,
