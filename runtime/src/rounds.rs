@@ -107,8 +107,8 @@ pub struct Rounds<O> {
 /// ends without a handover; a run that failed in that last round is
 /// reported in [`Rounds::failed`] (a node that finishes first closes its
 /// links, so whether that lost anything is for the caller's frontends to
-/// say). A failure during a handover is an error: the shards live only in
-/// memory.
+/// say). In memory, a failure during a handover is an error: the shards
+/// live only in memory (durable, see below).
 ///
 /// A node may run no shard (a **spare**: one the layout gives none, or one
 /// that handed all of its shards away): it joins every round, ends each
@@ -777,8 +777,12 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
                 let epoch = stopped[0].expect("counted");
                 Some((epoch, layout.expect("a stopped shard left its layout")))
             }
-            // Some stopped and others saw the run fail first: the stopped
-            // ones' state would be lost with the round.
+            // Some stopped and others saw the run fail first. Durable, the
+            // logs hold what the stopped ones did: a failed round, which
+            // the cluster recovers from.
+            _ if failed && node.opts.durable.is_some() => None,
+            // In memory, the stopped ones' state would be lost with the
+            // round.
             k if failed => {
                 return Err(Error::Handover(format!(
                     "the cluster failed while {k} of {n_local} shards stopped for a handover: {}",
@@ -978,6 +982,10 @@ async fn executor<F, M>(
                 None => {}
             }
         }
+        // The listeners of the shards that left (those staying keep theirs
+        // for the next round): left open, each would take a share of the
+        // port's new connections and turn them away.
+        crate::server::close_idle_listeners();
         // The tasks the shards cancelled (their links) are dropped as the
         // executor runs them once more: their sockets close then (a read
         // or write parked in the ring is cancelled at the next round's
@@ -1011,6 +1019,7 @@ async fn executor<F, M>(
 /// [`BETWEEN_ROUNDS_POLL_MAX`] (a node whose shards all left may wait for
 /// the rest of the run).
 async fn next_plan<M>(plans: &mpsc::Receiver<Plan<M>>) -> Option<Plan<M>> {
+    let waiting = std::time::Instant::now();
     let mut pause = Duration::from_micros(100);
     loop {
         match plans.try_recv() {
@@ -1018,12 +1027,20 @@ async fn next_plan<M>(plans: &mpsc::Receiver<Plan<M>>) -> Option<Plan<M>> {
             Err(mpsc::TryRecvError::Disconnected) => return None,
             Err(mpsc::TryRecvError::Empty) => {
                 glommio::timer::sleep(pause).await;
-                pause = (pause * 2).min(BETWEEN_ROUNDS_POLL_MAX);
+                // The round change's length (a checkpoint, the join) is
+                // the next round's lateness at most: a millisecond.
+                pause = if waiting.elapsed() < BETWEEN_ROUNDS_SOON {
+                    (pause * 2).min(Duration::from_millis(1))
+                } else {
+                    BETWEEN_ROUNDS_POLL_MAX
+                };
             }
         }
     }
 }
 
+/// An executor waiting this long for its next round looks less often.
+const BETWEEN_ROUNDS_SOON: Duration = Duration::from_secs(2);
 /// How long an executor waiting for its next round sleeps at most between
 /// looks.
 const BETWEEN_ROUNDS_POLL_MAX: Duration = Duration::from_millis(20);

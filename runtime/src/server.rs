@@ -355,13 +355,18 @@ struct Target {
 /// accepted then is closed at once, and its client dials again.
 type Slot = Rc<RefCell<Option<Target>>>;
 
-/// A listener an executor keeps for its life, across the rounds of a run
-/// ([`crate::run_rounds`]): a frontend that ends lets go of it, the next
-/// one on the executor takes it up. A listener is never closed while an
-/// accept may be in flight: glommio's accept is an io_uring operation, and
-/// one cancelled after a connection arrived completes with a socket nobody
-/// owns — a client that connected and waits for its WELCOME for ever
-/// (seen at handovers, when every frontend ends and starts again).
+/// A listener an executor keeps across the rounds of a run
+/// ([`crate::run_rounds`]) while a shard of the executor uses it: a
+/// frontend that ends lets go of it, the next one on the executor takes it
+/// up. It is not closed at every round's end, where an accept is in
+/// flight: glommio's accept is an io_uring operation, and one cancelled
+/// after a connection arrived completes with a socket nobody owns — a
+/// client that connected and waits for its WELCOME for ever (seen at every
+/// handover while every frontend ended and started again, and the executor
+/// blocked between rounds). Those the shards that left used are closed at
+/// the round's end ([`close_idle_listeners`]), the rest at the executor's
+/// end ([`close_listeners`]): a connection arriving in that instant is
+/// still stranded.
 struct Kept {
     addr: SocketAddr,
     http: bool,
@@ -408,6 +413,14 @@ fn attach(addr: SocketAddr, http: bool, target: &Target) -> Result<Slot, crate::
         })
     });
     Ok(slot)
+}
+
+/// Closes this executor's listeners that no frontend serves (the shards
+/// that used them left it at a handover). The executor goes on running, so
+/// the accept in flight is cancelled at once; one left open would turn away
+/// its share of the port's new connections for as long as no shard comes.
+pub(crate) fn close_idle_listeners() {
+    KEPT.with_borrow_mut(|kept| kept.retain(|k| k.slot.borrow().is_some()));
 }
 
 /// Closes this executor's listeners and the connections parked on it: its

@@ -490,13 +490,6 @@ pub fn get(a: GetArgs) -> ExitCode {
     }))
 }
 
-/// `styx rebalance`: moves one partition to another shard. The move is
-/// sequenced like a transaction; it commits with `()` once decided and
-/// durable (a move to the shard that owns it already changes nothing), or
-/// aborts when the shard, operator or partition does not exist. The
-/// partition is then copied in the background and switches once copied;
-/// unless `--no-wait`, the command watches every shard's map on the
-/// metrics address (`styx_partition_owner`) until it has.
 #[derive(Args)]
 pub struct HandoverArgs {
     #[command(flatten)]
@@ -600,6 +593,13 @@ pub fn handover(a: HandoverArgs) -> ExitCode {
     }))
 }
 
+/// `styx rebalance`: moves one partition to another shard. The move is
+/// sequenced like a transaction; it commits with `()` once decided and
+/// durable (a move to the shard that owns it already changes nothing), or
+/// aborts when the shard, operator or partition does not exist. The
+/// partition is then copied in the background and switches once copied;
+/// unless `--no-wait`, the command watches every shard's map on the
+/// metrics address (`styx_partition_owner`) until it has.
 pub fn rebalance(a: RebalanceArgs) -> ExitCode {
     let wait_ok = a.wait_s > 0.0 && a.wait_s.is_finite();
     if !a.no_wait && !wait_ok {

@@ -601,9 +601,25 @@ fn daemons_hand_shards_over_under_load_through_kill_9() {
         .spawn()
         .expect("styx runs");
     std::thread::sleep(Duration::from_millis(1000));
-    // Node 0's shard 1 to node 1, waiting until it serves there.
-    hand_over(&nodes[0].client, 1, 1, true);
-    await_layout(&nodes, &[0, 1, 1, 1, 2, 2], "after the first handover");
+    // A client of node 1, whose shards stay there: its connection outlives
+    // the handover that brings node 1 another shard.
+    let mut stays = connect(&nodes[1].client, Duration::from_secs(10)).expect("node 1 serves");
+    stays.stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let transfer = Req::Transfer {
+        debtor: 1,
+        creditor: 2,
+        amount: 0,
+    };
+    for seq in 1..=2 {
+        if seq == 2 {
+            // Node 0's shard 1 to node 1, waiting until it serves there.
+            hand_over(&nodes[0].client, 1, 1, true);
+            await_layout(&nodes, &[0, 1, 1, 1, 2, 2], "after the first handover");
+        }
+        send_as(&mut stays, 4242, seq, transfer);
+        let answer = stays.recv().expect("the connection of a staying shard stays open");
+        assert!(matches!(outcome(&answer).1, Outcome::Committed { .. }), "{answer:?}");
+    }
     std::thread::sleep(Duration::from_millis(500));
     // Node 2's shard 4 to node 0: decided and durable, then node 2 dies in
     // the round change it starts (its hand-off, the checkpoint).
@@ -639,6 +655,13 @@ fn daemons_hand_shards_over_under_load_through_kill_9() {
     }
     await_layout(&nodes, &last, "after a restart of every node");
     verify("after a restart of every node");
+    // Handovers that cannot be made are refused, and nothing moves.
+    for (shard, node, why) in [("5", "0", "without shards"), ("9", "0", "no shard 9")] {
+        let (code, text) = styx(&["handover", "--connect", &nodes[0].client, shard, node]);
+        assert_ne!(code, 0, "styx handover {shard} {node}: {text}");
+        assert!(text.contains(why), "styx handover {shard} {node}: {text}");
+    }
+    await_layout(&nodes, &last, "after the refused handovers");
 }
 
 #[test]

@@ -88,6 +88,7 @@ impl Pool {
             return Err(("no address to connect to".into(), false));
         }
         let mut errors = Vec::new();
+        let mut answered = false;
         let mut first = None;
         for addr in &given {
             match Connection::connect(*addr, &options).await {
@@ -95,10 +96,15 @@ impl Pool {
                     first = Some(c);
                     break;
                 }
-                Err(e) => errors.push(format!("{addr}: {e}")),
+                Err(e) => {
+                    answered |= !matches!(e, ClientError::Connect { .. } | ClientError::Resolve { .. });
+                    errors.push(format!("{addr}: {e}"));
+                }
             }
         }
-        let first = first.ok_or_else(|| (format!("cannot connect: {}", errors.join("; ")), false))?;
+        // A server that took the connection and closed it (one between
+        // rounds) is worth trying again; nothing listening is not.
+        let first = first.ok_or_else(|| (format!("cannot connect: {}", errors.join("; ")), answered))?;
         let again = |e: String| (e, true);
         let map = match first.map().await {
             Ok(map) => map,
