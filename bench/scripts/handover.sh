@@ -13,7 +13,8 @@
 # 100 ms bucket in any window), the buckets' p99 away from handovers
 # (median) and around them (the highest); each handover's time from the
 # request to LAYOUT placing the shard on its new node (median); whether
-# the run's own invariants held (every transfer once, money conserved).
+# the run's own invariants held (every transfer once, money conserved);
+# the client's reconnects and requests resent (with their seq).
 # A steady run takes the same windows at the same times.
 #
 # Usage: bench/scripts/handover.sh   (settings by environment)
@@ -93,6 +94,7 @@ run() {
         def near($t): any($at[]; $t >= . - 200 and $t < . + 1000);
         .timeline_bucket_ms as $b
         | {run: $run, tps, p50_us: .latency_us.p50, p99_us: .latency_us.p99, invariants_ok,
+           reconnects: .parameters.reconnects, resent: .parameters.retried,
            handover_ms: ($took | median),
            rate_away: ([.timeline[] | select(.[0] >= $warmup_ms and (near(.[0]) | not)) | .[1]] | median),
            rate_around: ([$at[] as $h | [.timeline[] | select(.[0] >= $h - 200 and .[0] < $h + 1000) | .[1]] | add / length] | median),
