@@ -56,18 +56,7 @@ one_node() {
 
 two_nodes() {
     local file="$WORK/cluster-$1.toml"
-    {
-        echo "heartbeat_ms = 100"
-        echo "failure_timeout_ms = 500"
-        for i in 0 1; do
-            local peer=$((BASE + 10 + i * 10))
-            echo "[[nodes]]"
-            echo "id = $i"
-            echo "peer = \"127.0.0.1:$peer\""
-            echo "client = \"127.0.0.1:$((peer + 5))\""
-            echo "shards = 1"
-        done
-    } >"$file"
+    cluster_file "$file" 2 1 5
     for i in 0 1; do
         "$STYXD" --cluster "$file" --node-id "$i" --data-dir "$WORK/node-$1-$i" \
             --metrics "127.0.0.1:$((BASE + 16 + i * 10))" --preload ycsbt --keys "$ACCOUNTS" --log warn >/dev/null &

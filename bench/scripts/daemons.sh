@@ -27,3 +27,22 @@ stop_all() {
     for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
     PIDS=()
 }
+
+# Writes to $1 the cluster file of $2 nodes of $3 shards each on loopback:
+# node i's peer port is BASE + 10 + 10 i, the data-link ports of the
+# cluster's shards follow it, and its client port is $4 above the peer
+# port (heartbeat 100 ms, failure after 500 ms).
+cluster_file() {
+    {
+        echo "heartbeat_ms = 100"
+        echo "failure_timeout_ms = 500"
+        for i in $(seq 0 $(($2 - 1))); do
+            local peer=$((BASE + 10 + i * 10))
+            echo "[[nodes]]"
+            echo "id = $i"
+            echo "peer = \"127.0.0.1:$peer\""
+            echo "client = \"127.0.0.1:$((peer + $4))\""
+            echo "shards = $3"
+        done
+    } >"$1"
+}

@@ -35,18 +35,7 @@ WORK=$(mktemp -d /tmp/styx-drain-bench.XXXXXX)
 # One run: $1 the run's name, $2 "drain" or "steady".
 run() {
     local file="$WORK/cluster-$1.toml" addrs=()
-    {
-        echo "heartbeat_ms = 100"
-        echo "failure_timeout_ms = 500"
-        for i in 0 1 2; do
-            local peer=$((BASE + 10 + i * 10))
-            echo "[[nodes]]"
-            echo "id = $i"
-            echo "peer = \"127.0.0.1:$peer\""
-            echo "client = \"127.0.0.1:$((peer + 5))\""
-            echo "shards = 1"
-        done
-    } >"$file"
+    cluster_file "$file" 3 1 5
     for i in 0 1 2; do
         local peer=$((BASE + 10 + i * 10))
         # Metrics on the client port + 1, where `styx rebalance` looks.

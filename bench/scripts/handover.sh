@@ -43,18 +43,7 @@ WORK=$(mktemp -d /tmp/styx-handover-bench.XXXXXX)
 # One run: $1 the run's name, $2 "handover" or "steady".
 run() {
     local file="$WORK/cluster-$1.toml" addrs=()
-    {
-        echo "heartbeat_ms = 100"
-        echo "failure_timeout_ms = 500"
-        for i in 0 1; do
-            local peer=$((BASE + 10 + i * 10))
-            echo "[[nodes]]"
-            echo "id = $i"
-            echo "peer = \"127.0.0.1:$peer\""
-            echo "client = \"127.0.0.1:$((peer + 6))\""
-            echo "shards = 2"
-        done
-    } >"$file"
+    cluster_file "$file" 2 2 6
     for i in 0 1; do
         local peer=$((BASE + 10 + i * 10))
         "$STYXD" --cluster "$file" --node-id "$i" --data-dir "$WORK/node-$1-$i" \
