@@ -1005,6 +1005,10 @@ async fn executor<F, M>(
             break;
         }
     }
+    // The shards kept from the last round (after a failure between rounds)
+    // close their logs while the executor still runs: a file's close is
+    // an io_uring operation too, never sent once the executor ended.
+    kept.clear();
     if ran {
         crate::server::close_listeners();
         // Before the thread ends, once: what a cancelled task held (a
@@ -1027,8 +1031,9 @@ async fn next_plan<M>(plans: &mpsc::Receiver<Plan<M>>) -> Option<Plan<M>> {
             Err(mpsc::TryRecvError::Disconnected) => return None,
             Err(mpsc::TryRecvError::Empty) => {
                 glommio::timer::sleep(pause).await;
-                // The round change's length (a checkpoint, the join) is
-                // the next round's lateness at most: a millisecond.
+                // A round change (a checkpoint, the join) makes the next
+                // round a millisecond late at most while it takes less
+                // than `BETWEEN_ROUNDS_SOON`, 20 ms at most after.
                 pause = if waiting.elapsed() < BETWEEN_ROUNDS_SOON {
                     (pause * 2).min(Duration::from_millis(1))
                 } else {

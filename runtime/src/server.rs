@@ -351,8 +351,9 @@ struct Target {
 }
 
 /// A listener's target: `None` while no frontend of its executor serves it
-/// (between rounds, or once the shards that used it left): a connection
-/// accepted then is closed at once, and its client dials again.
+/// (from a frontend's end until the executor's next round takes it up or
+/// closes it): a connection accepted then is closed at once, and its
+/// client dials again.
 type Slot = Rc<RefCell<Option<Target>>>;
 
 /// A listener an executor keeps across the rounds of a run
@@ -468,9 +469,10 @@ impl TcpFrontend {
         frontend.slots.push(attach(listen, false, &target)?);
         match http {
             Some(addr) => frontend.slots.push(attach(addr, true, &target)?),
-            // The node's first shard moved to another executor: an HTTP
-            // listener kept here serves this round too (the port is the
-            // node's, whichever shard answers).
+            // This executor's shard that served the node's HTTP endpoint
+            // is no longer the node's first (a shard with a lower id
+            // arrived elsewhere) but stayed: its listener serves this
+            // round too (the port is the node's, whichever shard answers).
             None => {
                 if let Some(slot) = idle_http() {
                     *slot.borrow_mut() = Some(target);
@@ -1025,9 +1027,9 @@ async fn until(hub: &Rc<RefCell<Hub>>, id: u64, slot: usize, ready: fn(&Session)
 async fn http_loop(listener: TcpListener, slot: Slot) {
     let open = Rc::new(std::cell::Cell::new(0usize));
     let mut warned = None;
-    // The server it last served: while no frontend of this executor serves
-    // the endpoint (its shards left), it answers from that one rather than
-    // fail the scrape (the node's other executor took the port up too).
+    // The server it last served: while no frontend serves the endpoint (a
+    // round's end until the listener is taken up or closed), it answers
+    // from that one rather than fail the scrape.
     let mut last: Option<Arc<ServerShared>> = None;
     loop {
         let mut stream = match listener.accept().await {
