@@ -1307,6 +1307,16 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
 mod tests {
     use super::*;
 
+    /// The first base from `from` on (in steps of 10) whose next 80 ports
+    /// are free now: the tests' nodes listen there (a port another test or
+    /// process took would fail the test, not the code).
+    fn free_base(from: u16) -> u16 {
+        (0..200u16)
+            .map(|k| from + k * 10)
+            .find(|b| (0..80).all(|i| std::net::TcpListener::bind(("127.0.0.1", b + i)).is_ok()))
+            .expect("80 free ports")
+    }
+
     fn survey(snapshots: &[Epoch], log_epoch: Epoch) -> Survey {
         Survey {
             snapshots: snapshots.to_vec(),
@@ -1430,7 +1440,7 @@ mod tests {
 
     #[test]
     fn nodes_join_agree_and_detect_a_silent_peer() {
-        let base = 17_300 + (std::process::id() % 200) as u16 * 10;
+        let base = free_base(17_300 + (std::process::id() % 200) as u16 * 10);
         let node = |id: u16| Node {
             id,
             peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
@@ -1504,7 +1514,7 @@ mod tests {
 
     #[test]
     fn nodes_told_different_layouts_do_not_join() {
-        let base = 19_300 + (std::process::id() % 200) as u16 * 10;
+        let base = free_base(19_300 + (std::process::id() % 200) as u16 * 10);
         let node = |id: u16| Node {
             id,
             peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
@@ -1602,7 +1612,7 @@ mod tests {
     /// plain join (a daemon's after a failed run) takes it.
     #[test]
     fn a_later_join_fails_when_a_peer_restarted() {
-        let base = 21_700 + (std::process::id() % 200) as u16 * 10;
+        let base = free_base(21_700 + (std::process::id() % 200) as u16 * 10);
         let node = |id: u16| Node {
             id,
             peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
@@ -1687,7 +1697,7 @@ mod tests {
     /// shards fails the run.
     #[test]
     fn a_spare_follows_handovers_and_ends() {
-        let base = 26_000 + (std::process::id() % 200) as u16 * 10;
+        let base = free_base(26_000 + (std::process::id() % 200) as u16 * 10);
         let node = |id: u16, shards: u16| Node {
             id,
             peer: SocketAddr::from(([127, 0, 0, 1], base + id * 4)),
@@ -1756,7 +1766,7 @@ mod tests {
     /// (the spares closing after its FINISHED is not a failure to it).
     #[test]
     fn spares_end_when_the_node_with_shards_finishes() {
-        let base = 28_200 + (std::process::id() % 200) as u16 * 12;
+        let base = free_base(28_200 + (std::process::id() % 200) as u16 * 12);
         let node = |id: u16, shards: u16| Node {
             id,
             peer: SocketAddr::from(([127, 0, 0, 1], base + id * 3)),
@@ -1798,7 +1808,7 @@ mod tests {
     /// (its peer must still get everything), and rounds follow each other.
     #[test]
     fn large_hand_offs_cross_between_heartbeats_and_rounds() {
-        let base = 23_300 + (std::process::id() % 200) as u16 * 10;
+        let base = free_base(23_300 + (std::process::id() % 200) as u16 * 10);
         let node = |id: u16| Node {
             id,
             peer: SocketAddr::from(([127, 0, 0, 1], base + id * 4)),
