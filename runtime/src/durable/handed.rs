@@ -261,7 +261,7 @@ impl Durable {
             }
             collect_departed(&gc.dir, &c.catalog, epoch, &shards)?;
             drop(c);
-            settle_spares(&gc.dir, &shards, gc.options)
+            settle_spares(&gc.dir, &shards, gc.options, true)
         };
         let spawned = std::thread::Builder::new().name("handover-gc".into()).spawn(move || {
             if let Err(e) = collect() {
@@ -404,7 +404,12 @@ impl SurveyedHanded {
             }
         }
         take_pool_spare(&self.dir, &shards)?;
-        settle_spares(&self.dir, &shards, self.options)?;
+        // A fresh pool spare is 64 MiB of zeros written at every start: only
+        // where handovers happened (a layout after the first). Otherwise
+        // the first handover's collection prepares it, and the first shard
+        // to arrive at this node before then writes its own segment.
+        let handed = self.layouts.keys().any(|e| *e > 0);
+        settle_spares(&self.dir, &shards, self.options, handed)?;
         Ok(Durable::recovered(
             self.dir,
             self.options,
@@ -501,9 +506,10 @@ fn spare_of(wal_dir: &Path, shard: ShardId) -> PathBuf {
 
 /// Makes one spare segment a shard left here (one not of `shards`) the
 /// node's pool spare, for the next shard to arrive, and removes the
-/// others; without either, has a pool spare prepared (zeros, synced,
-/// renamed into place when whole). Blocking: off the round's path.
-fn settle_spares(dir: &DataDir, shards: &[ShardId], options: wal::Options) -> Result<(), Error> {
+/// others; without either and if `prepare`, has a pool spare prepared
+/// (zeros, synced, renamed into place when whole). Blocking: off the
+/// round's path.
+fn settle_spares(dir: &DataDir, shards: &[ShardId], options: wal::Options, prepare: bool) -> Result<(), Error> {
     let wal_dir = dir.wal_dir();
     let pool = wal_dir.join(POOL_SPARE);
     let left: Vec<PathBuf> = fsutil::list(&wal_dir)?
@@ -528,7 +534,7 @@ fn settle_spares(dir: &DataDir, shards: &[ShardId], options: wal::Options) -> Re
         // Of a run with other segment options.
         remove(&pool)?;
     }
-    if !pool.exists() {
+    if prepare && !pool.exists() {
         prepare_pool_later(&wal_dir, options);
     }
     Ok(())
