@@ -93,8 +93,7 @@ for r in $(seq 1 "$ROUNDS"); do
     two_nodes "$r" | tee -a "$WORK/runs.jsonl" "$OUT"
 done
 
-jq -s -r '
-  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+jq -s -r "$JQ_MEDIAN"'
   group_by(.setup) | map({setup: .[0].setup, tps: (map(.tps) | median), p99: (map(.p99_us) | median),
     frames: (map(.remote_frames_per_txn // 0) | median), messages: (map(.remote_messages_per_txn // 0) | median),
     bytes: (map(.remote_bytes_per_txn // 0) | median), ok: (map(.invariants_ok) | all)}) as $rows

@@ -46,3 +46,20 @@ cluster_file() {
         done
     } >"$1"
 }
+
+# A jq definition for the scripts' figures: a list's median (0 of none).
+# Prefix a jq program with it: jq "$JQ_MEDIAN"'…'.
+JQ_MEDIAN='def median: sort | if length == 0 then 0 elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;'
+
+# Runs ROUNDS rounds, each `run steady-R steady` then `run $1-R $1`, in
+# turn, each run's line into $WORK/runs.jsonl and $OUT (jq and bc, which
+# the runs use, installed first).
+runs_in_turn() {
+    command -v jq >/dev/null || apt-get install -y jq >/dev/null
+    command -v bc >/dev/null || apt-get install -y bc >/dev/null
+    : >"$WORK/runs.jsonl"
+    for r in $(seq 1 "$ROUNDS"); do
+        run "steady-$r" steady | tee -a "$WORK/runs.jsonl" "$OUT"
+        run "$1-$r" "$1" | tee -a "$WORK/runs.jsonl" "$OUT"
+    done
+}

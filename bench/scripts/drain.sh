@@ -66,8 +66,7 @@ run() {
     wait "$bench"
     stop_all
     jq -c --arg run "$2" --argjson drain_s "$drain_s" --argjson moved "$moved" \
-        --argjson start_ms "$start_ms" --argjson warmup_ms $((WARMUP * 1000)) '
-        def median: sort | if length == 0 then 0 elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+        --argjson start_ms "$start_ms" --argjson warmup_ms $((WARMUP * 1000)) "$JQ_MEDIAN"'
         (if $run == "drain" then $start_ms else ($warmup_ms + '"$DRAIN_AT"' * 1000) end) as $from
         | ($from + ($drain_s * 1000 | if . < 100 then 100 else . end)) as $to
         | {run: $run, tps, p50_us: .latency_us.p50, p99_us: .latency_us.p99, invariants_ok,
@@ -79,16 +78,9 @@ run() {
            p99_during_max_us: ([.timeline_p99_us[]? | select(.[0] >= $from and .[0] < $to) | .[1]] | max // 0)}' "$WORK/report-$1.json"
 }
 
-command -v jq >/dev/null || apt-get install -y jq >/dev/null
-command -v bc >/dev/null || apt-get install -y bc >/dev/null
-: >"$WORK/runs.jsonl"
-for r in $(seq 1 "$ROUNDS"); do
-    run "steady-$r" steady | tee -a "$WORK/runs.jsonl" "$OUT"
-    run "drain-$r" drain | tee -a "$WORK/runs.jsonl" "$OUT"
-done
+runs_in_turn drain
 
-jq -s -r '
-  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+jq -s -r "$JQ_MEDIAN"'
   group_by(.run) | map({run: .[0].run, tps: (map(.tps) | median), p99: (map(.p99_us) | median),
     before: (map(.rate_before) | median), during: (map(.rate_during) | median), after: (map(.rate_after) | median),
     p99_before: (map(.p99_before_us) | median), p99_during: (map(.p99_during_max_us) | median),

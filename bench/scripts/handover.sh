@@ -78,8 +78,7 @@ run() {
     wait "$bench"
     stop_all
     jq -c --arg run "$2" --argjson at "[$(IFS=,; echo "${at[*]}")]" \
-        --argjson took "[$(IFS=,; echo "${took[*]:-}")]" --argjson warmup_ms $((WARMUP * 1000)) '
-        def median: sort | if length == 0 then 0 elif length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+        --argjson took "[$(IFS=,; echo "${took[*]:-}")]" --argjson warmup_ms $((WARMUP * 1000)) "$JQ_MEDIAN"'
         def near($t): any($at[]; $t >= . - 200 and $t < . + 1000);
         .timeline_bucket_ms as $b
         | {run: $run, tps, p50_us: .latency_us.p50, p99_us: .latency_us.p99, invariants_ok,
@@ -92,16 +91,9 @@ run() {
            p99_around_max_us: ([.timeline_p99_us[]? | select(near(.[0])) | .[1]] | max // 0)}' "$WORK/report-$1.json"
 }
 
-command -v jq >/dev/null || apt-get install -y jq >/dev/null
-command -v bc >/dev/null || apt-get install -y bc >/dev/null
-: >"$WORK/runs.jsonl"
-for r in $(seq 1 "$ROUNDS"); do
-    run "steady-$r" steady | tee -a "$WORK/runs.jsonl" "$OUT"
-    run "handover-$r" handover | tee -a "$WORK/runs.jsonl" "$OUT"
-done
+runs_in_turn handover
 
-jq -s -r '
-  def median: sort | if length % 2 == 1 then .[length / 2 | floor] else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+jq -s -r "$JQ_MEDIAN"'
   group_by(.run) | map({run: .[0].run, tps: (map(.tps) | median), p99: (map(.p99_us) | median),
     away: (map(.rate_away) | median), around: (map(.rate_around) | median), lowest: (map(.rate_lowest) | median),
     p99_away: (map(.p99_away_us) | median), p99_around: (map(.p99_around_max_us) | median),

@@ -209,15 +209,6 @@ fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -
             Err(_) if daemon.shutdown.load(Ordering::Relaxed) => break,
             Err(e) => return Err(e.to_string()),
         };
-        for c in &rounds.changes {
-            tracing::info!(
-                epoch = c.epoch,
-                layout = ?c.layout.placed(),
-                sent = ?c.sent,
-                checkpoint_ms = c.checkpoint.as_secs_f64() * 1e3,
-                "handed over"
-            );
-        }
         if daemon.shutdown.load(Ordering::Relaxed) {
             break;
         }

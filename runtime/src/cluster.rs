@@ -1307,14 +1307,31 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
 mod tests {
     use super::*;
 
-    /// The first base from `from` on (in steps of 10) whose next 80 ports
-    /// are free now: the tests' nodes listen there (a port another test or
-    /// process took would fail the test, not the code).
-    fn free_base(from: u16) -> u16 {
-        (0..200u16)
+    /// A cluster of nodes on loopback running `shards[i]` shards each, in
+    /// the first block of 80 free ports from `from` (moved by the process
+    /// id, in steps of 10): node `i`'s peer port at 5 `i` (its shards' data
+    /// ports follow it), its client port at 60 + `i`. A port another test
+    /// or process took would fail the test, not the code.
+    fn loopback_spec(from: u16, shards: &[u16], heartbeat: Duration, failure_timeout: Duration) -> Spec {
+        let from = from + (std::process::id() % 200) as u16 * 10;
+        let base = (0..200u16)
             .map(|k| from + k * 10)
             .find(|b| (0..80).all(|i| std::net::TcpListener::bind(("127.0.0.1", b + i)).is_ok()))
-            .expect("80 free ports")
+            .expect("80 free ports");
+        Spec {
+            nodes: (0u16..)
+                .zip(shards)
+                .map(|(id, shards)| Node {
+                    id,
+                    peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
+                    client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
+                    shards: *shards,
+                })
+                .collect(),
+            heartbeat,
+            failure_timeout,
+            placement: None,
+        }
     }
 
     fn survey(snapshots: &[Epoch], log_epoch: Epoch) -> Survey {
@@ -1440,19 +1457,12 @@ mod tests {
 
     #[test]
     fn nodes_join_agree_and_detect_a_silent_peer() {
-        let base = free_base(17_300 + (std::process::id() % 200) as u16 * 10);
-        let node = |id: u16| Node {
-            id,
-            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
-            client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
-            shards: 1,
-        };
-        let spec = Spec {
-            nodes: vec![node(0), node(1), node(2)],
-            heartbeat: Duration::from_millis(20),
-            failure_timeout: Duration::from_millis(200),
-            placement: None,
-        };
+        let spec = loopback_spec(
+            17_300,
+            &[1, 1, 1],
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+        );
         let stop = Arc::new(AtomicBool::new(false));
         let threads: Vec<_> = (0..3u16)
             .map(|i| {
@@ -1514,19 +1524,7 @@ mod tests {
 
     #[test]
     fn nodes_told_different_layouts_do_not_join() {
-        let base = free_base(19_300 + (std::process::id() % 200) as u16 * 10);
-        let node = |id: u16| Node {
-            id,
-            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
-            client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
-            shards: 2,
-        };
-        let spec = Spec {
-            nodes: vec![node(0), node(1)],
-            heartbeat: Duration::from_millis(20),
-            failure_timeout: Duration::from_millis(200),
-            placement: None,
-        };
+        let spec = loopback_spec(19_300, &[2, 2], Duration::from_millis(20), Duration::from_millis(200));
         let alternate = Layout::placed_on(2, vec![0, 1, 0, 1]).unwrap();
         // A control plane on other ports (a listener lives as long as the
         // process) for the checks without a peer.
@@ -1612,19 +1610,7 @@ mod tests {
     /// plain join (a daemon's after a failed run) takes it.
     #[test]
     fn a_later_join_fails_when_a_peer_restarted() {
-        let base = free_base(21_700 + (std::process::id() % 200) as u16 * 10);
-        let node = |id: u16| Node {
-            id,
-            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 5)),
-            client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
-            shards: 2,
-        };
-        let spec = Spec {
-            nodes: vec![node(0), node(1)],
-            heartbeat: Duration::from_millis(20),
-            failure_timeout: Duration::from_millis(200),
-            placement: None,
-        };
+        let spec = loopback_spec(21_700, &[2, 2], Duration::from_millis(20), Duration::from_millis(200));
         let mut c = Control::start(spec.clone(), 0, 42).unwrap();
         // Node 1 as it was met at the last join, and as it answers now.
         c.met.insert(1, 7);
@@ -1697,19 +1683,7 @@ mod tests {
     /// shards fails the run.
     #[test]
     fn a_spare_follows_handovers_and_ends() {
-        let base = free_base(26_000 + (std::process::id() % 200) as u16 * 10);
-        let node = |id: u16, shards: u16| Node {
-            id,
-            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 4)),
-            client: SocketAddr::from(([127, 0, 0, 1], base + 8 + id)),
-            shards,
-        };
-        let spec = Spec {
-            nodes: vec![node(0, 1), node(1, 0)],
-            heartbeat: Duration::from_millis(5),
-            failure_timeout: Duration::from_secs(2),
-            placement: None,
-        };
+        let spec = loopback_spec(26_000, &[1, 0], Duration::from_millis(5), Duration::from_secs(2));
         let moved = Layout::placed_on(2, vec![1]).unwrap().with_version(1);
         let threads: Vec<_> = (0..2u16)
             .map(|i| {
@@ -1766,19 +1740,7 @@ mod tests {
     /// (the spares closing after its FINISHED is not a failure to it).
     #[test]
     fn spares_end_when_the_node_with_shards_finishes() {
-        let base = free_base(28_200 + (std::process::id() % 200) as u16 * 12);
-        let node = |id: u16, shards: u16| Node {
-            id,
-            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 3)),
-            client: SocketAddr::from(([127, 0, 0, 1], base + 9 + id)),
-            shards,
-        };
-        let spec = Spec {
-            nodes: vec![node(0, 1), node(1, 0), node(2, 0)],
-            heartbeat: Duration::from_millis(5),
-            failure_timeout: Duration::from_secs(2),
-            placement: None,
-        };
+        let spec = loopback_spec(28_200, &[1, 0, 0], Duration::from_millis(5), Duration::from_secs(2));
         let threads: Vec<_> = (0..3u16)
             .map(|i| {
                 let spec = spec.clone();
@@ -1808,19 +1770,7 @@ mod tests {
     /// (its peer must still get everything), and rounds follow each other.
     #[test]
     fn large_hand_offs_cross_between_heartbeats_and_rounds() {
-        let base = free_base(23_300 + (std::process::id() % 200) as u16 * 10);
-        let node = |id: u16| Node {
-            id,
-            peer: SocketAddr::from(([127, 0, 0, 1], base + id * 4)),
-            client: SocketAddr::from(([127, 0, 0, 1], base + 60 + id)),
-            shards: 1,
-        };
-        let spec = Spec {
-            nodes: vec![node(0), node(1)],
-            heartbeat: Duration::from_millis(1),
-            failure_timeout: Duration::from_secs(2),
-            placement: None,
-        };
+        let spec = loopback_spec(23_300, &[1, 1], Duration::from_millis(1), Duration::from_secs(2));
         let blob = |shard: u16, len: usize| -> Vec<u8> {
             (0..len).map(|i| (i as u64 * 31 + u64::from(shard)) as u8).collect()
         };

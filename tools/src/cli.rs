@@ -533,19 +533,15 @@ pub fn handover(a: HandoverArgs) -> ExitCode {
             .clone();
         drop(conn);
         let start = Instant::now();
-        let outcome = client
-            .call_address(
-                &operator,
-                Address::Partition(0),
-                styx_engine::HANDOVER_FUNCTION,
-                Payload::encode(&(a.shard, a.node)),
-            )
-            .await;
-        let tid = match outcome {
-            Ok(Outcome::Committed { tid, .. }) => tid,
-            Ok(Outcome::Aborted { abort, .. }) => return Err(format!("handover refused: {}", abort.message())),
-            Err(e) => return Err(e.to_string()),
-        };
+        let tid = call_builtin(
+            &client,
+            &operator,
+            0,
+            styx_engine::HANDOVER_FUNCTION,
+            Payload::encode(&(a.shard, a.node)),
+            "handover",
+        )
+        .await?;
         let decided = start.elapsed();
         if a.no_wait {
             println!(
@@ -629,6 +625,26 @@ pub fn rebalance(a: RebalanceArgs) -> ExitCode {
     }))
 }
 
+/// Calls the built-in `function` (`__move`, `__handover`) on `partition` of
+/// `operator`: the committed request's tid, or why the `what` was refused.
+async fn call_builtin(
+    client: &Client,
+    operator: &str,
+    partition: u32,
+    function: &str,
+    args: Payload,
+    what: &str,
+) -> Result<styx_engine::Tid, String> {
+    match client
+        .call_address(operator, Address::Partition(partition), function, args)
+        .await
+    {
+        Ok(Outcome::Committed { tid, .. }) => Ok(tid),
+        Ok(Outcome::Aborted { abort, .. }) => Err(format!("{what} refused: {}", abort.message())),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Moves `partition` of `operator` to `shard`; with `watch`, waits (on
 /// that metrics address, at most that long) until it has switched.
 async fn move_partition(
@@ -641,19 +657,7 @@ async fn move_partition(
 ) -> Result<(), String> {
     let start = Instant::now();
     let args = styx_engine::Move::args(shard, pace);
-    let outcome = client
-        .call_address(
-            operator,
-            Address::Partition(partition),
-            styx_engine::MOVE_FUNCTION,
-            args,
-        )
-        .await;
-    let tid = match outcome {
-        Ok(Outcome::Committed { tid, .. }) => tid,
-        Ok(Outcome::Aborted { abort, .. }) => return Err(format!("move refused: {}", abort.message())),
-        Err(e) => return Err(e.to_string()),
-    };
+    let tid = call_builtin(client, operator, partition, styx_engine::MOVE_FUNCTION, args, "move").await?;
     let decided = start.elapsed();
     let Some((metrics, timeout)) = watch else {
         println!(
