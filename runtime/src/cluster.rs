@@ -480,6 +480,17 @@ impl Run {
         }
     }
 
+    /// The newest snapshot every node that runs shards in this run
+    /// committed in it (0: none yet): what a spare, which writes no
+    /// snapshot file, commits in its turn ([`Run::spare_round`]).
+    pub fn running_committed(&self) -> Epoch {
+        (0..self.layout.nodes())
+            .filter(|n| self.layout.shards_of(*n).next().is_some())
+            .map(|n| self.state.committed[usize::from(n)].load(Ordering::SeqCst))
+            .min()
+            .unwrap_or(0)
+    }
+
     /// The newest snapshot every node committed: older ones and the logs
     /// before it are no longer needed by anyone.
     pub fn complete_epoch(&self) -> Epoch {
@@ -543,7 +554,10 @@ impl Run {
     /// with that epoch and the layout from the next one on; or until every
     /// other node finished its run ([`Spare::Finished`]), the run failed
     /// ([`Spare::Failed`]) or `stop` was set ([`Spare::Stopped`]).
-    pub fn spare_round(&self, stop: &AtomicBool) -> Spare {
+    /// `on_tick` runs every [`SPARE_TICK`] or so, with no lock held (a
+    /// durable spare commits the snapshots the others did there); when it
+    /// returns `Err` the run fails with that reason.
+    pub fn spare_round(&self, stop: &AtomicBool, mut on_tick: impl FnMut() -> Result<(), String>) -> Spare {
         assert!(self.local.is_empty(), "a spare runs no shard");
         let me = usize::from(self.node);
         let mut known = self.state.next_layout.lock().expect("layout lock");
@@ -585,6 +599,13 @@ impl Run {
                 .wait_timeout(known, SPARE_TICK)
                 .expect("layout lock")
                 .0;
+            // What arrived meanwhile is seen at the loop's top, the lock
+            // taken again.
+            drop(known);
+            if let Err(why) = on_tick() {
+                self.failure.fail(format!("node {me}: {why}"));
+            }
+            known = self.state.next_layout.lock().expect("layout lock");
         }
     }
 
@@ -1698,7 +1719,7 @@ mod tests {
                     if i == 0 {
                         run.ended_locally(7, &moved);
                     } else {
-                        assert_eq!(run.spare_round(&stop), Spare::Handover(7, moved.clone()));
+                        assert_eq!(run.spare_round(&stop, || Ok(())), Spare::Handover(7, moved.clone()));
                     }
                     let deadline = Instant::now() + Duration::from_secs(10);
                     while !run.all_ended(7) {
@@ -1712,7 +1733,7 @@ mod tests {
                     if i == 1 {
                         run.finish();
                     } else {
-                        assert_eq!(run.spare_round(&stop), Spare::Finished);
+                        assert_eq!(run.spare_round(&stop, || Ok(())), Spare::Finished);
                     }
                     drop(run);
                     // Round 3: node 1 says it ended without its shard's row.
@@ -1722,7 +1743,7 @@ mod tests {
                         run.tell_all(&control_frame(ENDED, &(9u64, Vec::<(ShardId, Vec<u64>)>::new(), next)));
                         std::thread::sleep(Duration::from_millis(200));
                     } else {
-                        match run.spare_round(&stop) {
+                        match run.spare_round(&stop, || Ok(())) {
                             Spare::Failed(why) => assert!(why.contains("bad end notice"), "{why}"),
                             other => panic!("{other:?}"),
                         }
@@ -1753,7 +1774,7 @@ mod tests {
                         // The spares close once they heard it.
                         std::thread::sleep(Duration::from_millis(300));
                     } else {
-                        assert_eq!(run.spare_round(&stop), Spare::Finished, "node {i}");
+                        assert_eq!(run.spare_round(&stop, || Ok(())), Spare::Finished, "node {i}");
                     }
                     assert!(!run.failure.is_failed(), "node {i}: {:?}", run.failure.reason());
                 })

@@ -122,8 +122,9 @@ pub struct Rounds<O> {
 /// with the layout and shards of the snapshot the cluster's plan restores
 /// — and each handover is a checkpoint of every shard where it runs next,
 /// committed by every node before any starts the next epoch
-/// (`durable::SurveyedHanded`). A durable node keeps a shard (no spares:
-/// a spare would take part in no snapshot). A durable run that fails during
+/// (`durable::SurveyedHanded`). A durable spare commits each snapshot the
+/// nodes running shards committed, with a manifest of no shard, as it
+/// waits (`Durable::commit_as_spare`). A durable run that fails during
 /// a handover, or at the join after it, ends like one that fails in a
 /// round ([`Rounds::failed`]): its logs hold the handover's epoch, so the
 /// caller calls `run_rounds` again and the cluster recovers.
@@ -179,11 +180,6 @@ where
             c.joined = std::time::Instant::now();
         }
         if disk.is_some() {
-            if run.local_shards().is_empty() {
-                return Err(Error::Handover(
-                    "a durable node runs a shard: a spare would take part in no snapshot (docs/nodes.md)".into(),
-                ));
-            }
             let next = match (surveyed.take(), &*durable, changes.last_mut()) {
                 (Some(sv), ..) => {
                     let (d, recovered) = sv.start(run.plan, run.clone()).map_err(disk_error)?;
@@ -217,7 +213,20 @@ where
         let (epoch, next, ended, outgoing, sent, kept, checkpoints) = if run.local_shards().is_empty() {
             // A spare this round (it starts as one, or handed all its
             // shards away): it takes part in the handovers only.
-            match run.spare_round(stop) {
+            // Durable, it commits the snapshots the others did.
+            let mut broken = None;
+            let spare = run.spare_round(stop, || match &*durable {
+                Some(d) => d.commit_as_spare().map(|_| ()).map_err(|e| {
+                    let why = format!("a spare's snapshot: {e}");
+                    broken = Some(e);
+                    why
+                }),
+                None => Ok(()),
+            });
+            if let Some(e) = broken {
+                return Err(disk_error(e));
+            }
+            match spare {
                 cluster::Spare::Handover(epoch, next) => (
                     epoch,
                     next,
@@ -612,9 +621,8 @@ impl<F: Frontend, M: Fn(&mut Shard) -> F + Send + Sync + 'static> Executors<F, M
         }
         if opts.engine.pause_at_handover {
             // A node may be left without shards only where it goes on as
-            // a spare: in `run_rounds` (a single round has no next one),
-            // in memory (a spare takes part in no snapshot).
-            opts.engine.spare_nodes = keep && opts.durable.is_none();
+            // a spare: in `run_rounds` (a single round has no next one).
+            opts.engine.spare_nodes = keep;
         }
         let kept: Vec<(ShardId, Epoch, Layout)> = self.kept.iter().flatten().cloned().collect();
         if later || !resume.is_empty() || !kept.is_empty() {

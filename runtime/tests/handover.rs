@@ -1018,3 +1018,205 @@ fn a_handover_cut_short_by_a_crash_is_replayed_and_made_again() {
     }
     done.store(true, Ordering::SeqCst);
 }
+
+/// Each complete snapshot in `dir`, oldest first: its epoch and the
+/// shards it lists.
+fn manifests_in(dir: &std::path::Path) -> Vec<(u64, Vec<ShardId>)> {
+    let dir = styx_storage::DataDir::open(dir).unwrap();
+    styx_storage::snapshot::complete_manifests(&dir.snapshot_dir())
+        .unwrap()
+        .iter()
+        .map(|m| (m.epoch, m.shards.iter().map(|s| s.shard).collect()))
+        .collect()
+}
+
+/// The epoch in a cluster node's `cluster-complete` file.
+fn complete_in(dir: &std::path::Path) -> u64 {
+    let bytes = std::fs::read(dir.join("cluster-complete")).expect("a cluster-complete record");
+    u64::from_le_bytes(bytes[..8].try_into().unwrap())
+}
+
+/// Durable spares (docs/nodes.md): three nodes with a data directory
+/// each, node 2 starting with no shard. Shard 0's client has shard 2
+/// handed to node 2 (a node added), then shard 3, node 1's last, to node 0
+/// (a node drained): node 1 goes on as a spare for most of the run. A
+/// spare writes no snapshot file, but commits each snapshot the running
+/// nodes committed with a manifest of no shard, so the cluster keeps
+/// completing snapshots — and removing old logs — while it waits. Then
+/// every node restarts from its directory alone: node 1 as a spare, the
+/// others with the shards they ran last, every balance as the run left it.
+#[test]
+fn durable_spares_commit_every_snapshot_and_recover_as_spares() {
+    let _one = one_cluster_at_a_time();
+    const PASSES: [(u64, ShardId, u16); 2] = [(300, 2, 2), (600, 3, 0)];
+    let done = watchdog("the durable three-node cluster with spares", 240);
+    let spec = local_cluster_of(&[2, 2, 0]);
+    let n = spec.n_shards();
+    let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("durable-spare-{i}"))).collect();
+    let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+    let last: Vec<u16> = vec![0, 0, 2, 0];
+    let first = durable_run("durable-spare", &spec, &dirs, &PASSES, &clients, 0, 0, None);
+    let mut seen = Vec::new();
+    let mut drained_at = 0;
+    for (node, ran) in first {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        let went: Vec<Vec<u16>> = changes
+            .iter()
+            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
+            .collect();
+        assert_eq!(went, vec![vec![0, 0, 2, 1], last.clone()], "node {node}");
+        drained_at = changes[1].epoch;
+        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
+        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
+        assert_eq!(ran, mine, "node {node}");
+        seen.extend(outputs);
+    }
+    check(&seen, &clients, u64::from(n), PASSES.len());
+    let before = balances(&seen);
+    // Node 1, a spare since the second handover: no log left, its
+    // checkpoint there lists no shard, and it committed snapshots after
+    // it, each listing none.
+    let spare = manifests_in(&dirs[1]);
+    assert!(
+        styx_storage::wal::shards(&dirs[1].join("wal")).unwrap().is_empty(),
+        "node 1 keeps no log"
+    );
+    assert!(spare.iter().all(|(_, shards)| shards.is_empty()), "{spare:?}");
+    let newest = spare.last().expect("node 1's snapshots").0;
+    assert!(
+        newest > drained_at,
+        "node 1 committed no snapshot as a spare: {spare:?}"
+    );
+    // The running nodes completed snapshots past the handover (they need
+    // every node's commit), and kept nothing older than what they record.
+    for node in [0, 2] {
+        let complete = complete_in(&dirs[node]);
+        assert!(
+            complete > drained_at,
+            "node {node} completed nothing after the handover at {drained_at}"
+        );
+        let oldest = manifests_in(&dirs[node])[0].0;
+        assert!(oldest >= drained_at.min(complete), "node {node}");
+    }
+    // Restart: every client is done; each shard finishes once quiet.
+    for c in clients.lock().unwrap().iter_mut().flatten() {
+        c.quiet = false;
+    }
+    let second = durable_run(
+        "durable-spare",
+        &local_cluster_of(&[2, 2, 0]),
+        &dirs,
+        &PASSES,
+        &clients,
+        usize::from(n),
+        0,
+        None,
+    );
+    let mut after = Vec::new();
+    for (node, ran) in second {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        assert!(changes.is_empty(), "node {node}: no handover on the restart");
+        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
+        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
+        assert_eq!(ran, mine, "node {node} recovered the shards it ran last");
+        after.extend(outputs);
+    }
+    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    done.store(true, Ordering::SeqCst);
+}
+
+/// A handover that involves a spare, cut short by a crash of one node
+/// between writing its checkpoint and committing it: node 2 (a spare
+/// since the start) as it takes its first shard, or node 1 as it hands
+/// its last one away. The restart's plan is the snapshot before — for
+/// node 2 one it committed as a spare, listing no shard — replay runs to
+/// the handover's epoch, decides it again and the recovered cluster makes
+/// it: every account kept, money conserved, each node running what the
+/// handover gives it.
+#[test]
+fn a_handover_to_or_from_a_spare_cut_short_by_a_crash_is_made_again() {
+    let _one = one_cluster_at_a_time();
+    const PASSES: [(u64, ShardId, u16); 2] = [(300, 2, 2), (600, 3, 0)];
+    let done = watchdog("the durable three-node cluster with spares, crashed", 360);
+    let n = 4;
+    for (fail, asked, went) in [((2, 1), 1, vec![vec![0, 0, 2, 1]]), ((1, 2), 2, vec![vec![0, 0, 2, 0]])] {
+        let name = format!("durable-spare-crash-{}", fail.0);
+        let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("{name}-{i}"))).collect();
+        let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+        let spec = local_cluster_of(&[2, 2, 0]);
+        let first = durable_run(&name, &spec, &dirs, &PASSES, &clients, 0, 0, Some(fail));
+        for (node, ran) in &first {
+            match ran {
+                Err(e) if *node == fail.0 => assert!(e.contains("before the checkpoint"), "{e}"),
+                Err(e) => assert!(e.contains("stopped while joining"), "node {node}: {e}"),
+                Ok(_) => panic!("node {node} ran to the end"),
+            }
+        }
+        // The failed node's latest snapshot is from before the handover
+        // the others committed.
+        let latest = |node: usize| manifests_in(&dirs[node]).last().cloned().expect("snapshots");
+        let cut = latest(0).0;
+        assert!(latest(usize::from(fail.0)).0 < cut, "{:?}", latest(usize::from(fail.0)));
+        if fail.0 == 2 {
+            assert_eq!(
+                latest(2).1,
+                Vec::<ShardId>::new(),
+                "node 2 committed snapshots as a spare"
+            );
+        }
+        // Restart: no more transfers; the shards finish once quiet on the
+        // layout of the handovers asked.
+        let mut restarted = clients.lock().unwrap().clone();
+        for (s, c) in restarted.iter_mut().enumerate() {
+            let mut fresh = Client::new();
+            fresh.sent = REQUESTS;
+            fresh.counted = true;
+            fresh.handovers = c.as_ref().map_or_else(Vec::new, |c| c.handovers.clone());
+            assert!(s != 0 || fresh.handovers.len() == asked, "the handovers asked");
+            *c = Some(fresh);
+        }
+        *clients.lock().unwrap() = restarted;
+        let second = durable_run(
+            &name,
+            &local_cluster_of(&[2, 2, 0]),
+            &dirs,
+            &PASSES,
+            &clients,
+            usize::from(n),
+            asked as u64,
+            None,
+        );
+        let mut after = Vec::new();
+        let last = went.last().unwrap();
+        for (node, ran) in second {
+            let (outputs, changes) = ran.unwrap_or_else(|e| panic!("{name}: node {node}: {e}"));
+            let made: Vec<Vec<u16>> = changes
+                .iter()
+                .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
+                .collect();
+            assert_eq!(made, went, "{name}: node {node}: the cut handover, made again");
+            let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
+            let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
+            assert_eq!(ran, mine, "{name}: node {node}");
+            after.extend(outputs);
+        }
+        let recovered = balances(&after);
+        assert_eq!(recovered.len() as u64, ACCOUNTS, "{name}: every account");
+        assert_eq!(
+            recovered.iter().map(|(_, b)| b).sum::<i64>(),
+            START * ACCOUNTS as i64,
+            "{name}: money conserved"
+        );
+        assert!(
+            recovered.iter().any(|(_, b)| *b != START),
+            "{name}: transfers ran before the crash"
+        );
+        for d in &dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+}

@@ -25,8 +25,13 @@
 //! wrote the same ones up to there), or the layout it was given if none.
 //! Its shards are those its copy of that snapshot lists.
 //!
-//! A node that runs no shard (a spare) takes part in no snapshot, so a
-//! durable run keeps a shard on every node (`Config::spare_nodes` off).
+//! **A node that runs no shard** (a spare: it starts as one, or handed
+//! its last shard away) writes no snapshot file, yet the cluster completes
+//! a snapshot only once every node committed it, and a restart's plan
+//! restores only a snapshot every node holds. So a spare commits, with a
+//! manifest of no shard, each snapshot every node running shards
+//! committed ([`Durable::commit_as_spare`], as it waits for a handover);
+//! its checkpoint at a handover lists no shard, or those handed to it.
 
 use super::{Durable, Recovered, ShardStart, in_dir, read_complete, write_complete};
 use crate::cluster::Run;
@@ -133,7 +138,8 @@ impl Durable {
     pub fn write_checkpoint(&self, epoch: Epoch, layout: &Layout, of: Vec<Checkpoint>) -> Result<Vec<FileRef>, Error> {
         let mut ids: Vec<ShardId> = of.iter().map(|c| c.shard).collect();
         ids.sort_unstable();
-        if of.iter().any(|c| c.epoch != epoch) || ids.windows(2).any(|w| w[0] == w[1]) || ids.is_empty() {
+        // No shard: a node that runs none from the next epoch on.
+        if of.iter().any(|c| c.epoch != epoch) || ids.windows(2).any(|w| w[0] == w[1]) {
             return Err(Error::Snapshot(format!(
                 "a checkpoint at epoch {epoch} of shards {ids:?} at epochs {:?}",
                 of.iter().map(|c| c.epoch).collect::<Vec<_>>()
@@ -170,6 +176,36 @@ impl Durable {
         self.committed_epoch.store(epoch, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(epoch, shards = ?ids, "handover checkpoint committed");
         Ok(())
+    }
+
+    /// A spare's part in the cluster's snapshots (this node runs no shard
+    /// in its run): commits, with a manifest of no shard, the newest
+    /// snapshot every node running shards committed, once that is past
+    /// this node's latest, tells the others, and removes what only older
+    /// snapshots needed. Returns the epoch committed, if any. Without it
+    /// no node would collect its old snapshots and logs while a spare
+    /// exists, and a restart's plan would find no snapshot the spare
+    /// holds after its last handover but that one.
+    ///
+    /// The epoch is one every running node committed, so the plan, which
+    /// takes the newest snapshot every node holds, never finds it on the
+    /// spare alone.
+    pub fn commit_as_spare(&self) -> Result<Option<Epoch>, Error> {
+        assert!(self.shards.is_empty(), "a spare runs no shard");
+        let epoch = self.run.running_committed();
+        if epoch <= self.committed_epoch.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(None);
+        }
+        {
+            let mut c = self.committer.lock().expect("committer lock");
+            let manifest = Manifest::snapshot(c.catalog.latest(), epoch, Vec::new())?;
+            c.catalog.commit(manifest)?;
+        }
+        self.committed_epoch.store(epoch, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(epoch, "snapshot committed (a spare: no shard)");
+        self.run.committed_locally(epoch);
+        super::collect_garbage(self)?;
+        Ok(Some(epoch))
     }
 
     /// Waits for the removal of what the last handover's checkpoint made
