@@ -21,7 +21,9 @@ use styx_runtime::cluster::{Node, Spec};
 ///
 /// A count numbers the shards in order (node 0 runs the first ones, and
 /// so on); lists place them, every shard of `0..total` on exactly one
-/// node. Either every node gives a count or every node gives a list.
+/// node. Either every node gives a count or every node gives a list. A
+/// node may run none (`shards = 0` or `[]`): a spare, which takes part in
+/// the cluster and may be handed shards (`styx handover`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterFile {
@@ -84,13 +86,6 @@ impl ClusterFile {
             placement,
         };
         spec.validate().map_err(|e| format!("{}: {e}", path.display()))?;
-        if let Some(n) = spec.nodes.iter().find(|n| n.shards == 0) {
-            return Err(format!(
-                "{}: node {} has no shards: a daemon does not run a spare node yet (docs/nodes.md)",
-                path.display(),
-                n.id
-            ));
-        }
         Ok(spec)
     }
 }
@@ -166,16 +161,18 @@ mod tests {
     }
 
     #[test]
-    fn a_node_without_shards_is_refused_by_name() {
+    fn a_node_without_shards_is_a_spare_and_a_cluster_of_spares_is_refused() {
         let spec = ClusterFile::load(&file(&["2", "1"])).unwrap();
         assert_eq!(spec.n_shards(), 3);
         assert_eq!(spec.shards_of(1), [2]);
-        // The runtime runs spares (`run_rounds`); a daemon does not yet.
-        let err = ClusterFile::load(&file(&["2", "0"])).unwrap_err();
-        assert!(err.contains("node 1 has no shards"), "{err}");
-        assert!(err.contains("spare"), "{err}");
-        let err = ClusterFile::load(&file(&["[0, 1]", "[]"])).unwrap_err();
-        assert!(err.contains("node 1 has no shards"), "{err}");
+        let spec = ClusterFile::load(&file(&["2", "0", "1"])).unwrap();
+        assert_eq!(spec.n_shards(), 3);
+        assert!(spec.shards_of(1).is_empty());
+        assert_eq!(spec.shards_of(2), [2]);
+        let spec = ClusterFile::load(&file(&["[0, 1]", "[]"])).unwrap();
+        assert!(spec.shards_of(1).is_empty());
+        let err = ClusterFile::load(&file(&["0", "0"])).unwrap_err();
+        assert!(err.contains("no node has shards"), "{err}");
     }
 
     #[test]

@@ -42,6 +42,7 @@ pub mod claim;
 pub mod cluster_file;
 pub mod serve;
 pub mod settings;
+mod spare;
 
 pub use settings::{Flags, Fsync, LogFormat, SchemaFormat, Settings};
 

@@ -6,6 +6,7 @@
 //! run ends once every shard is quiet and its log flushed.
 
 use crate::settings::{Fsync, Settings, resolve_all};
+use crate::spare::{SpareFront, SpareServer};
 use crate::{Extension, Program, Start};
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -126,8 +127,11 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
         shutdown: shutdown.clone(),
         counters: Mutex::new(BTreeMap::new()),
         current: Mutex::new(None),
+        spare: Mutex::new(None),
+        spare_failed: Mutex::new(None),
         ready: AtomicUsize::new(0),
         first_round: AtomicUsize::new(0),
+        spare_ready: AtomicBool::new(false),
     });
     announce(&daemon);
     match &settings.cluster {
@@ -184,6 +188,13 @@ fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -
         let options = {
             let daemon = daemon.clone();
             move |run: Arc<Run>| {
+                if run.local_shards().is_empty() {
+                    // A spare this round: its client port answers without
+                    // an engine (nothing of these options is used).
+                    daemon.serve_spare(&run);
+                    return Options::default();
+                }
+                daemon.stop_spare();
                 tracing::info!(
                     node = daemon.node,
                     layout = ?run.layout().placed(),
@@ -203,11 +214,17 @@ fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -
             HANDOVER_TIMEOUT,
             Some(disk.clone()),
         );
-        daemon.failure()?;
+        if let Err(e) = daemon.failure() {
+            daemon.stop_spare();
+            return Err(e);
+        }
         let rounds = match rounds {
             Ok(rounds) => rounds,
             Err(_) if daemon.shutdown.load(Ordering::Relaxed) => break,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => {
+                daemon.stop_spare();
+                return Err(e.to_string());
+            }
         };
         if daemon.shutdown.load(Ordering::Relaxed) {
             break;
@@ -221,6 +238,7 @@ fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -
             None => break,
         }
     }
+    daemon.stop_spare();
     Ok(())
 }
 
@@ -246,11 +264,17 @@ struct Daemon {
     counters: Mutex<BTreeMap<ShardId, Arc<ShardMetrics>>>,
     /// The round being served: its frontends answer from it.
     current: Mutex<Option<Arc<ServerShared>>>,
+    /// While the node runs no shard (a spare), its client port's server.
+    spare: Mutex<Option<SpareFront>>,
+    /// Why the spare's client port could not listen.
+    spare_failed: Mutex<Option<String>>,
     /// Shards whose listener started, and the first round's local shards
     /// (0 until it starts): the daemon announces itself once every one
     /// listens.
     ready: AtomicUsize,
     first_round: AtomicUsize,
+    /// The spare's client port listens: announced too.
+    spare_ready: AtomicBool,
 }
 
 impl Daemon {
@@ -262,6 +286,62 @@ impl Daemon {
             shards: local.iter().map(|s| counters.entry(*s).or_default().clone()).collect(),
             ids: local.to_vec(),
         })
+    }
+
+    /// A round in which this node runs no shard: its client port answers
+    /// MAP, LAYOUT and STATUS from it and refuses requests
+    /// (`crate::spare`). A port that cannot listen stops the daemon.
+    fn serve_spare(&self, run: &Run) {
+        let layout = run.layout();
+        let ran_here: Vec<ShardId> = self.counters.lock().expect("counters").keys().copied().collect();
+        let server = Arc::new(SpareServer {
+            app: self.app.clone(),
+            name: self.server_name(),
+            map: partition_map(&self.spec, self.node, &self.app),
+            layout: styx_net::Layout {
+                version: layout.version(),
+                node_of: (0..layout.n_shards()).map(|s| layout.node_of(s)).collect(),
+            },
+            metrics: self.metrics_of(&ran_here),
+            started: self.started,
+            shutdown: self.shutdown.clone(),
+        });
+        tracing::info!(node = self.node, layout = ?layout.placed(), "a spare: no shard runs here");
+        let mut spare = self.spare.lock().expect("spare");
+        if let Some(front) = &*spare {
+            front.update(server);
+            return;
+        }
+        match SpareFront::start(self.listen, server, self.settings.limits.clone()) {
+            Ok(front) => {
+                *spare = Some(front);
+                self.spare_ready.store(true, Ordering::Release);
+            }
+            Err(e) => {
+                let why = format!("a spare cannot listen on {}: {e}", self.listen);
+                tracing::error!("{why}");
+                *self.spare_failed.lock().expect("spare failure") = Some(why);
+                self.shutdown.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Closes the spare's client port, if it is open (the node runs shards
+    /// again, or stops).
+    fn stop_spare(&self) {
+        let front = self.spare.lock().expect("spare").take();
+        if let Some(front) = front {
+            front.stop();
+        }
+    }
+
+    fn server_name(&self) -> String {
+        format!(
+            "{} {} ({})",
+            self.program_name,
+            env!("CARGO_PKG_VERSION"),
+            self.app.name()
+        )
     }
 
     /// A round's options and its server (what its frontends share, made
@@ -280,12 +360,7 @@ impl Daemon {
             connections: AtomicUsize::new(0),
             recovering: AtomicUsize::new(n_local),
             started: self.started,
-            server_name: format!(
-                "{} {} ({})",
-                self.program_name,
-                env!("CARGO_PKG_VERSION"),
-                self.app.name()
-            ),
+            server_name: self.server_name(),
             node: self.node,
             first_shard: local[0],
             map: partition_map(&self.spec, self.node, &self.app),
@@ -373,6 +448,9 @@ impl Daemon {
 
     /// Why the last round's server stopped, if it could not serve.
     fn failure(&self) -> Result<(), String> {
+        if let Some(why) = self.spare_failed.lock().expect("spare failure").clone() {
+            return Err(why);
+        }
         match self.current.lock().expect("current").as_ref().and_then(|s| s.failure()) {
             Some(reason) => Err(reason),
             None => Ok(()),
@@ -387,7 +465,9 @@ fn announce(daemon: &Arc<Daemon>) {
     std::thread::spawn(move || {
         loop {
             let expected = daemon.first_round.load(Ordering::Acquire);
-            if expected > 0 && daemon.ready.load(Ordering::Acquire) >= expected {
+            if (expected > 0 && daemon.ready.load(Ordering::Acquire) >= expected)
+                || daemon.spare_ready.load(Ordering::Acquire)
+            {
                 break;
             }
             if daemon.shutdown.load(Ordering::Relaxed) {

@@ -299,14 +299,20 @@ impl Settings {
             }
             listen = Some(node.client.to_string());
         }
-        if shards == 0 || shards as usize > styx_engine::SHARDS_MAX {
+        // A node of a cluster may start with none (a spare), and run any
+        // of the cluster's shards later (`styx handover`).
+        let (least, most) = match &cluster {
+            Some((spec, _)) => (0, spec.n_shards()),
+            None => (1, shards),
+        };
+        if shards < least || shards as usize > styx_engine::SHARDS_MAX {
             return Err(format!("--shards {shards}: between 1 and {}", styx_engine::SHARDS_MAX));
         }
         let threads = args.threads.or(file.threads);
         if let Some(t) = threads
-            && (t == 0 || t > shards)
+            && (t == 0 || t > most)
         {
-            return Err(format!("--threads {t}: between 1 and the shards ({shards})"));
+            return Err(format!("--threads {t}: between 1 and the shards ({most})"));
         }
         Ok(Settings {
             data_dir: args.data_dir.or(file.data_dir).unwrap_or_else(|| PathBuf::from("data")),

@@ -444,7 +444,8 @@ impl Map {
     pub fn is_consistent(&self) -> bool {
         let mut next = 0u16;
         for n in &self.nodes {
-            if n.first_shard != next || n.shards == 0 {
+            // An empty range is a spare's (a node that runs no shard).
+            if n.first_shard != next {
                 return false;
             }
             let Some(end) = next.checked_add(n.shards) else {
@@ -453,6 +454,7 @@ impl Map {
             next = end;
         }
         next == self.shards
+            && self.shards > 0
             && usize::from(self.node) < self.nodes.len()
             && self.operators.iter().all(|o| o.partitions > 0)
     }
@@ -481,6 +483,26 @@ mod tests {
         map.nodes = vec![node(0, u16::MAX), node(u16::MAX, 1)];
         assert!(!map.is_consistent());
         assert_eq!(map.node_of_shard(u16::MAX), Some(1), "no overflow either way");
+    }
+
+    /// A spare's range is empty; a map of spares only places nothing.
+    #[test]
+    fn a_spare_has_an_empty_range() {
+        let node = |first_shard, shards| MapNode {
+            first_shard,
+            shards,
+            client: "a:1".into(),
+        };
+        let mut map = Map::single(3, "a:1".into(), vec![]);
+        map.nodes = vec![node(0, 2), node(2, 0), node(2, 1)];
+        assert!(map.is_consistent());
+        assert_eq!(map.node_of_shard(1), Some(0));
+        assert_eq!(map.node_of_shard(2), Some(2), "not the spare's");
+        map.nodes = vec![node(0, 2), node(1, 0), node(2, 1)];
+        assert!(!map.is_consistent(), "an empty range still starts where the last ended");
+        map.shards = 0;
+        map.nodes = vec![node(0, 0)];
+        assert!(!map.is_consistent(), "no shard at all");
     }
 
     #[test]

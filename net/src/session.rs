@@ -81,6 +81,13 @@ pub trait Server {
     }
     /// Whether the server is draining: new requests get `SHUTTING_DOWN`.
     fn is_shutting_down(&self) -> bool;
+    /// Whether the server runs no shard (a node of a cluster that is a
+    /// spare: it answers MAP, LAYOUT and STATUS, and has no engine to run
+    /// a request): requests get `SHUTTING_DOWN` too — they did not run and
+    /// belong on a node LAYOUT names.
+    fn runs_no_shard(&self) -> bool {
+        false
+    }
     /// What STATUS answers, now.
     fn status(&self) -> Status;
 }
@@ -369,6 +376,11 @@ impl Session {
                 ErrorCode::SHUTTING_DOWN,
                 "the server is shutting down; retry elsewhere",
             ),
+            Body::Request(_) | Body::Get { .. } if server.runs_no_shard() => error_frame(
+                corr,
+                ErrorCode::SHUTTING_DOWN,
+                "this node runs no shard (a spare): send the request to a node LAYOUT names",
+            ),
             Body::Request(req) => match req.resolve(corr, server.app()) {
                 Ok(request) => return self.admit(corr, Asked::Run, request),
                 Err(e) => e.to_frame(),
@@ -549,6 +561,7 @@ mod tests {
         app: App,
         map: Map,
         shutting_down: bool,
+        spare: bool,
     }
 
     impl Server for TestServer {
@@ -569,6 +582,9 @@ mod tests {
         }
         fn is_shutting_down(&self) -> bool {
             self.shutting_down
+        }
+        fn runs_no_shard(&self) -> bool {
+            self.spare
         }
         fn status(&self) -> Status {
             Status {
@@ -595,6 +611,7 @@ mod tests {
             app,
             map,
             shutting_down: false,
+            spare: false,
         }
     }
 
@@ -1036,6 +1053,26 @@ mod tests {
         assert!(matches!(&a[0].body, Body::StatusReply(st) if st.epoch == 7));
         assert!(matches!(&a[1].body, Body::MapReply(m) if m.operators.len() == 1));
         assert_eq!(a[2].body, Body::PlacementReply(server.placement()));
+    }
+
+    /// A spare (a node running no shard) refuses what needs an engine as
+    /// not run, saying why, and serves the rest.
+    #[test]
+    fn a_spare_refuses_requests_and_answers_the_rest() {
+        let mut server = server();
+        server.spare = true;
+        let mut s = welcomed(&server, 16);
+        let layout = Frame {
+            corr: 63,
+            body: Body::Layout,
+        };
+        feed(&mut s, &server, &bytes(&[deposit(61), get(62, "account", 1), layout]));
+        let a = answers(&mut s);
+        for refused in &a[..2] {
+            assert_eq!(error_code(refused), ErrorCode::SHUTTING_DOWN);
+            assert!(format!("{refused:?}").contains("runs no shard"), "{refused:?}");
+        }
+        assert!(matches!(&a[2].body, Body::LayoutReply(_)), "{:?}", a[2]);
     }
 
     #[test]

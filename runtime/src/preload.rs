@@ -111,7 +111,8 @@ fn sync_dir(path: &Path) -> Result<(), Error> {
 /// Writes the state `load` emits as the first snapshot of the fresh data
 /// directory `dir`, for the shards `local` of an engine of `shards` shards
 /// of `app` (all of them on a single node; a node's own in a cluster, where
-/// every node preloads its part), under the marker `label`. Blocking; run
+/// every node preloads its part; a node of none commits an empty snapshot),
+/// under the marker `label`. Blocking; run
 /// it before the engine starts.
 ///
 /// # Panics
@@ -128,10 +129,22 @@ pub fn write(
     assert!(is_fresh(dir)?, "preload into a data directory that holds state");
     assert!(!label.contains('\n'), "a one-line label");
     assert!(
-        !local.is_empty() && local.windows(2).all(|w| w[0] < w[1]) && local.iter().all(|s| *s < shards),
+        local.windows(2).all(|w| w[0] < w[1]) && local.iter().all(|s| *s < shards),
         "shards {local:?} of {shards}"
     );
     write_marker(dir, label)?;
+    if local.is_empty() {
+        // A spare of a cluster: it holds no entity, but commits the
+        // snapshot with the others (a manifest of no shard), or the
+        // cluster's first plan would find no snapshot every node holds
+        // and restore none.
+        Catalog::open(dir)?.commit(Manifest::snapshot(None, PRELOAD_EPOCH, Vec::new())?)?;
+        return Ok(Preloaded {
+            entities: 0,
+            bytes: 0,
+            streamed: true,
+        });
+    }
     let meta = fresh_meta(app, shards, PRELOAD_EPOCH)?;
     let layout = Layout { shards, local };
     let (files, streamed) = match stream(dir, app, &layout, &meta, load)? {

@@ -115,7 +115,10 @@ pub struct Rounds<O> {
 /// handover with the others and takes the shards handed to it — a node
 /// added to the cluster, or drained of its shards before it is removed.
 /// A spare's run ends when the others' does (their connections close:
-/// [`Rounds::failed`] says so, and its `outputs` are empty).
+/// [`Rounds::failed`] says so, and its `outputs` are empty). `options` is
+/// asked at a spare's round too, with its run (no local shard), so that
+/// the caller learns of it (a daemon serves its client port without an
+/// engine meanwhile); nothing of the answer is used.
 ///
 /// With `disk`, the run is durable (`engine.durability` is set to the
 /// log): the node recovers from its data directory at the first join —
@@ -213,6 +216,7 @@ where
         let (epoch, next, ended, outgoing, sent, kept, checkpoints) = if run.local_shards().is_empty() {
             // A spare this round (it starts as one, or handed all its
             // shards away): it takes part in the handovers only.
+            let _ = options(run.clone());
             // Durable, it commits the snapshots the others did.
             let mut broken = None;
             let spare = run.spare_round(stop, || match &*durable {

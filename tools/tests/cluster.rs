@@ -656,12 +656,120 @@ fn daemons_hand_shards_over_under_load_through_kill_9() {
     await_layout(&nodes, &last, "after a restart of every node");
     verify("after a restart of every node");
     // Handovers that cannot be made are refused, and nothing moves.
-    for (shard, node, why) in [("5", "0", "without shards"), ("9", "0", "no shard 9")] {
+    for (shard, node, why) in [("9", "0", "no shard 9"), ("5", "3", "no node 3")] {
         let (code, text) = styx(&["handover", "--connect", &nodes[0].client, shard, node]);
         assert_ne!(code, 0, "styx handover {shard} {node}: {text}");
         assert!(text.contains(why), "styx handover {shard} {node}: {text}");
     }
     await_layout(&nodes, &last, "after the refused handovers");
+}
+
+/// What node `addr` answers STATUS: its shard count.
+fn shards_at(addr: &str) -> Option<u16> {
+    let mut c = connect(addr, Duration::from_secs(5))?;
+    c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.send(Body::Status);
+    match c.try_recv()?.body {
+        Body::StatusReply(st) => Some(st.shards),
+        _ => None,
+    }
+}
+
+/// A node added and a node drained, with daemons: node 2 is a spare in
+/// the cluster file (`shards = 0`). It listens on its client port without
+/// an engine — MAP, LAYOUT and STATUS answered, a request refused as not
+/// run — while it commits the cluster's snapshots. Under an exactly-once
+/// load it is handed shards (a node added), then node 1 hands all of its
+/// away (a node drained) and serves as a spare; the spare is killed -9
+/// and restarted, every node too; clients keep their answers (the bench's
+/// invariants, `styx verify`), and every node finds its shards, or none,
+/// where the last handover left them.
+#[test]
+fn a_spare_daemon_is_handed_shards_and_a_drained_one_becomes_a_spare() {
+    let root = data_dir("cluster-spare");
+    let knobs = ["--keys", "300"];
+    let (_, mut nodes) = cluster_placed(&root, &["--preload", "ycsbt", "--keys", "300"], &["2", "2", "0"], 4);
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
+    await_layout(&nodes, &[0, 0, 1, 1], "the cluster file's layout");
+    assert_eq!(shards_at(&nodes[2].client), Some(0), "the spare runs no shard");
+    // A request sent to the spare did not run, and says where to go.
+    let mut spare = connect(&nodes[2].client, Duration::from_secs(10)).expect("the spare listens");
+    spare.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let transfer = Req::Transfer {
+        debtor: 1,
+        creditor: 2,
+        amount: 5,
+    };
+    send_as(&mut spare, 4343, 1, transfer);
+    let refused = spare.recv().expect("an answer");
+    match &refused.body {
+        Body::Error { code, message } => {
+            assert_eq!(*code, styx_net::ErrorCode::SHUTTING_DOWN);
+            assert!(message.contains("runs no shard"), "{message}");
+        }
+        other => panic!("a spare answered a request with {other:?}"),
+    }
+    drop(spare);
+    let bench = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "bench",
+            "ycsbt",
+            "--connect",
+            &addrs,
+            "--connections",
+            "1",
+            "--exactly-once",
+        ])
+        .args(["--duration", "8", "--warmup", "0", "--json", "--no-serial", "--quiet"])
+        .args(["--in-flight", "8"])
+        .args(knobs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("styx runs");
+    std::thread::sleep(Duration::from_millis(1000));
+    // Node 2 added: it takes shard 1, then shard 3.
+    hand_over(&nodes[0].client, 1, 2, true);
+    hand_over(&nodes[1].client, 3, 2, true);
+    await_layout(&nodes, &[0, 2, 1, 2], "node 2 added");
+    assert_eq!(shards_at(&nodes[2].client), Some(2));
+    // Node 1 drained: its last shard to node 0; it goes on as a spare.
+    hand_over(&nodes[1].client, 2, 0, true);
+    let last = [0, 2, 0, 2];
+    await_layout(&nodes, &last, "node 1 drained");
+    assert_eq!(shards_at(&nodes[1].client), Some(0), "node 1 is a spare");
+    std::thread::sleep(Duration::from_millis(1000));
+    // The spare killed and back: the cluster recovers, node 1 a spare.
+    nodes[1].kill9();
+    nodes[1].spawn(bin);
+    await_layout(&nodes, &last, "after the spare's kill -9");
+    let out = bench.wait_with_output().expect("styx bench finishes");
+    let report = report_of("ycsbt", &out);
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
+    let verify = |when: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+            .args(["verify", "ycsbt", "--connect", &addrs])
+            .args(knobs)
+            .output()
+            .expect("styx runs");
+        let text = output_text(&out);
+        assert!(out.status.success() && text.contains("consistent"), "{when}: {text}");
+    };
+    verify("after the handovers");
+    for n in &mut nodes {
+        n.kill9();
+    }
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    await_layout(&nodes, &last, "after a restart of every node");
+    assert_eq!(shards_at(&nodes[1].client), Some(0), "node 1 is a spare still");
+    verify("after a restart of every node");
 }
 
 #[test]

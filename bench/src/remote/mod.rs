@@ -370,7 +370,8 @@ fn source<S: Source>(l: &Lanes<S>, shard: usize) -> std::cell::RefMut<'_, S> {
 /// lane's node.
 ///
 /// A refused request (`OVERLOADED`, `SHUTTING_DOWN`: it did not run) is
-/// sent again after a pause. A request whose connection broke is sent
+/// sent again after a pause (after `SHUTTING_DOWN`, by the layout asked
+/// again: the node may be a spare now). A request whose connection broke is sent
 /// again, with the same seq, on a connection dialled anew — only when
 /// requests are named for exactly-once: the engine then answers a request
 /// that had committed with its first outcome, and runs one that had not.
@@ -384,7 +385,7 @@ async fn one<S: Source>(
 ) -> bool {
     let (shard, lane) = l.lanes[index];
     let (request, tag) = source(l, shard).next(lane);
-    let slot = l.pool.slot_for(&request, shard as u16, spread);
+    let mut slot = l.pool.slot_for(&request, shard as u16, spread);
     let naming = stream.borrow_mut().begin();
     l.meter.borrow_mut().sent(intended);
     let answer = loop {
@@ -400,6 +401,13 @@ async fn one<S: Source>(
             Err(e) => {
                 if !l.meter.borrow_mut().error(&e) {
                     break Err(String::new());
+                }
+                // A node that takes no requests may run no shard any more
+                // (a spare): where does the shard run now?
+                if matches!(&e, ClientError::Server { code, .. } if *code == ErrorCode::SHUTTING_DOWN) {
+                    l.pool.forget(slot, &conn);
+                    l.pool.refresh_layout().await;
+                    slot = l.pool.slot_for(&request, shard as u16, spread);
                 }
                 glommio::timer::sleep(OVERLOAD_PAUSE).await;
             }
@@ -731,7 +739,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     p.insert("retried".into(), m.retried.into());
     p.insert("nodes".into(), pool.nodes().into());
     // The node each shard was routed to (LAYOUT's answer, else MAP's ranges).
-    p.insert("layout".into(), pool.map().layout().node_of.into());
+    p.insert("layout".into(), pool.layout().node_of.into());
     // The client's share of the latency: how late requests went out.
     p.insert(
         "send_lag_us".into(),

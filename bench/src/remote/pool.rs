@@ -11,6 +11,10 @@
 //! [`PLACEMENT_EVERY`] while a run lasts. A request routed by an old
 //! placement still runs: the node that takes it sends it on.
 //!
+//! Shards are placed on nodes by LAYOUT, asked at the start and again
+//! whenever a node refuses a request as not its own (`SHUTTING_DOWN`: a
+//! spare, which runs no shard, after a handover took its last one away).
+//!
 //! When a connection breaks (its node was killed, or the cluster is
 //! recovering from a failure and every node restarted its shards) the slot
 //! is dialled again — its own node first, then the others, which forward —
@@ -58,6 +62,10 @@ pub struct Pool {
     placement: RefCell<Placement>,
     /// Requests sent to another node than the default rule's, by placement.
     rerouted: Cell<u64>,
+    /// Which node runs each shard, as last heard (LAYOUT).
+    layout: RefCell<styx_net::Layout>,
+    /// A task is asking LAYOUT again: others do not.
+    relayouting: Cell<bool>,
 }
 
 impl Pool {
@@ -132,6 +140,8 @@ impl Pool {
         let placement = first.placement().await.map_err(|e| again(format!("PLACEMENT: {e}")))?;
         first.close();
         Ok(Rc::new(Pool {
+            layout: RefCell::new(map.layout()),
+            relayouting: Cell::new(false),
             map,
             addrs,
             slots,
@@ -165,6 +175,43 @@ impl Pool {
         }
     }
 
+    /// Asks a live connection for the layout and keeps it if it is newer
+    /// than the one held: a node refused a request as not its own (a
+    /// spare). One task asks at a time; the others go on meanwhile.
+    pub async fn refresh_layout(&self) {
+        if self.relayouting.replace(true) {
+            return;
+        }
+        let conn = self
+            .slots
+            .iter()
+            .find_map(|s| s.conn.borrow().clone().filter(|c| !c.is_closed()));
+        if let Some(conn) = conn {
+            let asked = futures_lite::future::or(async { Some(conn.layout().await) }, async {
+                glommio::timer::sleep(PLACEMENT_TIMEOUT).await;
+                None
+            });
+            if let Some(Ok(Some(l))) = asked.await {
+                let held = self.layout.borrow().version;
+                let fits = l.node_of.len() == usize::from(self.map.shards)
+                    && l.node_of.iter().all(|n| usize::from(*n) < self.addrs.len());
+                if l.version > held && fits {
+                    self.layout.replace(l);
+                }
+            }
+        }
+        self.relayouting.set(false);
+    }
+
+    /// The node that runs `shard`, as last heard.
+    fn node_of_shard(&self, shard: u16) -> Option<usize> {
+        self.layout
+            .borrow()
+            .node_of
+            .get(usize::from(shard))
+            .map(|n| usize::from(*n))
+    }
+
     /// The placement's version as last heard.
     pub fn placement_version(&self) -> u64 {
         self.placement.borrow().version
@@ -190,7 +237,7 @@ impl Pool {
                 let by_default = self.map.shard_of_operator(op, key);
                 let placed = self.placement.borrow().shard_of_operator(&self.map, op, key);
                 if let (Some(d), Some(p)) = (by_default, placed)
-                    && self.map.node_of_shard(d) != self.map.node_of_shard(p)
+                    && self.node_of_shard(d) != self.node_of_shard(p)
                 {
                     self.rerouted.set(self.rerouted.get() + 1);
                 }
@@ -203,6 +250,11 @@ impl Pool {
 
     pub fn map(&self) -> &Map {
         &self.map
+    }
+
+    /// Which node runs each shard, as last heard.
+    pub fn layout(&self) -> styx_net::Layout {
+        self.layout.borrow().clone()
     }
 
     pub fn nodes(&self) -> usize {
@@ -230,7 +282,7 @@ impl Pool {
 
     /// The `i`-th slot among those of the node holding `shard`.
     pub fn slot_for_shard(&self, shard: u16, i: usize) -> usize {
-        let node = self.map.node_of_shard(shard).unwrap_or(0);
+        let node = self.node_of_shard(shard).unwrap_or(0);
         node * self.per_node + i % self.per_node
     }
 
@@ -281,10 +333,31 @@ impl Pool {
         }
     }
 
-    /// One round of dialling: `node`, then every other node in order.
+    /// Drops slot `i`'s connection if it is still `conn`: its node refused
+    /// a request as one that takes none (`SHUTTING_DOWN`: draining, or a
+    /// spare since a handover), so the next [`Pool::get`] dials again —
+    /// the node that runs the shard, by the layout held then.
+    pub fn forget(&self, i: usize, conn: &Connection) {
+        let mut held = self.slots[i].conn.borrow_mut();
+        if held.as_ref().is_some_and(|c| c.same(conn)) {
+            conn.close();
+            *held = None;
+        }
+    }
+
+    /// Whether node `node` runs a shard, by the layout held.
+    fn runs_shards(&self, node: usize) -> bool {
+        self.layout.borrow().node_of.iter().any(|n| usize::from(*n) == node)
+    }
+
+    /// One round of dialling: `node`, then every other node in order that
+    /// runs shards (a spare takes no request).
     async fn dial(&self, node: usize) -> Option<Connection> {
         let n = self.addrs.len();
         for k in 0..n {
+            if k > 0 && !self.runs_shards((node + k) % n) {
+                continue;
+            }
             let addr = &self.addrs[(node + k) % n];
             if let Ok(c) = Connection::connect(addr.as_str(), &self.options).await {
                 return Some(c);
@@ -293,12 +366,16 @@ impl Pool {
         None
     }
 
-    /// A live connection to every node that has one, after dialling every
-    /// broken slot again (for the reads at the end of a run).
+    /// A live connection of every slot of a node that runs shards (by the
+    /// layout held: a spare refuses requests), after dialling every broken
+    /// slot again (for the reads at the end of a run).
     pub async fn all(&self) -> Result<Vec<Connection>, String> {
         let mut out = Vec::with_capacity(self.slots.len());
-        for i in 0..self.slots.len() {
-            out.push(self.get(i).await?);
+        for (i, slot) in self.slots.iter().enumerate() {
+            // A spare (a node that runs no shard) refuses requests.
+            if self.runs_shards(slot.node) {
+                out.push(self.get(i).await?);
+            }
         }
         Ok(out)
     }

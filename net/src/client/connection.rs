@@ -452,7 +452,7 @@ impl Connection {
     }
 
     /// Whether both handles share one connection.
-    pub(crate) fn same(&self, other: &Connection) -> bool {
+    pub fn same(&self, other: &Connection) -> bool {
         Rc::ptr_eq(&self.shared, &other.shared)
     }
 }
