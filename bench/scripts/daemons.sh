@@ -28,10 +28,11 @@ stop_all() {
     PIDS=()
 }
 
-# Writes to $1 the cluster file of $2 nodes of $3 shards each on loopback:
-# node i's peer port is BASE + 10 + 10 i, the data-link ports of the
-# cluster's shards follow it, and its client port is $4 above the peer
-# port (heartbeat 100 ms, failure after 500 ms).
+# Writes to $1 the cluster file of $2 nodes of $3 shards each on loopback
+# (and, with $5, one more node of $5 shards: 0 makes it a spare): node i's
+# peer port is BASE + 10 + 10 i, the data-link ports of the cluster's
+# shards follow it, and its client port is $4 above the peer port
+# (heartbeat 100 ms, failure after 500 ms).
 cluster_file() {
     {
         echo "heartbeat_ms = 100"
@@ -44,6 +45,14 @@ cluster_file() {
             echo "client = \"127.0.0.1:$((peer + $4))\""
             echo "shards = $3"
         done
+        if [ -n "${5:-}" ]; then
+            local peer=$((BASE + 10 + $2 * 10))
+            echo "[[nodes]]"
+            echo "id = $2"
+            echo "peer = \"127.0.0.1:$peer\""
+            echo "client = \"127.0.0.1:$((peer + $4))\""
+            echo "shards = $5"
+        fi
     } >"$1"
 }
 

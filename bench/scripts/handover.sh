@@ -17,8 +17,12 @@
 # the client's reconnects and requests resent (with their seq).
 # A steady run takes the same windows at the same times.
 #
+# SPARE=1: a third node, a spare (`shards = 0`), takes shard 1 and hands
+# it back to node 0, in turn: a node added, then drained, at every other
+# handover (it serves its client port without an engine in between).
+#
 # Usage: bench/scripts/handover.sh   (settings by environment)
-#   ACCOUNTS=100000 DURATION=12 HANDOVER_AT=2 EVERY=2 HANDOVERS=4 ROUNDS=2
+#   ACCOUNTS=100000 DURATION=12 HANDOVER_AT=2 EVERY=2 HANDOVERS=4 ROUNDS=2 SPARE=
 #   RATE= (closed loop) IN_FLIGHT=64 OUT=/tmp/handover.jsonl
 #   STYX=target/release/styx STYXD=target/release/styxd BASE_PORT=7800
 
@@ -30,6 +34,7 @@ HANDOVER_AT=${HANDOVER_AT:-2}
 EVERY=${EVERY:-2}
 HANDOVERS=${HANDOVERS:-4}
 ROUNDS=${ROUNDS:-2}
+SPARE=${SPARE:-}
 RATE=${RATE:-}
 IN_FLIGHT=${IN_FLIGHT:-64}
 OUT=${OUT:-/tmp/handover.jsonl}
@@ -42,9 +47,15 @@ WORK=$(mktemp -d /tmp/styx-handover-bench.XXXXXX)
 
 # One run: $1 the run's name, $2 "handover" or "steady".
 run() {
-    local file="$WORK/cluster-$1.toml" addrs=()
-    cluster_file "$file" 2 2 6
-    for i in 0 1; do
+    local file="$WORK/cluster-$1.toml" addrs=() nodes=(0 1) to=(1 0)
+    if [ -n "$SPARE" ]; then
+        cluster_file "$file" 2 2 6 0
+        nodes=(0 1 2)
+        to=(2 0)
+    else
+        cluster_file "$file" 2 2 6
+    fi
+    for i in "${nodes[@]}"; do
         local peer=$((BASE + 10 + i * 10))
         "$STYXD" --cluster "$file" --node-id "$i" --data-dir "$WORK/node-$1-$i" \
             --metrics off --preload ycsbt --keys "$ACCOUNTS" --log warn >/dev/null &
@@ -69,7 +80,7 @@ run() {
         h0=$(( ($(date +%s%N) - t0) / 1000000 ))
         at+=("$h0")
         if [ "$2" = handover ]; then
-            "$STYX" handover --connect "${addrs[0]}" 1 $(( (k + 1) % 2 )) >"$WORK/handover-$1-$k.txt" 2>&1 ||
+            "$STYX" handover --connect "${addrs[0]}" 1 "${to[$((k % 2))]}" >"$WORK/handover-$1-$k.txt" 2>&1 ||
                 { cat "$WORK/handover-$1-$k.txt" >&2; exit 1; }
             h1=$(( ($(date +%s%N) - t0) / 1000000 ))
             took+=("$((h1 - h0))")

@@ -1,4 +1,4 @@
-//! `styx call | get | status | rebalance | repl | verify | inspect`:
+//! `styx call | get | status | rebalance | handover | node | repl | verify | inspect`:
 //! talking to a running daemon, and reading a data directory without one.
 //!
 //! `styx call` encodes arguments by the application's schema, which it
@@ -519,73 +519,161 @@ pub fn handover(a: HandoverArgs) -> ExitCode {
     }
     finish(on_client(move || async move {
         let client = client(&a.connect)?;
-        let conn = client
-            .connection()
-            .await
-            .map_err(|e| format!("{}: {e}", a.connect.connect))?;
-        let map = conn.map().await.map_err(|e| e.to_string())?;
-        // A handover is a built-in of every operator: the first one names it.
-        let operator = map
-            .operators
-            .first()
-            .ok_or("the application has no operator")?
-            .name
-            .clone();
-        drop(conn);
-        let start = Instant::now();
-        let tid = call_builtin(
-            &client,
-            &operator,
-            0,
-            styx_engine::HANDOVER_FUNCTION,
-            Payload::encode(&(a.shard, a.node)),
-            "handover",
-        )
-        .await?;
-        let decided = start.elapsed();
-        if a.no_wait {
+        let (operator, _) = operator_and_layout(&client, &a.connect).await?;
+        let wait = (!a.no_wait).then(|| Duration::from_secs_f64(a.wait_s));
+        println!(
+            "{}",
+            hand_over(&client, &a.connect, &operator, a.shard, a.node, wait).await?
+        );
+        Ok(ExitCode::SUCCESS)
+    }))
+}
+
+/// The operator that names a cluster's built-ins (the first; a handover is
+/// a built-in of every operator), the cluster's nodes and its layout (LAYOUT).
+async fn operator_and_layout(client: &Client, connect: &Connect) -> Result<(String, styx_net::Map), String> {
+    let conn = client
+        .connection()
+        .await
+        .map_err(|e| format!("{}: {e}", connect.connect))?;
+    let map = conn.map().await.map_err(|e| e.to_string())?;
+    let operator = map
+        .operators
+        .first()
+        .ok_or("the application has no operator")?
+        .name
+        .clone();
+    Ok((operator, map))
+}
+
+/// Hands `shard` to `node` (`__handover` on `operator`) and, with `wait`,
+/// waits that long at most until LAYOUT places it there (every connection
+/// of the round that ended closes: it asks on a new one each time). What
+/// to print of it, or why it failed.
+async fn hand_over(
+    client: &Client,
+    connect: &Connect,
+    operator: &str,
+    shard: u16,
+    node: u16,
+    wait: Option<Duration>,
+) -> Result<String, String> {
+    let start = Instant::now();
+    let tid = call_builtin(
+        client,
+        operator,
+        0,
+        styx_engine::HANDOVER_FUNCTION,
+        Payload::encode(&(shard, node)),
+        "handover",
+    )
+    .await?;
+    let decided = start.elapsed();
+    let Some(wait) = wait else {
+        return Ok(format!(
+            "shard {shard} goes to node {node} (tid {tid}): decided in {:.1} ms",
+            ms(decided)
+        ));
+    };
+    let deadline = start + wait;
+    let options = ConnectOptions {
+        name: "styx cli".into(),
+        ..ConnectOptions::default()
+    };
+    loop {
+        let placed = match styx_net::client::Connection::connect(connect.connect.as_str(), &options).await {
+            Ok(c) => c.layout().await.ok().flatten(),
+            Err(_) => None,
+        };
+        if let Some(l) = placed
+            && l.node_of.get(usize::from(shard)) == Some(&node)
+        {
+            return Ok(format!(
+                "shard {shard} runs on node {node} (tid {tid}, layout version {}): decided in {:.1} ms, \
+                 serving there after {:.1} ms",
+                l.version,
+                ms(decided),
+                ms(start.elapsed())
+            ));
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "the handover is decided (tid {tid}) but shard {shard} did not run on node {node} within {} s",
+                wait.as_secs_f64()
+            ));
+        }
+        glommio::timer::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[derive(Subcommand)]
+pub enum NodeCommand {
+    /// Hand every shard of NODE to the other nodes, each to the one that
+    /// runs the fewest (a spare first): NODE goes on as a spare.
+    Drain(NodeArgs),
+    /// Hand NODE shards from the nodes that run the most, until no node
+    /// runs more than one shard more than it (a spare, added to the
+    /// cluster file with `shards = 0`, takes its share).
+    Fill(NodeArgs),
+}
+
+#[derive(Args)]
+pub struct NodeArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// The node (an index into the cluster file's nodes, as MAP and LAYOUT
+    /// number them).
+    node: u16,
+    /// Seconds to wait for each shard to run on its new node.
+    #[arg(long, default_value_t = 60.0)]
+    wait_s: f64,
+    /// Print the handovers it would make, and make none.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// `styx node drain|fill NODE`: the handovers of whole shards that empty
+/// or fill a node, made one after the other (each waits until the shard
+/// runs on its new node). The cluster file fixes the nodes: a node is
+/// added as a spare there, and a drained one stays a spare (stopping it
+/// stops the cluster until it is back).
+pub fn node(what: NodeCommand) -> ExitCode {
+    let (a, drain) = match what {
+        NodeCommand::Drain(a) => (a, true),
+        NodeCommand::Fill(a) => (a, false),
+    };
+    if !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
+        eprintln!("error: --wait-s must be positive");
+        return ExitCode::from(2);
+    }
+    finish(on_client(move || async move {
+        let client = client(&a.connect)?;
+        let (operator, map) = operator_and_layout(&client, &a.connect).await?;
+        let layout = map.layout();
+        let nodes = map.nodes.len() as u16;
+        let plan = if drain {
+            crate::nodes::drain(&layout.node_of, nodes, a.node)?
+        } else {
+            crate::nodes::fill(&layout.node_of, nodes, a.node)?
+        };
+        if plan.is_empty() {
             println!(
-                "shard {} goes to node {} (tid {tid}): decided in {:.1} ms",
-                a.shard,
+                "node {} {}: nothing to hand over (layout {:?})",
                 a.node,
-                ms(decided)
+                if drain { "runs no shard" } else { "runs its share" },
+                layout.node_of
             );
             return Ok(ExitCode::SUCCESS);
         }
-        // Every connection of the round that ended closes: ask again on a
-        // new one until the layout places the shard on its node.
-        let deadline = start + Duration::from_secs_f64(a.wait_s);
-        let options = ConnectOptions {
-            name: "styx cli".into(),
-            ..ConnectOptions::default()
-        };
-        loop {
-            let placed = match styx_net::client::Connection::connect(a.connect.connect.as_str(), &options).await {
-                Ok(c) => c.layout().await.ok().flatten(),
-                Err(_) => None,
-            };
-            if let Some(l) = placed
-                && l.node_of.get(usize::from(a.shard)) == Some(&a.node)
-            {
-                println!(
-                    "shard {} runs on node {} (tid {tid}, layout version {}): decided in {:.1} ms, \
-                     serving there after {:.1} ms",
-                    a.shard,
-                    a.node,
-                    l.version,
-                    ms(decided),
-                    ms(start.elapsed())
-                );
-                return Ok(ExitCode::SUCCESS);
+        for (shard, to) in plan {
+            if a.dry_run {
+                println!("would hand shard {shard} to node {to}");
+                continue;
             }
-            if Instant::now() >= deadline {
-                return Err(format!(
-                    "the handover is decided (tid {tid}) but shard {} did not run on node {} within {} s",
-                    a.shard, a.node, a.wait_s
-                ));
-            }
-            glommio::timer::sleep(Duration::from_millis(20)).await;
+            let wait = Some(Duration::from_secs_f64(a.wait_s));
+            println!("{}", hand_over(&client, &a.connect, &operator, shard, to, wait).await?);
         }
+        Ok(ExitCode::SUCCESS)
     }))
 }
 

@@ -7,6 +7,7 @@
 
 mod bench_cmd;
 mod cli;
+mod nodes;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -38,6 +39,12 @@ enum Command {
     Rebalance(cli::RebalanceArgs),
     /// Hand a shard to another node of a cluster: `styx handover SHARD NODE`.
     Handover(cli::HandoverArgs),
+    /// Fill a node of a cluster with shards, or drain it of them:
+    /// `styx node fill NODE`, `styx node drain NODE`.
+    Node {
+        #[command(subcommand)]
+        what: cli::NodeCommand,
+    },
     /// Read commands from stdin (call, get, status, ping) on one connection.
     Repl(cli::ReplArgs),
     /// Check a running daemon's invariants; exits non-zero on a violation.
@@ -58,6 +65,7 @@ fn main() -> ExitCode {
         Command::Status(args) => cli::status(args),
         Command::Rebalance(args) => cli::rebalance(args),
         Command::Handover(args) => cli::handover(args),
+        Command::Node { what } => cli::node(what),
         Command::Repl(args) => cli::repl(args),
         Command::Verify(args) => cli::verify(args),
         Command::Inspect { what } => cli::inspect(what),

@@ -679,8 +679,9 @@ fn shards_at(addr: &str) -> Option<u16> {
 /// the cluster file (`shards = 0`). It listens on its client port without
 /// an engine — MAP, LAYOUT and STATUS answered, a request refused as not
 /// run — while it commits the cluster's snapshots. Under an exactly-once
-/// load it is handed shards (a node added), then node 1 hands all of its
-/// away (a node drained) and serves as a spare; the spare is killed -9
+/// load it is filled with its share of shards (`styx node fill`: a node
+/// added), then node 1 is drained (`styx node drain`) and serves as a
+/// spare; the spare is killed -9
 /// and restarted, every node too; clients keep their answers (the bench's
 /// invariants, `styx verify`), and every node finds its shards, or none,
 /// where the last handover left them.
@@ -732,13 +733,21 @@ fn a_spare_daemon_is_handed_shards_and_a_drained_one_becomes_a_spare() {
         .spawn()
         .expect("styx runs");
     std::thread::sleep(Duration::from_millis(1000));
-    // Node 2 added: it takes shard 1, then shard 3.
-    hand_over(&nodes[0].client, 1, 2, true);
-    hand_over(&nodes[1].client, 3, 2, true);
-    await_layout(&nodes, &[0, 2, 1, 2], "node 2 added");
-    assert_eq!(shards_at(&nodes[2].client), Some(2));
-    // Node 1 drained: its last shard to node 0; it goes on as a spare.
-    hand_over(&nodes[1].client, 2, 0, true);
+    // Node 2 added: filled with its share, shard 1 from node 0.
+    let (code, text) = styx(&["node", "fill", "--connect", &nodes[1].client, "2"]);
+    assert_eq!(code, 0, "styx node fill 2: {text}");
+    assert!(text.contains("shard 1 runs on node 2"), "{text}");
+    await_layout(&nodes, &[0, 2, 1, 1], "node 2 added");
+    assert_eq!(shards_at(&nodes[2].client), Some(1));
+    let (code, text) = styx(&["node", "fill", "--connect", &nodes[1].client, "2"]);
+    assert!(
+        code == 0 && text.contains("nothing to hand over"),
+        "filled again: {text}"
+    );
+    // Node 1 drained: shard 2 to node 0, shard 3 to node 2; it goes on as
+    // a spare.
+    let (code, text) = styx(&["node", "drain", "--connect", &nodes[0].client, "1"]);
+    assert_eq!(code, 0, "styx node drain 1: {text}");
     let last = [0, 2, 0, 2];
     await_layout(&nodes, &last, "node 1 drained");
     assert_eq!(shards_at(&nodes[1].client), Some(0), "node 1 is a spare");
