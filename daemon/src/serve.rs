@@ -312,13 +312,13 @@ impl Daemon {
             front.update(server);
             return;
         }
-        match SpareFront::start(self.listen, server, self.settings.limits.clone()) {
+        match SpareFront::start(self.listen, self.metrics_addr, server, self.settings.limits.clone()) {
             Ok(front) => {
                 *spare = Some(front);
                 self.spare_ready.store(true, Ordering::Release);
             }
             Err(e) => {
-                let why = format!("a spare cannot listen on {}: {e}", self.listen);
+                let why = format!("a spare cannot listen on {} (or its metrics port): {e}", self.listen);
                 tracing::error!("{why}");
                 *self.spare_failed.lock().expect("spare failure") = Some(why);
                 self.shutdown.store(true, Ordering::SeqCst);
@@ -404,7 +404,10 @@ impl Daemon {
             shards: n_local as u16,
             engine,
             metrics: Some(metrics),
-            threads: Some(threads),
+            // As asked, else the runtime's default: the node's first
+            // shards' count, or — a spare handed its first — a thread per
+            // core, for the shards it may be handed after.
+            threads: settings.threads.map(usize::from),
             idle_poll_us: settings
                 .idle_poll_us
                 .unwrap_or_else(|| styx_runtime::idle_poll_default(threads + neighbour_threads)),

@@ -306,7 +306,10 @@ impl Settings {
             None => (1, shards),
         };
         if shards < least || shards as usize > styx_engine::SHARDS_MAX {
-            return Err(format!("--shards {shards}: between 1 and {}", styx_engine::SHARDS_MAX));
+            return Err(format!(
+                "--shards {shards}: between {least} and {}",
+                styx_engine::SHARDS_MAX
+            ));
         }
         let threads = args.threads.or(file.threads);
         if let Some(t) = threads

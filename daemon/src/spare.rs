@@ -106,33 +106,88 @@ impl styx_net::Server for SpareServer {
 /// Connections a spare serves now (one spare per process).
 static CONNECTIONS: AtomicUsize = AtomicUsize::new(0);
 
-/// The listener and its connections while the node is a spare.
+/// One connection counted in [`CONNECTIONS`] while it lives (a panic
+/// included).
+struct Counted;
+
+impl Counted {
+    fn new() -> Counted {
+        CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+        Counted
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The listeners while the node is a spare: its client port and, if it
+/// has one, its metrics port.
 pub(crate) struct SpareFront {
-    addr: SocketAddr,
     /// What the connections answer: the latest round's.
     server: Arc<Mutex<Arc<SpareServer>>>,
     stop: Arc<AtomicBool>,
-    accept: Option<JoinHandle<()>>,
+    acceptors: Vec<Acceptor>,
 }
 
 impl SpareFront {
-    /// Listens on `addr` (the node's client port) and serves `server`.
-    pub fn start(addr: SocketAddr, server: Arc<SpareServer>, limits: Limits) -> std::io::Result<SpareFront> {
-        let listener = listen(addr)?;
-        let addr = listener.local_addr()?;
+    /// Listens on `addr` (the node's client port) and `metrics` (its
+    /// metrics port, if any) and serves `server`.
+    pub fn start(
+        addr: SocketAddr,
+        metrics: Option<SocketAddr>,
+        server: Arc<SpareServer>,
+        limits: Limits,
+    ) -> std::io::Result<SpareFront> {
         let server = Arc::new(Mutex::new(server));
         let stop = Arc::new(AtomicBool::new(false));
+        let mut front = SpareFront {
+            server: server.clone(),
+            stop: stop.clone(),
+            acceptors: Vec::new(),
+        };
         let (s, st) = (server.clone(), stop.clone());
-        let accept = std::thread::Builder::new()
-            .name("styx-spare".into())
-            .spawn(move || accept_loop(listener, s, st, limits))?;
-        tracing::info!(%addr, "a spare: serving MAP, LAYOUT and STATUS on the client port");
-        Ok(SpareFront {
-            addr,
-            server,
-            stop,
-            accept: Some(accept),
-        })
+        front.acceptors.push(Acceptor::start("styx-spare", addr, move |stream| {
+            if CONNECTIONS.load(Ordering::Relaxed) >= limits.connections_max {
+                refuse(stream);
+                return;
+            }
+            let (server, stop, limits) = (s.clone(), st.clone(), limits.clone());
+            let counted = Counted::new();
+            let spawned = std::thread::Builder::new()
+                .name("styx-spare-conn".into())
+                .spawn(move || {
+                    let _counted = counted;
+                    serve(stream, &server, &stop, &limits);
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("a spare cannot serve a connection: {e}");
+            }
+        })?);
+        if let Some(m) = metrics {
+            let s = server.clone();
+            front
+                .acceptors
+                .push(Acceptor::start("styx-spare-http", m, move |stream| {
+                    // One short exchange at a time, each bounded in time.
+                    http_exchange(stream, &s.lock().expect("spare server").clone());
+                })?);
+        }
+        tracing::info!(%addr, ?metrics, "a spare: serving MAP, LAYOUT and STATUS on the client port");
+        Ok(front)
+    }
+
+    /// Where the client port listens.
+    #[cfg(test)]
+    fn addr(&self) -> SocketAddr {
+        self.acceptors[0]
+            .socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .expect("an IP listener")
     }
 
     /// A new round, still a spare: answer from it.
@@ -140,26 +195,19 @@ impl SpareFront {
         *self.server.lock().expect("spare server") = server;
     }
 
-    /// Closes the listener and every connection, and waits for them.
+    /// Closes the listeners; each connection's thread sees the stop within
+    /// [`TICK`] (or, writing to a client that does not read, within
+    /// `OUTPUT_STALL`) and closes its connection.
     pub fn stop(mut self) {
         self.close();
     }
 
     fn close(&mut self) {
-        let Some(accept) = self.accept.take() else {
-            return;
-        };
         self.stop.store(true, Ordering::SeqCst);
-        // Wakes the blocking accept (it sees the flag and ends).
-        let mut wake = self.addr;
-        if wake.ip().is_unspecified() {
-            wake.set_ip(match wake {
-                SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
-                SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
-            });
+        for a in &mut self.acceptors {
+            a.stop();
         }
-        let _ = TcpStream::connect_timeout(&wake, Duration::from_secs(1));
-        let _ = accept.join();
+        self.acceptors.clear();
     }
 }
 
@@ -169,61 +217,79 @@ impl Drop for SpareFront {
     }
 }
 
+/// A listener and the thread accepting on it.
+struct Acceptor {
+    /// The listener's socket, to wake the blocking accept with a shutdown.
+    socket: socket2::Socket,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Acceptor {
+    /// Listens on `addr` and hands each connection to `on_accept` on a
+    /// thread named `name`, until [`Acceptor::stop`].
+    fn start(
+        name: &str,
+        addr: SocketAddr,
+        mut on_accept: impl FnMut(TcpStream) + Send + 'static,
+    ) -> std::io::Result<Acceptor> {
+        let socket = listen(addr)?;
+        let listener: TcpListener = socket.try_clone()?.into();
+        let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
+            for stream in listener.incoming() {
+                match stream {
+                    Ok(s) => on_accept(s),
+                    // Shut down (`stop`): EINVAL from now on.
+                    Err(e) if e.kind() == ErrorKind::InvalidInput => return,
+                    Err(e) => {
+                        tracing::warn!("a spare's accept failed: {e}");
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                }
+            }
+        })?;
+        Ok(Acceptor {
+            socket,
+            thread: Some(thread),
+        })
+    }
+
+    /// Wakes the accept (a shutdown of the listening socket makes it fail)
+    /// and waits for the thread; the listener closes with it.
+    fn stop(&mut self) {
+        let _ = self.socket.shutdown(std::net::Shutdown::Both);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 /// A listener on `addr` whose sockets share the port with the shards'
 /// frontends' (`SO_REUSEPORT`, as glommio binds them): a connection the
 /// spare accepted, or its `TIME_WAIT`, must not keep them from binding
 /// once the node runs shards again.
-fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+fn listen(addr: SocketAddr) -> std::io::Result<socket2::Socket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     socket.set_reuse_port(true)?;
     socket.set_reuse_address(true)?;
     socket.bind(&addr.into())?;
     socket.listen(1024)?;
-    Ok(socket.into())
+    Ok(socket)
 }
 
-fn accept_loop(listener: TcpListener, server: Arc<Mutex<Arc<SpareServer>>>, stop: Arc<AtomicBool>, limits: Limits) {
-    for stream in listener.incoming() {
-        if stop.load(Ordering::SeqCst) {
-            break;
-        }
-        let mut stream = match stream {
-            Ok(s) => s,
-            Err(e) => {
-                tracing::warn!("a spare's accept failed: {e}");
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        if CONNECTIONS.load(Ordering::Relaxed) >= limits.connections_max {
-            let mut out = Vec::new();
-            let _ = styx_net::encode(
-                &error_frame(
-                    0,
-                    ErrorCode::TOO_MANY_CONNECTIONS,
-                    "the server holds its maximum of connections",
-                ),
-                &mut out,
-            );
-            let _ = stream.write_all(&out);
-            continue;
-        }
-        let (server, stop, limits) = (server.clone(), stop.clone(), limits.clone());
-        CONNECTIONS.fetch_add(1, Ordering::Relaxed);
-        match std::thread::Builder::new()
-            .name("styx-spare-conn".into())
-            .spawn(move || {
-                serve(stream, &server, &stop, &limits);
-                CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
-            }) {
-            Ok(_) => {}
-            Err(e) => {
-                CONNECTIONS.fetch_sub(1, Ordering::Relaxed);
-                tracing::warn!("a spare cannot serve a connection: {e}");
-            }
-        }
-    }
+/// A connection past the spare's limit: told so, and closed.
+fn refuse(mut stream: TcpStream) {
+    let _ = stream.set_write_timeout(Some(TICK));
+    let mut out = Vec::new();
+    let _ = styx_net::encode(
+        &error_frame(
+            0,
+            ErrorCode::TOO_MANY_CONNECTIONS,
+            "the server holds its maximum of connections",
+        ),
+        &mut out,
+    );
+    let _ = stream.write_all(&out);
 }
 
 /// One connection, until it closes, its session closes or the front stops.
@@ -239,13 +305,8 @@ fn serve(mut stream: TcpStream, server: &Mutex<Arc<SpareServer>>, stop: &AtomicB
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut out = Vec::with_capacity(CHUNK_BYTES);
     loop {
-        while session.has_output() {
-            out.clear();
-            let n = session.write(&mut out, CHUNK_BYTES);
-            if stream.write_all(&out).is_err() {
-                return;
-            }
-            session.written(n);
+        if flush(&mut stream, &mut session, &mut out).is_err() {
+            return;
         }
         if session.is_closing() || stop.load(Ordering::SeqCst) {
             return;
@@ -269,6 +330,11 @@ fn serve(mut stream: TcpStream, server: &Mutex<Arc<SpareServer>>, stop: &AtomicB
         let current = server.lock().expect("spare server").clone();
         let mut input = &buf[..n];
         while !input.is_empty() && !session.is_closing() {
+            // Answers owed up to the session's limit: written before it
+            // takes more (every one is answered here, at once).
+            if !session.wants_input() && flush(&mut stream, &mut session, &mut out).is_err() {
+                return;
+            }
             match session.receive(&mut input, &*current) {
                 Received::More => break,
                 Received::Answered => {}
@@ -277,5 +343,137 @@ fn serve(mut stream: TcpStream, server: &Mutex<Arc<SpareServer>>, stop: &AtomicB
                 Received::Request { corr, .. } => unreachable!("a spare was asked to run request {corr}"),
             }
         }
+    }
+}
+
+/// Writes every answer the session holds.
+fn flush(stream: &mut TcpStream, session: &mut Session, out: &mut Vec<u8>) -> std::io::Result<()> {
+    while session.has_output() {
+        out.clear();
+        let n = session.write(out, CHUNK_BYTES);
+        stream.write_all(out)?;
+        session.written(n);
+    }
+    Ok(())
+}
+
+/// A spare's metrics port: `/health` answers that it serves (as a spare),
+/// `/metrics` the series of no shard (the shards that ran here report on
+/// their nodes now), `/schema` the application's.
+fn http_exchange(mut stream: TcpStream, server: &SpareServer) {
+    let _ = stream.set_read_timeout(Some(styx_runtime::server::HTTP_REQUEST_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(styx_runtime::server::HTTP_REQUEST_TIMEOUT));
+    let mut head = Vec::new();
+    let mut buf = [0u8; 1024];
+    while head.len() < 4096 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut buf) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    let path = head.split_whitespace().nth(1).unwrap_or("");
+    let none = Metrics {
+        shards: Vec::new(),
+        ids: Vec::new(),
+    };
+    let (status, body, kind) = match path {
+        "/metrics" => ("200 OK", none.render(), "text/plain; version=0.0.4"),
+        "/health" if server.shutdown.load(Ordering::Relaxed) => {
+            ("503 Service Unavailable", "stopping\n".into(), "text/plain")
+        }
+        "/health" => ("200 OK", "ok (a spare: no shard)\n".into(), "text/plain"),
+        "/schema" => ("200 OK", server.app.schema().to_json(), "application/json"),
+        _ => (
+            "404 Not Found",
+            "try /metrics, /health or /schema\n".into(),
+            "text/plain",
+        ),
+    };
+    let _ = stream.write_all(&styx_runtime::server::http_response(status, kind, &body));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use styx_net::{Body, Decoder, Frame, VERSION_MAX, VERSION_MIN};
+
+    fn server() -> Arc<SpareServer> {
+        let mut app = App::new("bank");
+        app.operator("account", 4);
+        Arc::new(SpareServer {
+            app: Arc::new(app),
+            name: "spare test".into(),
+            map: Map::single(2, "127.0.0.1:1".into(), Vec::new()),
+            layout: Layout {
+                version: 3,
+                node_of: vec![0, 0],
+            },
+            metrics: Arc::new(Metrics {
+                shards: Vec::new(),
+                ids: Vec::new(),
+            }),
+            started: Instant::now(),
+            shutdown: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// A client that pipelines far past the in-flight limit in one write
+    /// (HELLO and 200 PINGs, the limit 4) gets every answer, in order,
+    /// and a request refused as not run; the front then stops, closing
+    /// its port.
+    #[test]
+    fn a_spare_answers_a_pipeline_past_its_limit_and_stops() {
+        let limits = Limits {
+            in_flight_max: 4,
+            ..Limits::default()
+        };
+        let front = SpareFront::start("127.0.0.1:0".parse().unwrap(), None, server(), limits).unwrap();
+        let addr = front.addr();
+        let mut out = Vec::new();
+        let hello = Body::Hello {
+            version_min: VERSION_MIN,
+            version_max: VERSION_MAX,
+            client: "test".into(),
+        };
+        styx_net::encode(&Frame { corr: 1, body: hello }, &mut out).unwrap();
+        for corr in 2..202 {
+            let ping = Body::Ping { data: u64::from(corr) };
+            styx_net::encode(&Frame { corr, body: ping }, &mut out).unwrap();
+        }
+        styx_net::encode(
+            &Frame {
+                corr: 202,
+                body: Body::Layout,
+            },
+            &mut out,
+        )
+        .unwrap();
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(&out).unwrap();
+        let mut decoder = Decoder::new(styx_net::FRAME_LEN_MAX);
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        while got.len() < 202 {
+            let n = c.read(&mut buf).expect("every answer, not a closed connection");
+            assert!(n > 0, "closed after {} answers", got.len());
+            let mut input = &buf[..n];
+            while let Some(f) = decoder.decode(&mut input) {
+                got.push(f.expect("a well-formed answer"));
+            }
+        }
+        assert!(matches!(got[0].body, Body::Welcome(_)), "{:?}", got[0]);
+        for (i, f) in got[1..201].iter().enumerate() {
+            assert_eq!(f.body, Body::Pong { data: i as u64 + 2 });
+        }
+        assert!(
+            matches!(&got[201].body, Body::LayoutReply(l) if l.version == 3),
+            "{:?}",
+            got[201]
+        );
+        assert_eq!(CONNECTIONS.load(Ordering::Relaxed), 1);
+        front.stop();
+        assert!(TcpStream::connect(addr).is_err(), "the port closed");
     }
 }

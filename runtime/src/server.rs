@@ -1130,7 +1130,8 @@ async fn read_head(stream: &mut TcpStream) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..len]).into_owned())
 }
 
-fn http_response(status: &str, kind: &str, body: &str) -> Vec<u8> {
+/// An HTTP/1.1 answer that closes the connection.
+pub fn http_response(status: &str, kind: &str, body: &str) -> Vec<u8> {
     format!(
         "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()

@@ -297,15 +297,19 @@ fn client(c: &Connect) -> Result<Client, String> {
     if !(c.timeout > 0.0 && c.timeout.is_finite()) {
         return Err(format!("--timeout must be positive, got {}", c.timeout));
     }
-    let options = Options {
+    Client::new(c.connect.as_str(), client_options(c.timeout)).map_err(|e| format!("{}: {e}", c.connect))
+}
+
+/// The CLI's client settings: `timeout` seconds per command.
+fn client_options(timeout: f64) -> Options {
+    Options {
         connect: ConnectOptions {
             name: "styx cli".into(),
             ..ConnectOptions::default()
         },
-        timeout: Duration::from_secs_f64(c.timeout),
+        timeout: Duration::from_secs_f64(timeout),
         ..Options::default()
-    };
-    Client::new(c.connect.as_str(), options).map_err(|e| format!("{}: {e}", c.connect))
+    }
 }
 
 fn finish(result: Result<ExitCode, String>) -> ExitCode {
@@ -518,8 +522,7 @@ pub fn handover(a: HandoverArgs) -> ExitCode {
         return ExitCode::from(2);
     }
     finish(on_client(move || async move {
-        let client = client(&a.connect)?;
-        let (operator, _) = operator_and_layout(&client, &a.connect).await?;
+        let (client, operator, _) = cluster_client(&a.connect).await?;
         let wait = (!a.no_wait).then(|| Duration::from_secs_f64(a.wait_s));
         println!(
             "{}",
@@ -529,10 +532,13 @@ pub fn handover(a: HandoverArgs) -> ExitCode {
     }))
 }
 
-/// The operator that names a cluster's built-ins (the first; a handover is
-/// a built-in of every operator), the cluster's nodes and its layout (LAYOUT).
-async fn operator_and_layout(client: &Client, connect: &Connect) -> Result<(String, styx_net::Map), String> {
-    let conn = client
+/// A client of the nodes that run shards (the one `--connect` names may be
+/// a spare, which refuses requests), the operator that names a cluster's
+/// built-ins (the first: a handover is a built-in of every operator), and
+/// the cluster's map placed by its layout (LAYOUT).
+async fn cluster_client(connect: &Connect) -> Result<(Client, String, styx_net::Map), String> {
+    let first = client(connect)?;
+    let conn = first
         .connection()
         .await
         .map_err(|e| format!("{}: {e}", connect.connect))?;
@@ -543,7 +549,28 @@ async fn operator_and_layout(client: &Client, connect: &Connect) -> Result<(Stri
         .ok_or("the application has no operator")?
         .name
         .clone();
-    Ok((operator, map))
+    let layout = map.layout();
+    let runs_shards = |i: usize| layout.node_of.iter().any(|n| usize::from(*n) == i);
+    if runs_shards(usize::from(map.node)) || map.nodes.len() < 2 {
+        return Ok((first, operator, map));
+    }
+    // Every node that runs shards, each reached as the answering node's
+    // host if it listens on all of them.
+    let peer = conn.peer();
+    let mut addrs: Vec<std::net::SocketAddr> = Vec::new();
+    for (_, n) in map.nodes.iter().enumerate().filter(|(i, _)| runs_shards(*i)) {
+        let a = std::net::ToSocketAddrs::to_socket_addrs(n.client.as_str())
+            .ok()
+            .and_then(|mut a| a.next())
+            .ok_or_else(|| format!("node address {} resolves to nothing", n.client))?;
+        addrs.push(if a.ip().is_unspecified() {
+            std::net::SocketAddr::new(peer.ip(), a.port())
+        } else {
+            a
+        });
+    }
+    let via = Client::new(&addrs[..], client_options(connect.timeout)).map_err(|e| format!("{addrs:?}: {e}"))?;
+    Ok((via, operator, map))
 }
 
 /// Hands `shard` to `node` (`__handover` on `operator`) and, with `wait`,
@@ -647,8 +674,7 @@ pub fn node(what: NodeCommand) -> ExitCode {
         return ExitCode::from(2);
     }
     finish(on_client(move || async move {
-        let client = client(&a.connect)?;
-        let (operator, map) = operator_and_layout(&client, &a.connect).await?;
+        let (client, operator, map) = cluster_client(&a.connect).await?;
         let layout = map.layout();
         let nodes = map.nodes.len() as u16;
         let plan = if drain {

@@ -664,6 +664,17 @@ fn daemons_hand_shards_over_under_load_through_kill_9() {
     await_layout(&nodes, &last, "after the refused handovers");
 }
 
+/// `GET path` on the HTTP server at `addr`: the whole answer.
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
 /// What node `addr` answers STATUS: its shard count.
 fn shards_at(addr: &str) -> Option<u16> {
     let mut c = connect(addr, Duration::from_secs(5))?;
@@ -691,12 +702,23 @@ fn a_spare_daemon_is_handed_shards_and_a_drained_one_becomes_a_spare() {
     let knobs = ["--keys", "300"];
     let (_, mut nodes) = cluster_placed(&root, &["--preload", "ycsbt", "--keys", "300"], &["2", "2", "0"], 4);
     let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    let mut metrics = Vec::new();
     for n in &mut nodes {
+        // Metrics beside the client port (where `styx` looks for them).
+        let (host, port) = n.client.rsplit_once(':').unwrap();
+        let at = n.args.iter().position(|a| a == "--metrics").unwrap();
+        n.args[at + 1] = format!("{host}:{}", port.parse::<u16>().unwrap() + 1);
+        metrics.push(n.args[at + 1].clone());
         n.spawn(bin);
     }
     let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
     await_layout(&nodes, &[0, 0, 1, 1], "the cluster file's layout");
     assert_eq!(shards_at(&nodes[2].client), Some(0), "the spare runs no shard");
+    let health = http_get(&metrics[2], "/health");
+    assert!(health.contains("200 OK") && health.contains("spare"), "{health}");
+    // A partition move waits on every node's metrics, the spare's too.
+    let (code, text) = styx(&["rebalance", "--connect", &nodes[0].client, "account", "5", "3"]);
+    assert!(code == 0 && text.contains("switched within"), "{text}");
     // A request sent to the spare did not run, and says where to go.
     let mut spare = connect(&nodes[2].client, Duration::from_secs(10)).expect("the spare listens");
     spare.stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -733,8 +755,9 @@ fn a_spare_daemon_is_handed_shards_and_a_drained_one_becomes_a_spare() {
         .spawn()
         .expect("styx runs");
     std::thread::sleep(Duration::from_millis(1000));
-    // Node 2 added: filled with its share, shard 1 from node 0.
-    let (code, text) = styx(&["node", "fill", "--connect", &nodes[1].client, "2"]);
+    // Node 2 added: filled with its share, shard 1 from node 0 (asked
+    // through the spare itself, which sends it to a node that runs shards).
+    let (code, text) = styx(&["node", "fill", "--connect", &nodes[2].client, "2"]);
     assert_eq!(code, 0, "styx node fill 2: {text}");
     assert!(text.contains("shard 1 runs on node 2"), "{text}");
     await_layout(&nodes, &[0, 2, 1, 1], "node 2 added");

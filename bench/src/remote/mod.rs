@@ -586,7 +586,8 @@ async fn progress(
 async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, String> {
     let app = workload.app();
     let pool = Pool::connect(&r.addr, r.connections, connect_options()).await?;
-    let first = pool.get(0).await?;
+    // A node that runs shards (a spare's epoch is 0): as at the end.
+    let first = pool.all().await?.into_iter().next().ok_or("no node runs a shard")?;
     let before = first.status().await.map_err(|e| format!("STATUS: {e}"))?;
     let shards = pool.map().shards;
     if shards == 0 {
@@ -685,6 +686,9 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
             DRAIN_TIMEOUT.as_secs()
         ));
     }
+    // A node may have become a spare since the layout was last asked (a
+    // handover near the end): the reads go to nodes that run shards.
+    pool.refresh_layout().await;
     let conns = pool.all().await?;
     let after = conns[0].status().await.map_err(|e| format!("STATUS: {e}"))?;
     let state = dump_state(&conns, &app).await?;

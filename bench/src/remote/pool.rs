@@ -182,6 +182,14 @@ impl Pool {
         if self.relayouting.replace(true) {
             return;
         }
+        // Set again however this ends (a task dropped while it asks).
+        struct Done<'a>(&'a Cell<bool>);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
+        let _done = Done(&self.relayouting);
         let conn = self
             .slots
             .iter()
@@ -200,7 +208,6 @@ impl Pool {
                 }
             }
         }
-        self.relayouting.set(false);
     }
 
     /// The node that runs `shard`, as last heard.
@@ -333,14 +340,16 @@ impl Pool {
         }
     }
 
-    /// Drops slot `i`'s connection if it is still `conn`: its node refused
-    /// a request as one that takes none (`SHUTTING_DOWN`: draining, or a
-    /// spare since a handover), so the next [`Pool::get`] dials again —
-    /// the node that runs the shard, by the layout held then.
+    /// Lets go of slot `i`'s connection if it is still `conn`: its node
+    /// refused a request as one that takes none (`SHUTTING_DOWN`: draining,
+    /// or a spare since a handover), so the next [`Pool::get`] dials again
+    /// (the slot's node, then the others that run shards: a slot whose
+    /// node was down may hold a connection to a spare). The connection is
+    /// not closed: requests other lanes have on it are answered, and it
+    /// closes once the last of them lets go.
     pub fn forget(&self, i: usize, conn: &Connection) {
         let mut held = self.slots[i].conn.borrow_mut();
         if held.as_ref().is_some_and(|c| c.same(conn)) {
-            conn.close();
             *held = None;
         }
     }
