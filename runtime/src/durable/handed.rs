@@ -441,10 +441,12 @@ impl SurveyedHanded {
         }
         take_pool_spare(&self.dir, &shards)?;
         // A fresh pool spare is 64 MiB of zeros written at every start: only
-        // where handovers happened (a layout after the first). Otherwise
-        // the first handover's collection prepares it, and the first shard
-        // to arrive at this node before then writes its own segment.
-        let handed = self.layouts.keys().any(|e| *e > 0);
+        // where handovers happened (a layout after the first), or on a
+        // spare (it runs nothing else, and waits for shards to arrive).
+        // Otherwise the first handover's collection prepares it, and the
+        // first shard to arrive at this node before then writes its own
+        // segment.
+        let handed = self.layouts.keys().any(|e| *e > 0) || shards.is_empty();
         settle_spares(&self.dir, &shards, self.options, handed)?;
         Ok(Durable::recovered(
             self.dir,
