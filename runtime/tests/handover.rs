@@ -789,6 +789,58 @@ fn durable_run(
     nodes.into_iter().map(|t| t.join().expect("a node")).collect()
 }
 
+/// After a crash: every client done sending (a closed loop without
+/// resends), each keeping the handovers it asked — `asked` of them, by
+/// shard 0's — so the shards finish once quiet on their layout.
+fn clients_after_a_crash(clients: &Clients, asked: usize) {
+    let mut restarted = clients.lock().unwrap().clone();
+    for (s, c) in restarted.iter_mut().enumerate() {
+        let mut fresh = Client::new();
+        fresh.sent = REQUESTS;
+        fresh.counted = true;
+        fresh.handovers = c.as_ref().map_or_else(Vec::new, |c| c.handovers.clone());
+        assert!(s != 0 || fresh.handovers.len() == asked, "the handovers asked");
+        *c = Some(fresh);
+    }
+    *clients.lock().unwrap() = restarted;
+}
+
+/// Each node's run ended well, made the round changes to `went` and ran
+/// the shards `last` gives it: their outputs, together.
+fn ran_where_placed(runs: Vec<NodeRun>, went: &[Vec<u16>], last: &[u16], at: &str) -> Vec<Seen> {
+    let n = last.len() as u16;
+    let mut seen = Vec::new();
+    for (node, ran) in runs {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("{at}: node {node}: {e}"));
+        let made: Vec<Vec<u16>> = changes
+            .iter()
+            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
+            .collect();
+        assert_eq!(made, went, "{at}: node {node}'s round changes");
+        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
+        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
+        assert_eq!(ran, mine, "{at}: node {node} runs the shards the layout gives it");
+        seen.extend(outputs);
+    }
+    seen
+}
+
+/// Every account there, money conserved, and some transfers applied.
+fn conserved(seen: &[Seen], at: &str) -> Vec<(u64, i64)> {
+    let recovered = balances(seen);
+    assert_eq!(recovered.len() as u64, ACCOUNTS, "{at}: every account");
+    assert_eq!(
+        recovered.iter().map(|(_, b)| b).sum::<i64>(),
+        START * ACCOUNTS as i64,
+        "{at}: money conserved"
+    );
+    assert!(
+        recovered.iter().any(|(_, b)| *b != START),
+        "{at}: transfers ran before the crash"
+    );
+    recovered
+}
+
 /// Every account's balance in the outputs, in account order.
 fn balances(seen: &[Seen]) -> Vec<(u64, i64)> {
     let mut all: Vec<(u64, i64)> = seen.iter().flat_map(|s| s.balances.iter().copied()).collect();
@@ -870,15 +922,8 @@ fn durable_handovers_recover_every_shard_where_it_ran() {
         0,
         None,
     );
-    let mut after = Vec::new();
-    for (node, ran) in second {
-        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
-        assert!(changes.is_empty(), "node {node}: no handover on the restart");
-        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
-        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
-        assert_eq!(ran, mine, "node {node} recovered the shards it ran last");
-        after.extend(outputs);
-    }
+    // No handover on the restart; each node recovered the shards it ran last.
+    let after = ran_where_placed(second, &[], &last, "the restart");
     assert_eq!(balances(&after), before, "every balance recovered as the run left it");
     assert_eq!(
         styx_storage::wal::shards(&wal(0)).unwrap(),
@@ -904,7 +949,7 @@ fn a_handover_cut_short_by_a_crash_is_replayed_and_made_again() {
     let _one = one_cluster_at_a_time();
     const PASSES: [(u64, ShardId, u16); 2] = [(1_000, 1, 1), (2_000, 2, 0)];
     let done = watchdog("the durable two-node cluster, crashed", 240);
-    let n = 4;
+    let n: u16 = 4;
     let last: Vec<u16> = vec![0, 1, 0, 1];
     let dirs: Vec<_> = (0..2).map(|i| scratch(&format!("durable-crash-{i}"))).collect();
     let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
@@ -944,16 +989,7 @@ fn a_handover_cut_short_by_a_crash_is_replayed_and_made_again() {
     // Restart: the clients' remaining requests are not sent again (a
     // closed loop without resends): the shards finish once quiet on the
     // layout of both handovers.
-    let mut restarted = clients.lock().unwrap().clone();
-    for (s, c) in restarted.iter_mut().enumerate() {
-        let mut fresh = Client::new();
-        fresh.sent = REQUESTS;
-        fresh.counted = true;
-        fresh.handovers = c.as_ref().map_or_else(Vec::new, |c| c.handovers.clone());
-        assert!(s != 0 || fresh.handovers.len() == 2, "both handovers asked");
-        *c = Some(fresh);
-    }
-    *clients.lock().unwrap() = restarted;
+    clients_after_a_crash(&clients, 2);
     let second = durable_run(
         name,
         &local_cluster_of(&[2, 2]),
@@ -964,30 +1000,9 @@ fn a_handover_cut_short_by_a_crash_is_replayed_and_made_again() {
         2,
         None,
     );
-    let mut after = Vec::new();
-    for (node, ran) in second {
-        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
-        let went: Vec<Vec<u16>> = changes
-            .iter()
-            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
-            .collect();
-        assert_eq!(went, vec![last.clone()], "node {node}: the cut handover, made again");
-        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
-        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
-        assert_eq!(ran, mine, "node {node}");
-        after.extend(outputs);
-    }
-    let recovered = balances(&after);
-    assert_eq!(recovered.len() as u64, ACCOUNTS, "every account");
-    assert_eq!(
-        recovered.iter().map(|(_, b)| b).sum::<i64>(),
-        START * ACCOUNTS as i64,
-        "money conserved"
-    );
-    assert!(
-        recovered.iter().any(|(_, b)| *b != START),
-        "transfers ran before the crash"
-    );
+    // The cut handover, made again.
+    let after = ran_where_placed(second, std::slice::from_ref(&last), &last, "the restart");
+    let recovered = conserved(&after, "the restart");
     // Again, from the checkpoint the recovery wrote.
     for c in clients.lock().unwrap().iter_mut().flatten() {
         c.quiet = false;
@@ -1112,15 +1127,8 @@ fn durable_spares_commit_every_snapshot_and_recover_as_spares() {
         0,
         None,
     );
-    let mut after = Vec::new();
-    for (node, ran) in second {
-        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
-        assert!(changes.is_empty(), "node {node}: no handover on the restart");
-        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
-        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
-        assert_eq!(ran, mine, "node {node} recovered the shards it ran last");
-        after.extend(outputs);
-    }
+    // No handover on the restart; each node recovered the shards it ran last.
+    let after = ran_where_placed(second, &[], &last, "the restart");
     assert_eq!(balances(&after), before, "every balance recovered as the run left it");
     for d in &dirs {
         let _ = std::fs::remove_dir_all(d);
@@ -1141,7 +1149,7 @@ fn a_handover_to_or_from_a_spare_cut_short_by_a_crash_is_made_again() {
     let _one = one_cluster_at_a_time();
     const PASSES: [(u64, ShardId, u16); 2] = [(300, 2, 2), (600, 3, 0)];
     let done = watchdog("the durable three-node cluster with spares, crashed", 360);
-    let n = 4;
+    let n: u16 = 4;
     for (fail, asked, went) in [((2, 1), 1, vec![vec![0, 0, 2, 1]]), ((1, 2), 2, vec![vec![0, 0, 2, 0]])] {
         let name = format!("durable-spare-crash-{}", fail.0);
         let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("{name}-{i}"))).collect();
@@ -1169,16 +1177,7 @@ fn a_handover_to_or_from_a_spare_cut_short_by_a_crash_is_made_again() {
         }
         // Restart: no more transfers; the shards finish once quiet on the
         // layout of the handovers asked.
-        let mut restarted = clients.lock().unwrap().clone();
-        for (s, c) in restarted.iter_mut().enumerate() {
-            let mut fresh = Client::new();
-            fresh.sent = REQUESTS;
-            fresh.counted = true;
-            fresh.handovers = c.as_ref().map_or_else(Vec::new, |c| c.handovers.clone());
-            assert!(s != 0 || fresh.handovers.len() == asked, "the handovers asked");
-            *c = Some(fresh);
-        }
-        *clients.lock().unwrap() = restarted;
+        clients_after_a_crash(&clients, asked);
         let second = durable_run(
             &name,
             &local_cluster_of(&[2, 2, 0]),
@@ -1189,31 +1188,9 @@ fn a_handover_to_or_from_a_spare_cut_short_by_a_crash_is_made_again() {
             asked as u64,
             None,
         );
-        let mut after = Vec::new();
         let last = went.last().unwrap();
-        for (node, ran) in second {
-            let (outputs, changes) = ran.unwrap_or_else(|e| panic!("{name}: node {node}: {e}"));
-            let made: Vec<Vec<u16>> = changes
-                .iter()
-                .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
-                .collect();
-            assert_eq!(made, went, "{name}: node {node}: the cut handover, made again");
-            let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
-            let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
-            assert_eq!(ran, mine, "{name}: node {node}");
-            after.extend(outputs);
-        }
-        let recovered = balances(&after);
-        assert_eq!(recovered.len() as u64, ACCOUNTS, "{name}: every account");
-        assert_eq!(
-            recovered.iter().map(|(_, b)| b).sum::<i64>(),
-            START * ACCOUNTS as i64,
-            "{name}: money conserved"
-        );
-        assert!(
-            recovered.iter().any(|(_, b)| *b != START),
-            "{name}: transfers ran before the crash"
-        );
+        let after = ran_where_placed(second, &went, last, &name);
+        conserved(&after, &name);
         for d in &dirs {
             let _ = std::fs::remove_dir_all(d);
         }

@@ -555,6 +555,39 @@ fn await_layout(nodes: &[Node], want: &[u16], why: &str) {
     }
 }
 
+/// An 8 s exactly-once YCSB-T load on `addrs` (`knobs` its accounts),
+/// its JSON report on stdout.
+fn exactly_once_ycsbt(addrs: &str, knobs: &[&str]) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args([
+            "bench",
+            "ycsbt",
+            "--connect",
+            addrs,
+            "--connections",
+            "1",
+            "--exactly-once",
+        ])
+        .args(["--duration", "8", "--warmup", "0", "--json", "--no-serial", "--quiet"])
+        .args(["--in-flight", "8"])
+        .args(knobs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("styx runs")
+}
+
+/// `styx verify ycsbt` on `addrs` says the state is consistent.
+fn verify_ycsbt(addrs: &str, knobs: &[&str], when: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_styx"))
+        .args(["verify", "ycsbt", "--connect", addrs])
+        .args(knobs)
+        .output()
+        .expect("styx runs");
+    let text = output_text(&out);
+    assert!(out.status.success() && text.contains("consistent"), "{when}: {text}");
+}
+
 /// `styx handover SHARD NODE` through the node at `addr`.
 fn hand_over(addr: &str, shard: u16, node: u16, wait: bool) {
     let (shard, node) = (shard.to_string(), node.to_string());
@@ -583,23 +616,7 @@ fn daemons_hand_shards_over_under_load_through_kill_9() {
     }
     let addrs = nodes.iter().map(|n| n.client.clone()).collect::<Vec<_>>().join(",");
     await_layout(&nodes, &[0, 0, 1, 1, 2, 2], "the cluster file's layout");
-    let bench = Command::new(env!("CARGO_BIN_EXE_styx"))
-        .args([
-            "bench",
-            "ycsbt",
-            "--connect",
-            &addrs,
-            "--connections",
-            "1",
-            "--exactly-once",
-        ])
-        .args(["--duration", "8", "--warmup", "0", "--json", "--no-serial", "--quiet"])
-        .args(["--in-flight", "8"])
-        .args(knobs)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("styx runs");
+    let bench = exactly_once_ycsbt(&addrs, &knobs);
     std::thread::sleep(Duration::from_millis(1000));
     // A client of node 1, whose shards stay there: its connection outlives
     // the handover that brings node 1 another shard.
@@ -633,15 +650,7 @@ fn daemons_hand_shards_over_under_load_through_kill_9() {
     let report = report_of("ycsbt", &out);
     assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
     assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
-    let verify = |when: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_styx"))
-            .args(["verify", "ycsbt", "--connect", &addrs])
-            .args(knobs)
-            .output()
-            .expect("styx runs");
-        let text = output_text(&out);
-        assert!(out.status.success() && text.contains("consistent"), "{when}: {text}");
-    };
+    let verify = |when: &str| verify_ycsbt(&addrs, &knobs, when);
     verify("after the handovers");
     let last = [0, 0, 1, 1, 0, 2];
     await_layout(&nodes, &last, "after the last handover");
@@ -737,23 +746,7 @@ fn a_spare_daemon_is_handed_shards_and_a_drained_one_becomes_a_spare() {
         other => panic!("a spare answered a request with {other:?}"),
     }
     drop(spare);
-    let bench = Command::new(env!("CARGO_BIN_EXE_styx"))
-        .args([
-            "bench",
-            "ycsbt",
-            "--connect",
-            &addrs,
-            "--connections",
-            "1",
-            "--exactly-once",
-        ])
-        .args(["--duration", "8", "--warmup", "0", "--json", "--no-serial", "--quiet"])
-        .args(["--in-flight", "8"])
-        .args(knobs)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("styx runs");
+    let bench = exactly_once_ycsbt(&addrs, &knobs);
     std::thread::sleep(Duration::from_millis(1000));
     // Node 2 added: filled with its share, shard 1 from node 0 (asked
     // through the spare itself, which sends it to a node that runs shards).
@@ -783,15 +776,7 @@ fn a_spare_daemon_is_handed_shards_and_a_drained_one_becomes_a_spare() {
     let report = report_of("ycsbt", &out);
     assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
     assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
-    let verify = |when: &str| {
-        let out = Command::new(env!("CARGO_BIN_EXE_styx"))
-            .args(["verify", "ycsbt", "--connect", &addrs])
-            .args(knobs)
-            .output()
-            .expect("styx runs");
-        let text = output_text(&out);
-        assert!(out.status.success() && text.contains("consistent"), "{when}: {text}");
-    };
+    let verify = |when: &str| verify_ycsbt(&addrs, &knobs, when);
     verify("after the handovers");
     for n in &mut nodes {
         n.kill9();

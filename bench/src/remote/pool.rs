@@ -153,12 +153,15 @@ impl Pool {
         }))
     }
 
-    /// Asks a live connection for the placement and keeps it if it is not
-    /// older than the one held (a node may not have published a switch yet).
+    /// Asks a live connection of a node that runs shards for the
+    /// placement (a spare knows only what ran on it) and keeps it if it is
+    /// not older than the one held (a node may not have published a switch
+    /// yet).
     pub async fn refresh_placement(&self) {
         let Some(conn) = self
             .slots
             .iter()
+            .filter(|s| self.runs_shards(s.node))
             .find_map(|s| s.conn.borrow().clone().filter(|c| !c.is_closed()))
         else {
             return;
