@@ -387,10 +387,15 @@ impl Daemon {
             move_share_per_ms: settings.move_share_per_ms,
             ..Config::default()
         };
-        let threads = settings
-            .threads
-            .map_or_else(|| styx_runtime::threads_default(n_local), usize::from)
-            .min(n_local);
+        // What the executors run on, for the tuning below: a node that was
+        // a spare started its executors when handed its first shards, a
+        // core each (`run_rounds`), for those it may be handed after.
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        let threads = match settings.threads {
+            Some(t) => usize::from(t),
+            None if self.spare_ready.load(Ordering::Acquire) => cores,
+            None => styx_runtime::threads_default(n_local).min(n_local),
+        };
         // The other nodes on this machine run their shards on its cores too
         // (their threads by their defaults: their settings are not known here).
         let neighbour_threads: usize = self

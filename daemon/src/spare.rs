@@ -9,8 +9,10 @@
 //! session the shards' frontends use (`styx_net::Session`): HELLO, PING,
 //! MAP, LAYOUT, STATUS and PLACEMENT are answered as any node answers
 //! them; REQUEST and GET get `SHUTTING_DOWN` (they did not run; a node
-//! LAYOUT names runs them). Plain blocking threads: a spare serves a few
-//! connections, and has no executor to serve them on.
+//! LAYOUT names runs them). Its metrics port, if it has one, answers
+//! `/health`, `/metrics` (no shard's series) and `/schema`. Plain
+//! blocking threads: a spare serves a few connections, and has no
+//! executor to serve them on.
 //!
 //! When a round gives the node shards, [`SpareFront::stop`] closes the
 //! listener before the shards' frontends bind the port; each connection's
@@ -27,7 +29,7 @@ use styx_engine::App;
 use styx_net::frame::{Layout, Map, Placement, Status};
 use styx_net::{ErrorCode, Limits, Received, Session, error_frame};
 use styx_runtime::Metrics;
-use styx_runtime::server::HANDSHAKE_TIMEOUT;
+use styx_runtime::server::{HANDSHAKE_TIMEOUT, HTTP_CONNECTIONS_MAX, HTTP_REQUEST_TIMEOUT, http_response};
 
 /// How often a connection's thread looks at the stop flag while its client
 /// is silent.
@@ -168,21 +170,40 @@ impl SpareFront {
         })?);
         if let Some(m) = metrics {
             let s = server.clone();
+            let open = Arc::new(AtomicUsize::new(0));
             front
                 .acceptors
-                .push(Acceptor::start("styx-spare-http", m, move |stream| {
-                    // One short exchange at a time, each bounded in time.
-                    http_exchange(stream, &s.lock().expect("spare server").clone());
+                .push(Acceptor::start("styx-spare-http", m, move |mut stream| {
+                    // An exchange each on a thread of its own, bounded in
+                    // time; past the runtime's limit, busy.
+                    if open.load(Ordering::Relaxed) >= HTTP_CONNECTIONS_MAX {
+                        let _ = stream.set_write_timeout(Some(TICK));
+                        let busy = http_response("503 Service Unavailable", "text/plain", "busy\n");
+                        let _ = stream.write_all(&busy);
+                        return;
+                    }
+                    let current = s.lock().expect("spare server").clone();
+                    open.fetch_add(1, Ordering::Relaxed);
+                    let gone = open.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name("styx-spare-http-conn".into())
+                        .spawn(move || {
+                            http_exchange(stream, &current);
+                            gone.fetch_sub(1, Ordering::Relaxed);
+                        });
+                    if spawned.is_err() {
+                        open.fetch_sub(1, Ordering::Relaxed);
+                    }
                 })?);
         }
         tracing::info!(%addr, ?metrics, "a spare: serving MAP, LAYOUT and STATUS on the client port");
         Ok(front)
     }
 
-    /// Where the client port listens.
+    /// Where the client port (`0`) or the metrics port (`1`) listens.
     #[cfg(test)]
-    fn addr(&self) -> SocketAddr {
-        self.acceptors[0]
+    fn addr_of(&self, i: usize) -> SocketAddr {
+        self.acceptors[i]
             .socket
             .local_addr()
             .ok()
@@ -235,13 +256,18 @@ impl Acceptor {
         let socket = listen(addr)?;
         let listener: TcpListener = socket.try_clone()?.into();
         let thread = std::thread::Builder::new().name(name.into()).spawn(move || {
+            let mut warned: Option<Instant> = None;
             for stream in listener.incoming() {
                 match stream {
                     Ok(s) => on_accept(s),
-                    // Shut down (`stop`): EINVAL from now on.
+                    // Shut down (`stop`; Linux): EINVAL from now on.
                     Err(e) if e.kind() == ErrorKind::InvalidInput => return,
                     Err(e) => {
-                        tracing::warn!("a spare's accept failed: {e}");
+                        // Out of descriptors, say: it usually lasts.
+                        if warned.is_none_or(|w| w.elapsed() >= Duration::from_secs(1)) {
+                            tracing::warn!("a spare's accept failed: {e}");
+                            warned = Some(Instant::now());
+                        }
                         std::thread::sleep(Duration::from_millis(10));
                     }
                 }
@@ -253,8 +279,10 @@ impl Acceptor {
         })
     }
 
-    /// Wakes the accept (a shutdown of the listening socket makes it fail)
-    /// and waits for the thread; the listener closes with it.
+    /// Wakes the accept (on Linux a shutdown of the listening socket makes
+    /// it fail with EINVAL, in the thread's dup of it too) and waits for
+    /// the thread, which only accepts (each connection is served on a
+    /// thread of its own, never waited for); the listener closes with it.
     fn stop(&mut self) {
         let _ = self.socket.shutdown(std::net::Shutdown::Both);
         if let Some(t) = self.thread.take() {
@@ -361,11 +389,16 @@ fn flush(stream: &mut TcpStream, session: &mut Session, out: &mut Vec<u8>) -> st
 /// `/metrics` the series of no shard (the shards that ran here report on
 /// their nodes now), `/schema` the application's.
 fn http_exchange(mut stream: TcpStream, server: &SpareServer) {
-    let _ = stream.set_read_timeout(Some(styx_runtime::server::HTTP_REQUEST_TIMEOUT));
-    let _ = stream.set_write_timeout(Some(styx_runtime::server::HTTP_REQUEST_TIMEOUT));
+    // The head within `HTTP_REQUEST_TIMEOUT` in all, however it trickles.
+    let by = Instant::now() + HTTP_REQUEST_TIMEOUT;
+    let _ = stream.set_write_timeout(Some(HTTP_REQUEST_TIMEOUT));
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while head.len() < 4096 && !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let left = by.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return;
+        }
         match stream.read(&mut buf) {
             Ok(0) | Err(_) => return,
             Ok(n) => head.extend_from_slice(&buf[..n]),
@@ -390,7 +423,7 @@ fn http_exchange(mut stream: TcpStream, server: &SpareServer) {
             "text/plain",
         ),
     };
-    let _ = stream.write_all(&styx_runtime::server::http_response(status, kind, &body));
+    let _ = stream.write_all(&http_response(status, kind, &body));
 }
 
 #[cfg(test)]
@@ -419,9 +452,9 @@ mod tests {
     }
 
     /// A client that pipelines far past the in-flight limit in one write
-    /// (HELLO and 200 PINGs, the limit 4) gets every answer, in order,
-    /// and a request refused as not run; the front then stops, closing
-    /// its port.
+    /// (HELLO, 200 PINGs, LAYOUT and a REQUEST, the limit 4) gets every
+    /// answer, in order — the request refused as not run, saying why; the
+    /// front then stops, closing its port.
     #[test]
     fn a_spare_answers_a_pipeline_past_its_limit_and_stops() {
         let limits = Limits {
@@ -429,7 +462,7 @@ mod tests {
             ..Limits::default()
         };
         let front = SpareFront::start("127.0.0.1:0".parse().unwrap(), None, server(), limits).unwrap();
-        let addr = front.addr();
+        let addr = front.addr_of(0);
         let mut out = Vec::new();
         let hello = Body::Hello {
             version_min: VERSION_MIN,
@@ -449,13 +482,30 @@ mod tests {
             &mut out,
         )
         .unwrap();
+        let deposit = styx_net::Request {
+            client: 9,
+            seq: 1,
+            ack: 0,
+            operator: "account".into(),
+            function: "deposit".into(),
+            target: styx_engine::Address::Entity(styx_engine::Key::from(1u64)),
+            args: styx_engine::Payload::encode(&5i64),
+        };
+        styx_net::encode(
+            &Frame {
+                corr: 203,
+                body: Body::Request(deposit),
+            },
+            &mut out,
+        )
+        .unwrap();
         let mut c = TcpStream::connect(addr).unwrap();
         c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
         c.write_all(&out).unwrap();
         let mut decoder = Decoder::new(styx_net::FRAME_LEN_MAX);
         let mut got = Vec::new();
         let mut buf = [0u8; 4096];
-        while got.len() < 202 {
+        while got.len() < 203 {
             let n = c.read(&mut buf).expect("every answer, not a closed connection");
             assert!(n > 0, "closed after {} answers", got.len());
             let mut input = &buf[..n];
@@ -472,8 +522,44 @@ mod tests {
             "{:?}",
             got[201]
         );
+        match &got[202].body {
+            Body::Error { code, message } => {
+                assert_eq!(*code, ErrorCode::SHUTTING_DOWN);
+                assert!(message.contains("runs no shard"), "{message}");
+            }
+            other => panic!("a request answered {other:?}"),
+        }
         assert_eq!(CONNECTIONS.load(Ordering::Relaxed), 1);
         front.stop();
         assert!(TcpStream::connect(addr).is_err(), "the port closed");
+    }
+
+    /// The metrics port answers `/health` while a client that sends
+    /// nothing holds an exchange, and stopping does not wait for it.
+    #[test]
+    fn a_spare_answers_health_beside_a_silent_client_and_stops_at_once() {
+        let front = SpareFront::start(
+            "127.0.0.1:0".parse().unwrap(),
+            Some("127.0.0.1:0".parse().unwrap()),
+            server(),
+            Limits::default(),
+        )
+        .unwrap();
+        let http = front.addr_of(1);
+        let _silent = TcpStream::connect(http).unwrap();
+        let mut c = TcpStream::connect(http).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        c.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut answer = String::new();
+        c.read_to_string(&mut answer)
+            .expect("answered before the silent client's timeout");
+        assert!(
+            answer.starts_with("HTTP/1.1 200") && answer.contains("spare"),
+            "{answer}"
+        );
+        let stopping = Instant::now();
+        front.stop();
+        assert!(stopping.elapsed() < Duration::from_secs(2), "{:?}", stopping.elapsed());
+        assert!(TcpStream::connect(http).is_err(), "the metrics port closed");
     }
 }
