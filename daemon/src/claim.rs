@@ -189,12 +189,22 @@ fn listening_inodes(port: u16) -> Vec<String> {
     inodes
 }
 
+/// Held by the tests that claim ports picked free: one of them claims
+/// hundreds, and another test's port picked in between may be among them
+/// (a claim that then fails names the other test's lock).
+#[cfg(test)]
+pub(crate) fn one_claiming_test_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn an_address_in_use_is_refused_with_its_listener_named() {
+        let _one = one_claiming_test_at_a_time();
         let other = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = other.local_addr().unwrap();
         let dir = std::env::temp_dir();
@@ -213,6 +223,7 @@ mod tests {
 
     #[test]
     fn a_lock_left_by_a_process_that_is_gone_is_waited_for() {
+        let _one = one_claiming_test_at_a_time();
         let addr: SocketAddr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
         let path = lock_path(addr);
         let mut held = OpenOptions::new()

@@ -539,6 +539,7 @@ mod tests {
 
     #[test]
     fn daemons_started_side_by_side_on_port_zero_all_claim_their_ports() {
+        let _one = crate::claim::one_claiming_test_at_a_time();
         // Each thread is a daemon starting: it picks free ports, claims
         // them, holds them a moment and lets go, over and over. A port
         // picked by one and handed by the kernel to another before the
