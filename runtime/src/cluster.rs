@@ -60,8 +60,9 @@ const EARLY_CONNECTION_KEPT: Duration = Duration::from_secs(1);
 /// A connection that says nothing for this long during the join is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// Version of the control protocol (3: a hello carries the layout; 4:
-/// `ENDED` carries the layout the shards stopped for, `FINISHED`).
-const CONTROL_VERSION: u16 = 4;
+/// `ENDED` carries the layout the shards stopped for, `FINISHED`; 5: a
+/// hello carries the preload and the layout of each kept snapshot).
+const CONTROL_VERSION: u16 = 5;
 const CONTROL_MAGIC: u64 = 0x5354_5958_4354_524c; // "STYXCTRL"
 
 const HELLO: u8 = 1;
@@ -814,6 +815,29 @@ struct Hello {
     /// The layout this node was told to run: every node must be told the
     /// same, or shards would wait for peers where none listens.
     layout: Layout,
+    /// The preload its data directory was made from.
+    preload: Option<String>,
+    /// The layout its directory gives each snapshot it keeps, as changes:
+    /// `(e, l)`, ascending, says the snapshots from epoch `e` on (0: no
+    /// snapshot) until the next change are placed by `l` (`None`: the
+    /// directory cannot place them). Every node checks the plan's against
+    /// its own before any shard runs.
+    placed: Vec<(Epoch, Option<Layout>)>,
+}
+
+/// What a node's data directory holds, as it joins: its survey, and what
+/// the nodes check against each other before they recover from it.
+#[derive(Clone, Debug, Default)]
+pub struct Joining {
+    pub survey: Survey,
+    /// The preload the directory was made from (`preload::marker`), if any.
+    pub preload: Option<String>,
+}
+
+impl From<Survey> for Joining {
+    fn from(survey: Survey) -> Joining {
+        Joining { survey, preload: None }
+    }
 }
 
 impl Control {
@@ -876,7 +900,7 @@ impl Control {
     /// goes on waiting for it to be restarted right. Returns `None` if
     /// `stop` was set meanwhile.
     pub fn join(&mut self, survey: Survey, layout: &Layout, stop: &AtomicBool) -> Result<Option<Run>, String> {
-        self.join_placed(survey, layout, stop, |_| Ok(layout.clone()))
+        self.join_placed(survey.into(), layout, stop, |_| Ok(layout.clone()))
     }
 
     /// [`Control::join`] of the round after a handover, whose state lives
@@ -896,17 +920,26 @@ impl Control {
 
     /// [`Control::join`], the run placed by `place` of the plan agreed
     /// (a restart after handovers: the layout of the snapshot the plan
-    /// restores, which every node derives alike from its own disk); the
-    /// nodes greet each other with `layout`, the layout they were given.
+    /// restores, which every node derives from its own disk); the nodes
+    /// greet each other with `layout`, the layout they were given, and
+    /// with what their disks say, checked before the run starts: every
+    /// node must place the plan's snapshot alike (directories that
+    /// disagree — one copied from another node, or restored from another
+    /// time — would run a shard twice or nowhere), and a preload must not
+    /// be rolled back (a node started without it, its directory empty,
+    /// would have the plan restore no snapshot) nor differ between nodes.
+    /// Either is refused, on every node alike, with the nodes named.
     pub fn join_placed(
         &mut self,
-        survey: Survey,
+        joining: Joining,
         layout: &Layout,
         stop: &AtomicBool,
-        place: impl FnOnce(&Plan) -> Result<Layout, String>,
+        place: impl Fn(&Plan) -> Result<Layout, String>,
     ) -> Result<Option<Run>, String> {
         check_layout(&self.spec, layout)?;
         self.round += 1;
+        let Joining { survey, preload } = joining;
+        let placed = placements(&survey.snapshots, &place);
         let me = Hello {
             layout: layout.placed(),
             fingerprint: self.spec.fingerprint(),
@@ -915,6 +948,8 @@ impl Control {
             incarnation: self.incarnation,
             round: self.round,
             survey,
+            preload,
+            placed,
         };
         let n = self.spec.nodes.len();
         // Connections accepted before this join are greeted like the
@@ -984,6 +1019,7 @@ impl Control {
         let plan = Plan::of(&surveys)?;
         let placed = place(&plan)?;
         check_layout(&self.spec, &placed)?;
+        check_disks_agree(&plan, &me, peers.values().map(|(_, h)| h))?;
         let id = parts.iter().fold(0x5255_4e49_4400_0000u64, |h, (node, inc, round)| {
             styx_engine::mix64(h ^ styx_engine::mix64(u64::from(*node) ^ inc.rotate_left(16) ^ round.rotate_left(40)))
         });
@@ -1272,12 +1308,114 @@ fn placement(layout: &Layout) -> Vec<u16> {
     (0..layout.n_shards()).map(|s| layout.node_of(s)).collect()
 }
 
+/// The layout `place` gives no snapshot (epoch 0) and each of
+/// `snapshots`, as the changes a hello carries (`Hello::placed`).
+fn placements(snapshots: &[Epoch], place: &impl Fn(&Plan) -> Result<Layout, String>) -> Vec<(Epoch, Option<Layout>)> {
+    let mut changes: Vec<(Epoch, Option<Layout>)> = Vec::new();
+    for at in std::iter::once(None).chain(snapshots.iter().copied().map(Some)) {
+        let plan = Plan {
+            snapshot: at,
+            replay_to: at.unwrap_or(0),
+        };
+        let layout = place(&plan).ok().map(|l| l.placed());
+        if changes.last().is_none_or(|(_, last)| *last != layout) {
+            changes.push((at.unwrap_or(0), layout));
+        }
+    }
+    changes
+}
+
+/// The layout a hello's `placed` gives the snapshot at `at` (0: none).
+fn placed_at(placed: &[(Epoch, Option<Layout>)], at: Epoch) -> Option<&Layout> {
+    placed
+        .iter()
+        .rev()
+        .find(|(from, _)| *from <= at)
+        .and_then(|(_, l)| l.as_ref())
+}
+
+/// Refuses a plan the nodes' disks (`me` and `peers`, every node once)
+/// do not agree on: a snapshot they place differently, a preload some
+/// hold and the plan would roll back, preloads that differ. Every node
+/// sees every hello, so every node refuses alike.
+fn check_disks_agree<'a>(plan: &Plan, me: &'a Hello, peers: impl Iterator<Item = &'a Hello>) -> Result<(), String> {
+    let mut all: Vec<&Hello> = peers.chain(std::iter::once(me)).collect();
+    all.sort_by_key(|h| h.node);
+    let at = plan.snapshot.unwrap_or(0);
+    let snapshot = plan
+        .snapshot
+        .map_or("no snapshot (a start from the logs)".to_string(), |e| {
+            format!("the snapshot of epoch {e}")
+        });
+    let layouts: Vec<(u16, Option<&Layout>)> = all.iter().map(|h| (h.node, placed_at(&h.placed, at))).collect();
+    if let Some((node, _)) = layouts.iter().find(|(_, l)| l.is_none()) {
+        return Err(format!(
+            "node {node} cannot place {snapshot}, which the cluster restores (its log says why)"
+        ));
+    }
+    if layouts.windows(2).any(|w| w[0].1 != w[1].1) {
+        let each: Vec<String> = layouts
+            .iter()
+            .map(|(node, l)| {
+                let l = l.expect("checked above");
+                format!(
+                    "node {node}: version {}, shards on nodes {:?}",
+                    l.version(),
+                    placement(l)
+                )
+            })
+            .collect();
+        return Err(format!(
+            "the nodes' data directories place {snapshot}, which the cluster restores, differently ({}): one was copied from another node or restored from another time; refusing to start rather than run a shard twice or nowhere",
+            each.join("; ")
+        ));
+    }
+    let preloads: Vec<(u16, &str)> = all
+        .iter()
+        .filter_map(|h| h.preload.as_deref().map(|p| (h.node, p)))
+        .collect();
+    if let Some((a, b)) = preloads.windows(2).map(|w| (w[0], w[1])).find(|(a, b)| a.1 != b.1) {
+        return Err(format!(
+            "node {} was preloaded with {:?} and node {} with {:?}: a cluster holds one preload (start every node with the same --preload on an empty directory)",
+            a.0, a.1, b.0, b.1
+        ));
+    }
+    let holding: Vec<u16> = all
+        .iter()
+        .filter(|h| h.preload.is_some() && !h.survey.snapshots.is_empty())
+        .map(|h| h.node)
+        .collect();
+    if plan.snapshot.is_none()
+        && !holding.is_empty()
+        && let Some((_, label)) = preloads.first()
+    {
+        let without: Vec<u16> = all
+            .iter()
+            .filter(|h| h.survey.snapshots.is_empty())
+            .map(|h| h.node)
+            .collect();
+        return Err(format!(
+            "nodes {holding:?} hold the preload {label:?} and nodes {without:?} hold no snapshot, so the cluster would start empty and drop the preload: start nodes {without:?} with the same --preload (their directories are still empty), or empty every node's directory to start afresh"
+        ));
+    }
+    Ok(())
+}
+
+/// A layout on the wire: version, node count, each shard's node.
+type WireLayout = (u64, u16, Vec<u16>);
+
 fn encode_hello(h: &Hello) -> Vec<u8> {
+    let placed: Vec<(Epoch, Option<WireLayout>)> = h
+        .placed
+        .iter()
+        .map(|(e, l)| (*e, l.as_ref().map(|l| (l.version(), l.nodes(), placement(l)))))
+        .collect();
     let fields = (
         (CONTROL_MAGIC, CONTROL_VERSION, h.fingerprint, h.app),
         (h.node, h.incarnation, h.round),
         (h.survey.snapshots.clone(), h.survey.log_epoch, h.survey.complete),
         (h.layout.version(), h.layout.nodes(), placement(&h.layout)),
+        (h.preload.clone(), placed),
     );
     Payload::encode(&fields).as_bytes().to_vec()
 }
@@ -1288,27 +1426,46 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
         (u16, u64, u64),
         (Vec<Epoch>, Epoch, Epoch),
         (u64, u16, Vec<u16>),
+        (Option<String>, Vec<(Epoch, Option<WireLayout>)>),
     );
+    // The version first: a node of another version is named as such, not
+    // as a malformed hello.
+    let version = <(u64, u16)>::decode(&mut &bytes[..]).map_err(|e| format!("a malformed hello: {e}"))?;
+    if version.0 != CONTROL_MAGIC {
+        return Err("not a Styx node (bad magic)".into());
+    }
+    if version.1 != CONTROL_VERSION {
+        return Err(format!(
+            "control protocol version {}, this node speaks {CONTROL_VERSION} (run one build on every node)",
+            version.1
+        ));
+    }
     let (
-        (magic, version, fingerprint, app),
+        (_, _, fingerprint, app),
         (node, incarnation, round),
         (snapshots, log_epoch, complete),
         (layout_version, nodes, node_of),
+        (preload, placed),
     ) = Fields::decode(&mut &bytes[..]).map_err(|e| format!("a malformed hello: {e}"))?;
-    if magic != CONTROL_MAGIC {
-        return Err("not a Styx node (bad magic)".into());
-    }
-    if version != CONTROL_VERSION {
-        return Err(format!(
-            "control protocol version {version}, this node speaks {CONTROL_VERSION}"
-        ));
-    }
     if snapshots.len() > HELLO_SNAPSHOTS_MAX || snapshots.windows(2).any(|w| w[0] >= w[1]) {
         return Err("a hello whose snapshot list is not ascending".into());
     }
     let layout = Layout::placed_on(nodes, node_of)
         .map_err(|e| format!("a hello with a bad layout: {e}"))?
         .with_version(layout_version);
+    if placed.len() > snapshots.len() + 1 || placed.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err("a hello whose snapshots' layouts are not ascending".into());
+    }
+    let placed = placed
+        .into_iter()
+        .map(|(e, l)| {
+            let l = l
+                .map(|(v, nodes, node_of)| Layout::placed_on(nodes, node_of).map(|l| l.with_version(v)))
+                .transpose()
+                .map_err(|e| format!("a hello with a bad snapshot layout: {e}"))?;
+            Ok((e, l))
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     Ok(Hello {
         fingerprint,
         app,
@@ -1321,6 +1478,8 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
             complete,
         },
         layout,
+        preload,
+        placed,
     })
 }
 
@@ -1460,6 +1619,8 @@ mod tests {
             round: 5,
             survey: survey(&[1, 5], 9),
             layout: Layout::placed_on(2, vec![0, 1, 1, 0]).unwrap().with_version(7),
+            preload: Some("ycsbt keys=10".into()),
+            placed: vec![(0, Some(Layout::placed_on(2, vec![0, 0, 1, 1]).unwrap())), (5, None)],
         };
         assert_eq!(decode_hello(&encode_hello(&h)).unwrap(), h);
         let bytes = encode_hello(&h);
@@ -1469,11 +1630,105 @@ mod tests {
         let mut bad = h.clone();
         bad.survey.snapshots = vec![5, 1];
         assert!(decode_hello(&encode_hello(&bad)).is_err());
+        let mut bad = h.clone();
+        bad.placed.reverse();
+        assert!(decode_hello(&encode_hello(&bad)).unwrap_err().contains("ascending"));
         // A layout placing a shard on a node it does not have.
-        let mut raw = encode_hello(&h);
+        let mut raw = encode_hello(&Hello {
+            preload: None,
+            placed: vec![(0, Some(Layout::placed_on(2, vec![0, 1, 1, 0]).unwrap()))],
+            ..h.clone()
+        });
         let last = raw.len() - 1;
         raw[last] = 9;
         assert!(decode_hello(&raw).unwrap_err().contains("layout"));
+        // Another build's hello is named as such.
+        let mut other = encode_hello(&h);
+        other[8] ^= 0xff;
+        assert!(decode_hello(&other).unwrap_err().contains("control protocol version"));
+    }
+
+    fn hello(node: u16, snapshots: &[Epoch], preload: Option<&str>, placed: &[(Epoch, &[u16])]) -> Hello {
+        Hello {
+            fingerprint: 1,
+            app: 2,
+            node,
+            incarnation: 3,
+            round: 1,
+            survey: survey(snapshots, 0),
+            layout: Layout::placed_on(2, vec![0, 1]).unwrap(),
+            preload: preload.map(str::to_string),
+            placed: placed
+                .iter()
+                .map(|(e, p)| (*e, Some(Layout::placed_on(2, p.to_vec()).unwrap().with_version(*e))))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn the_nodes_disks_must_agree_on_the_plans_layout_and_preload() {
+        let plan = |snapshot| Plan {
+            snapshot,
+            replay_to: 20,
+        };
+        let split: &[u16] = &[0, 1];
+        let moved: &[u16] = &[1, 1];
+        // Both place snapshot 10 alike (node 1 also keeps a later one).
+        let a = hello(0, &[10], None, &[(0, split), (10, moved)]);
+        let b = hello(1, &[10, 15], None, &[(0, split), (10, moved), (15, split)]);
+        check_disks_agree(&plan(Some(10)), &a, [&b].into_iter()).unwrap();
+        check_disks_agree(&plan(Some(10)), &b, [&a].into_iter()).unwrap();
+        // Node 1's directory places it otherwise: both refuse, alike.
+        let c = hello(1, &[10], None, &[(0, split)]);
+        let refused = check_disks_agree(&plan(Some(10)), &a, [&c].into_iter()).unwrap_err();
+        assert_eq!(
+            check_disks_agree(&plan(Some(10)), &c, [&a].into_iter()).unwrap_err(),
+            refused
+        );
+        assert!(
+            refused.contains("place the snapshot of epoch 10")
+                && refused.contains("node 1: version 0, shards on nodes [0, 1]"),
+            "{refused}"
+        );
+        // A node that cannot place it (a layout of another shape) is named.
+        let mut d = hello(1, &[10], None, &[]);
+        d.placed = vec![(0, None)];
+        assert!(
+            check_disks_agree(&plan(Some(10)), &a, [&d].into_iter())
+                .unwrap_err()
+                .contains("node 1 cannot place")
+        );
+
+        // A preload the plan would drop: a node holds it, another nothing.
+        let loaded = hello(0, &[1], Some("ycsbt keys=10"), &[(0, split)]);
+        let empty = hello(1, &[], None, &[(0, split)]);
+        let refused = check_disks_agree(&plan(None), &empty, [&loaded].into_iter()).unwrap_err();
+        assert!(
+            refused.contains("nodes [0] hold the preload \"ycsbt keys=10\" and nodes [1] hold no snapshot"),
+            "{refused}"
+        );
+        assert_eq!(
+            check_disks_agree(&plan(None), &loaded, [&empty].into_iter()).unwrap_err(),
+            refused
+        );
+        // Preloaded alike, restored: fine; before any commit (a preload
+        // cut short everywhere), nothing is dropped.
+        let loaded_too = hello(1, &[1], Some("ycsbt keys=10"), &[(0, split)]);
+        check_disks_agree(&plan(Some(1)), &loaded, [&loaded_too].into_iter()).unwrap();
+        let cut_short = hello(1, &[], Some("ycsbt keys=10"), &[(0, split)]);
+        check_disks_agree(
+            &plan(None),
+            &cut_short,
+            [&hello(0, &[], Some("ycsbt keys=10"), &[(0, split)])].into_iter(),
+        )
+        .unwrap();
+        // Two preloads in one cluster.
+        let other = hello(1, &[1], Some("ycsbt keys=20"), &[(0, split)]);
+        let refused = check_disks_agree(&plan(Some(1)), &loaded, [&other].into_iter()).unwrap_err();
+        assert!(
+            refused.contains("node 0 was preloaded with \"ycsbt keys=10\" and node 1 with \"ycsbt keys=20\""),
+            "{refused}"
+        );
     }
 
     #[test]
@@ -1577,6 +1832,8 @@ mod tests {
             round: 1,
             survey: survey(&[], 0),
             layout: layout.clone(),
+            preload: None,
+            placed: vec![(0, Some(layout.clone()))],
         };
         let mut me = hello(&spec.layout(), 0);
         me.fingerprint = c.spec.fingerprint();
@@ -1645,6 +1902,8 @@ mod tests {
             round: 1,
             survey: survey(&[], 0),
             layout: spec.layout(),
+            preload: None,
+            placed: vec![(0, Some(spec.layout()))],
         };
         let me0 = Hello { node: 0, ..h8.clone() };
         assert!(c.check_peer(&me0, &h8, Some(1)).is_ok());
@@ -1662,7 +1921,9 @@ mod tests {
                 incarnation: 8,
                 round: 1,
                 survey: survey(&[], 0),
+                placed: vec![(0, Some(first.clone()))],
                 layout: first,
+                preload: None,
             };
             s.write_all(&raw_control_frame(HELLO, &encode_hello(&h))).unwrap();
         });
@@ -1688,6 +1949,8 @@ mod tests {
             round: 1,
             survey: survey(&[], 0),
             layout: spec.layout(),
+            preload: None,
+            placed: vec![(0, Some(spec.layout()))],
         };
         let me = Hello {
             node: 0,

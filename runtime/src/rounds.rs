@@ -164,7 +164,7 @@ where
     let durable = &mut settle.0;
     loop {
         let joined = match &surveyed {
-            Some(sv) => control.join_placed(sv.survey(), &layout, stop, |plan| sv.layout_at(plan, &first_layout)),
+            Some(sv) => control.join_placed(sv.joining(), &layout, stop, |plan| sv.layout_at(plan, &first_layout)),
             None if changes.is_empty() => control.join(cluster::Survey::default(), &layout, stop),
             None => control.join_next(&layout, stop),
         };

@@ -1171,6 +1171,68 @@ fn a_node_back_without_its_data_directory_is_refused() {
     }
 }
 
+/// A node started without the cluster's `--preload` (its directory
+/// empty) would have the plan restore no snapshot and every node start
+/// empty, dropping the preload from the others' disks: every node refuses
+/// the start instead, naming the nodes; started again with it, the
+/// cluster serves the preloaded state.
+#[test]
+fn a_node_started_without_the_clusters_preload_is_refused_and_nothing_is_dropped() {
+    let root = data_dir("cluster-preload-missing");
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    let keys = KEYS.to_string();
+    let preload = ["--preload", "ycsbt", "--keys", keys.as_str()];
+    let (_, mut nodes) = cluster(&root, &preload);
+    let with_preload = nodes[1].args.clone();
+    nodes[1].args.retain(|a| !preload.contains(&a.as_str()));
+    let children: Vec<Child> = nodes
+        .iter()
+        .map(|n| {
+            Command::new(bin)
+                .args(&n.args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("styxd starts")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (i, mut child) in children.into_iter().enumerate() {
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {i} started without the preload on node 1"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+        assert!(!status.success(), "node {i}: {stderr}");
+        assert!(
+            stderr.contains("nodes [0, 2] hold the preload") && stderr.contains("nodes [1] hold no snapshot"),
+            "node {i}: {stderr}"
+        );
+    }
+    // Node 1 given the preload: the cluster serves the preloaded accounts.
+    nodes[1].args = with_preload;
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    let addrs: Vec<&str> = nodes.iter().map(|n| n.client.as_str()).collect();
+    assert!(
+        connect(addrs[0], Duration::from_secs(60)).is_some(),
+        "the cluster serves"
+    );
+    verify_ycsbt(
+        &addrs.join(","),
+        &["--keys", &keys],
+        "after the preload was given to every node",
+    );
+}
+
 /// PLACEMENT at `addr`: the map's version and the partitions of `account`
 /// off the default rule.
 fn placement(addr: &str) -> (u64, Vec<(u32, u16)>) {

@@ -64,6 +64,8 @@ pub struct SurveyedHanded {
     logs: BTreeMap<ShardId, (recovery::Log, Tail)>,
     layouts: BTreeMap<Epoch, Layout>,
     complete: Epoch,
+    /// The preload the directory was made from (its marker).
+    preload: Option<String>,
 }
 
 impl std::fmt::Debug for SurveyedHanded {
@@ -118,6 +120,7 @@ impl Durable {
             logs.insert(log.shard, (log, tail));
         }
         let complete = read_complete(&dir)?;
+        let preload = crate::preload::marker(&dir)?;
         Ok(SurveyedHanded {
             dir,
             options,
@@ -127,6 +130,7 @@ impl Durable {
             logs,
             layouts,
             complete,
+            preload,
         })
     }
 
@@ -313,6 +317,15 @@ impl Durable {
 }
 
 impl SurveyedHanded {
+    /// What the disk holds, for the cluster's join, and what the nodes
+    /// check against each other there (`cluster::Joining`).
+    pub fn joining(&self) -> crate::cluster::Joining {
+        crate::cluster::Joining {
+            survey: self.survey(),
+            preload: self.preload.clone(),
+        }
+    }
+
     /// What the disk holds, for the cluster's join.
     pub fn survey(&self) -> Survey {
         recovery::Disk {
