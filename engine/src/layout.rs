@@ -22,7 +22,12 @@
 //! and a snapshot carries it, so a restored shard knows the layout of the
 //! snapshot's epoch and replays later handovers from the log. A node may run
 //! no shard (a spare, or one whose shards were all handed away); the node
-//! count is fixed.
+//! count is fixed, but a node that runs none may **leave** for good: a
+//! handover of [`LEAVE`] to it (`Handover::leave`), decided like any
+//! handover, puts it in the layout's left set (a version of its own, so
+//! every shard stops at it as at a handover), and no shard is handed to it
+//! after. A leave of a node that runs a shard when it is decided is skipped
+//! (so is one of a node that left), and a handover to a node that left.
 //!
 //! A shard decided to go from node A to node B at the end of epoch E runs
 //! on B from E + 1 on: its log's batches of epochs up to E are on A's disk,
@@ -51,7 +56,14 @@ pub const HANDOVER_FUNCTION: &str = "__handover";
 /// Nodes in a layout at most: every node could run one shard.
 pub const NODES_MAX: usize = SHARDS_MAX;
 
-/// A handover: shard `shard` goes to node `node`.
+/// The shard a handover names to ask its node to leave the cluster
+/// ([`Handover::leave`]): no shard has this id.
+pub const LEAVE: ShardId = ShardId::MAX;
+
+const _: () = assert!((LEAVE as usize) >= SHARDS_MAX);
+
+/// A handover: shard `shard` goes to node `node` (or, `shard` being
+/// [`LEAVE`], node `node` leaves the cluster).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Handover {
     pub shard: ShardId,
@@ -59,6 +71,17 @@ pub struct Handover {
 }
 
 impl Handover {
+    /// Node `node` leaves the cluster: decided like a handover, applied if
+    /// it runs no shard then.
+    pub fn leave(node: u16) -> Handover {
+        Handover { shard: LEAVE, node }
+    }
+
+    /// Whether this asks its node to leave rather than moves a shard.
+    pub fn is_leave(self) -> bool {
+        self.shard == LEAVE
+    }
+
     /// The request that asks for this handover, sequenced, logged and
     /// answered like a transaction (with `()` once its epoch is durable).
     /// It names operator 0's partition 0 as its address: any shard may
@@ -90,7 +113,7 @@ impl Handover {
 
     /// Checks the handover against the shard and node counts.
     pub fn check(self, n_shards: u16, n_nodes: u16) -> Result<Handover, String> {
-        if self.shard >= n_shards {
+        if self.shard >= n_shards && !self.is_leave() {
             return Err(format!("no shard {} (there are {n_shards})", self.shard));
         }
         if self.node >= n_nodes {
@@ -100,7 +123,8 @@ impl Handover {
     }
 }
 
-/// A shard handed over at an epoch's end.
+/// A shard handed over at an epoch's end (`shard` [`LEAVE`]: node `from`,
+/// `to` the same, left the cluster).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Switched {
     /// The layout's version after it.
@@ -114,8 +138,15 @@ pub struct Switched {
 }
 
 /// A layout as a snapshot keeps it: version, node count, each shard's
-/// node, the handovers queued `(tid, shard, node)`.
-pub(crate) type LayoutMeta = (u64, u16, Vec<u16>, Vec<(Tid, u16, u16)>);
+/// node, the handovers queued `(tid, shard, node)`, the nodes that left.
+pub(crate) type LayoutMeta = (u64, u16, Vec<u16>, Vec<(Tid, u16, u16)>, Vec<u16>);
+/// The same before nodes could leave.
+pub(crate) type LayoutMetaNoLeft = (u64, u16, Vec<u16>, Vec<(Tid, u16, u16)>);
+
+/// A layout kept before nodes could leave: none had.
+pub(crate) fn meta_of_no_left((version, nodes, node_of, queued): LayoutMetaNoLeft) -> LayoutMeta {
+    (version, nodes, node_of, queued, Vec::new())
+}
 
 /// Each shard's node, the node count and how many handovers changed it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,6 +156,8 @@ pub struct Layout {
     node_of: Vec<u16>,
     /// Handovers decided while they had to wait, in decided order.
     queued: Vec<(Tid, Handover)>,
+    /// The nodes that left the cluster, ascending.
+    left: Vec<u16>,
 }
 
 impl Layout {
@@ -156,6 +189,7 @@ impl Layout {
             nodes: shards.len() as u16,
             node_of,
             queued: Vec::new(),
+            left: Vec::new(),
         }
     }
 
@@ -176,6 +210,7 @@ impl Layout {
             nodes,
             node_of,
             queued: Vec::new(),
+            left: Vec::new(),
         })
     }
 
@@ -185,9 +220,34 @@ impl Layout {
         self
     }
 
-    /// How many handovers changed it.
+    /// This placement with `left` the nodes that left (as a peer or a
+    /// file described them); refused if one runs a shard or is no node.
+    pub fn with_left(mut self, mut left: Vec<u16>) -> Result<Layout, String> {
+        left.sort_unstable();
+        left.dedup();
+        if let Some(n) = left.iter().find(|n| **n >= self.nodes) {
+            return Err(format!("node {n} left, of {}", self.nodes));
+        }
+        if let Some(n) = left.iter().find(|n| self.node_of.contains(n)) {
+            return Err(format!("node {n} left and runs shard {:?}", self.shards_of(*n).next()));
+        }
+        self.left = left;
+        Ok(self)
+    }
+
+    /// How many handovers (and leaves) changed it.
     pub fn version(&self) -> u64 {
         self.version
+    }
+
+    /// The nodes that left the cluster, ascending.
+    pub fn left(&self) -> &[u16] {
+        &self.left
+    }
+
+    /// Whether `node` left the cluster.
+    pub fn has_left(&self, node: u16) -> bool {
+        self.left.binary_search(&node).is_ok()
     }
 
     /// How many nodes there are (some may run no shard).
@@ -236,7 +296,9 @@ impl Layout {
     /// switches, each with the version it made. Handovers must have
     /// passed [`Handover::check`]. Unless `spares`, a handover that would
     /// leave its node without shards is skipped (a no-op, like one to the
-    /// node that runs it: a runtime that runs no spare node).
+    /// node that runs it: a runtime that runs no spare node), and so is
+    /// every leave. A leave of a node that runs a shard or left already,
+    /// and a handover to a node that left, are skipped too.
     pub fn decide(
         &mut self,
         epoch: Epoch,
@@ -252,6 +314,24 @@ impl Layout {
         }
         for (_, h) in std::mem::take(&mut self.queued) {
             assert!(h.node < self.nodes, "handover to node {} of {}", h.node, self.nodes);
+            if self.has_left(h.node) {
+                continue;
+            }
+            if h.is_leave() {
+                if spares && !self.node_of.contains(&h.node) {
+                    self.left.push(h.node);
+                    self.left.sort_unstable();
+                    self.version += 1;
+                    out.push(Switched {
+                        version: self.version,
+                        epoch,
+                        shard: LEAVE,
+                        from: h.node,
+                        to: h.node,
+                    });
+                }
+                continue;
+            }
             let from = self.node_of[usize::from(h.shard)];
             if from == h.node {
                 continue;
@@ -281,19 +361,34 @@ impl Layout {
             "layout switch {s:?} after version {}",
             self.version
         );
-        assert_eq!(self.node_of(s.shard), s.from, "layout switch {s:?}");
-        self.node_of[usize::from(s.shard)] = s.to;
+        if s.shard == LEAVE {
+            assert!(
+                !self.node_of.contains(&s.from) && !self.has_left(s.from),
+                "layout switch {s:?}"
+            );
+            self.left.push(s.from);
+            self.left.sort_unstable();
+        } else {
+            assert_eq!(self.node_of(s.shard), s.from, "layout switch {s:?}");
+            self.node_of[usize::from(s.shard)] = s.to;
+        }
         self.version = s.version;
     }
 
     pub(crate) fn to_meta(&self) -> LayoutMeta {
         let queued = self.queued.iter().map(|(t, h)| (*t, h.shard, h.node)).collect();
-        (self.version, self.nodes, self.node_of.clone(), queued)
+        (
+            self.version,
+            self.nodes,
+            self.node_of.clone(),
+            queued,
+            self.left.clone(),
+        )
     }
 
     /// The layout a snapshot kept; an error names what does not fit `n_shards`.
     pub(crate) fn from_meta(n_shards: u16, meta: &LayoutMeta) -> Result<Layout, String> {
-        let (version, nodes, node_of, queued) = meta;
+        let (version, nodes, node_of, queued, left) = meta;
         if node_of.len() != usize::from(n_shards) {
             return Err(format!("a layout of {} shards for {n_shards}", node_of.len()));
         }
@@ -307,12 +402,14 @@ impl Layout {
             .iter()
             .map(|&(t, shard, node)| Handover { shard, node }.check(n_shards, *nodes).map(|h| (t, h)))
             .collect::<Result<_, _>>()?;
-        Ok(Layout {
+        Layout {
             version: *version,
             nodes: *nodes,
             node_of: node_of.clone(),
             queued,
-        })
+            left: Vec::new(),
+        }
+        .with_left(left.clone())
     }
 }
 
@@ -378,15 +475,59 @@ mod tests {
         assert_eq!(Layout::from_meta(4, &meta).unwrap(), l);
         assert!(Layout::from_meta(5, &meta).unwrap_err().contains("4 shards"));
         assert!(
-            Layout::from_meta(4, &(1, 2, vec![0, 0, 2, 1], vec![]))
+            Layout::from_meta(4, &(1, 2, vec![0, 0, 2, 1], vec![], vec![]))
                 .unwrap_err()
                 .contains("node 2 of 2")
         );
         assert!(
-            Layout::from_meta(4, &(1, 2, vec![0; 4], vec![(3, 0, 2)]))
+            Layout::from_meta(4, &(1, 2, vec![0; 4], vec![(3, 0, 2)], vec![]))
                 .unwrap_err()
                 .contains("no node 2")
         );
+    }
+
+    #[test]
+    fn a_node_that_runs_no_shard_leaves_and_is_handed_none_after() {
+        let mut l = Layout::contiguous(&[2, 1, 0]);
+        let mut follower = l.clone();
+        // Node 1 runs a shard: its leave is skipped; node 2's is made, and
+        // a handover to it after (a higher tid) is skipped, as is a second
+        // leave of it; node 1 hands its shard away and then leaves.
+        let mut hs = vec![
+            (1, Handover::leave(1)),
+            (2, Handover::leave(2)),
+            (3, h(0, 2)),
+            (4, Handover::leave(2)),
+            (5, h(2, 0)),
+            (6, Handover::leave(1)),
+        ];
+        let switched = l.decide(8, &mut hs, false, true);
+        assert_eq!(
+            switched
+                .iter()
+                .map(|s| (s.version, s.shard, s.from, s.to))
+                .collect::<Vec<_>>(),
+            vec![(1, LEAVE, 2, 2), (2, 2, 1, 0), (3, LEAVE, 1, 1)]
+        );
+        assert_eq!(l.left(), &[1, 2]);
+        assert!(l.has_left(2) && !l.has_left(0));
+        assert_eq!(l.shards_of(0).collect::<Vec<_>>(), vec![0, 1, 2]);
+        for s in &switched {
+            follower.follow(s);
+        }
+        assert_eq!(follower, l);
+        assert_eq!(Layout::from_meta(3, &l.to_meta()).unwrap(), l);
+        assert!(
+            Layout::from_meta(3, &(1, 2, vec![0, 1, 1], vec![], vec![1]))
+                .unwrap_err()
+                .contains("node 1 left and runs shard")
+        );
+        // A runtime without spares makes no leave.
+        let mut l = Layout::contiguous(&[1, 0]);
+        assert!(l.decide(3, &mut [(1, Handover::leave(1))], false, false).is_empty());
+        assert!(l.left().is_empty());
+        assert!(Handover::leave(1).check(1, 2).is_ok());
+        assert!(Handover::leave(2).check(1, 2).unwrap_err().contains("no node 2"));
     }
 
     #[test]

@@ -581,6 +581,72 @@ fn a_lone_shard_handed_to_a_spare_keeps_its_log() {
     assert_eq!(fresh.layout(), sim.layout());
 }
 
+/// A node that runs no shard leaves: every shard decides it at its
+/// epoch's end (a version of the layout), a handover to it or a second
+/// leave is refused at submit, a leave of a node that runs shards too; a
+/// node drained of its shards leaves after; transfers run on, and a replay
+/// of the logs reaches the same state and layout, the leaves included.
+#[test]
+fn a_node_without_shards_leaves_and_replay_agrees() {
+    let app = bank(PARTITIONS);
+    let mut sim = Sim::new(app.clone(), test_config(8), 4, 5);
+    sim.set_layout(Layout::contiguous(&NODES));
+    let initial = accounts(ACCOUNTS, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let leave = |node| styx_engine::Handover::leave(node).request();
+    sim.submit(0, 1, leave(2)).unwrap();
+    sim.submit(1, 2, transfer(&app, 1, 2, 5)).unwrap();
+    sim.run();
+    assert_eq!(sim.take_replies().len(), 2);
+    assert_eq!(sim.layout().left(), &[2]);
+    assert_eq!(sim.layout().version(), 1);
+    let refused = sim.submit(0, 3, hand(0, 2)).unwrap_err();
+    assert!(refused.message().contains("node 2 left the cluster"), "{refused:?}");
+    let refused = sim.submit(0, 4, leave(2)).unwrap_err();
+    assert!(refused.message().contains("node 2 left the cluster"), "{refused:?}");
+    let refused = sim.submit(0, 5, leave(1)).unwrap_err();
+    assert!(refused.message().contains("node 1 runs shards [2, 3]"), "{refused:?}");
+    // Node 1 drained, then it leaves.
+    sim.submit(0, 6, hand(2, 0)).unwrap();
+    sim.submit(1, 7, hand(3, 0)).unwrap();
+    sim.run();
+    sim.submit(3, 8, leave(1)).unwrap();
+    sim.submit(2, 9, transfer(&app, 3, 4, 7)).unwrap();
+    sim.run();
+    assert_eq!(sim.take_replies().len(), 4);
+    assert_eq!(sim.layout().left(), &[1, 2]);
+    assert_eq!(sim.layout().shards_of(0).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+    assert_eq!(
+        sim.handovers()
+            .iter()
+            .map(|s| (s.shard, s.from, s.to))
+            .collect::<Vec<_>>(),
+        vec![
+            (styx_engine::layout::LEAVE, 2, 2),
+            (2, 1, 0),
+            (3, 1, 0),
+            (styx_engine::layout::LEAVE, 1, 1)
+        ]
+    );
+    assert_conserved(
+        &sim.state(),
+        ACCOUNTS,
+        ACCOUNTS as i64 * START_BALANCE,
+        "after the leaves",
+    );
+    let mut fresh = Sim::new(app.clone(), test_config(8), 4, 6);
+    fresh.set_layout(Layout::contiguous(&NODES));
+    for (op, k, v) in &initial {
+        fresh.load(*op, k, Some(v.clone()));
+    }
+    fresh.replay(sim.logs());
+    fresh.run();
+    assert_eq!(fresh.state(), sim.state());
+    assert_eq!(fresh.layout(), sim.layout());
+}
+
 /// A shard handed over early in a long replay (hundreds of batches, most
 /// nearly empty, still queued) crosses as bytes.
 #[test]

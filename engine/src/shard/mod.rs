@@ -517,10 +517,8 @@ impl Shard {
         self.check_counts(&request)?;
         // A move's pace is logged with it: one naming none gets this shard's.
         request = Move::with_default_share(request, self.config.move_share());
-        if let Some(Ok(h)) = Handover::of(&request)
-            && !self.config.spare_nodes
-        {
-            self.check_leaves_no_node_empty(h)?;
+        if let Some(Ok(h)) = Handover::of(&request) {
+            self.check_handover_now(h)?;
         }
         assert!(self.seq.replay.is_none(), "submit while replaying");
         if let Some(c) = request.client {
@@ -542,9 +540,38 @@ impl Shard {
     /// shards): refuses a handover that would
     /// leave a node with none, by the layout after those already queued.
     /// (Two handovers sequenced in one epoch can still do it together.)
+    /// A handover or leave against the layout as this shard holds it now:
+    /// one the decision would skip is refused with a reason rather than
+    /// answered as if made (the decision, at the epoch's end, still skips
+    /// what the layout then refuses).
+    fn check_handover_now(&self, h: Handover) -> Result<(), Abort> {
+        if self.layout.has_left(h.node) {
+            return Err(Abort::unknown(format!("node {} left the cluster", h.node)));
+        }
+        if !h.is_leave() {
+            return match self.config.spare_nodes {
+                true => Ok(()),
+                false => self.check_leaves_no_node_empty(h),
+            };
+        }
+        if !self.config.spare_nodes {
+            return Err(Abort::unknown(
+                "a node leaves only a cluster that runs spare nodes (this runtime does not)",
+            ));
+        }
+        let runs: Vec<ShardId> = self.layout.shards_of(h.node).collect();
+        if !runs.is_empty() {
+            return Err(Abort::unknown(format!(
+                "node {} runs shards {runs:?}: hand them away first (styx node drain {})",
+                h.node, h.node
+            )));
+        }
+        Ok(())
+    }
+
     fn check_leaves_no_node_empty(&self, h: Handover) -> Result<(), Abort> {
         let mut node_of: Vec<u16> = (0..self.exec.n_shards).map(|s| self.layout.node_of(s)).collect();
-        for (_, q) in self.layout.queued() {
+        for (_, q) in self.layout.queued().iter().filter(|(_, q)| !q.is_leave()) {
             node_of[usize::from(q.shard)] = q.node;
         }
         let from = node_of[usize::from(h.shard)];

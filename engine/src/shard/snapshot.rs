@@ -24,7 +24,7 @@ use crate::codec::Payload;
 use crate::config::SnapshotChunk;
 use crate::ids::{Epoch, OpId, ShardId};
 use crate::key::{Key, partition_of};
-use crate::layout::{Layout, LayoutMeta};
+use crate::layout::{Layout, LayoutMeta, LayoutMetaNoLeft, meta_of_no_left};
 use crate::partition_map::{MapMeta, MapMetaNoShare, PartitionMap, meta_of_no_share};
 use crate::value::Value;
 
@@ -45,8 +45,11 @@ type SnapshotEntry = (crate::OpId, Key, Option<Value>);
 /// Version of the machine state in a snapshot's `meta`: 3 added the
 /// partition map, 4 its queued moves, 5 the layout (shard → node), 6 the
 /// logged time the snapshot was agreed at (the next vote counts from it),
-/// 7 each queued move's pace, 8 the logged snapshot interval.
-const META_VERSION: u8 = 8;
+/// 7 each queued move's pace, 8 the logged snapshot interval, 9 the nodes
+/// that left.
+const META_VERSION: u8 = 9;
+/// The version before nodes could leave: none had.
+const META_VERSION_NO_LEFT: u8 = 8;
 /// The version before the logged interval: the restoring shard's
 /// configured one until its log sets one.
 const META_VERSION_NO_INTERVAL: u8 = 7;
@@ -360,13 +363,45 @@ impl Shard {
                 .map(|(v, epoch, lc, clients, map, layout, voted_us, interval_us)| {
                     (v, epoch, lc, clients, map, Some(layout), voted_us, interval_us)
                 }),
+            META_VERSION_NO_LEFT => payload
+                .decode::<(
+                    u8,
+                    Epoch,
+                    u64,
+                    Vec<ClientMeta>,
+                    MapMeta,
+                    LayoutMetaNoLeft,
+                    u64,
+                    Option<u64>,
+                )>()
+                .map(|(v, epoch, lc, clients, map, layout, voted_us, interval_us)| {
+                    (
+                        v,
+                        epoch,
+                        lc,
+                        clients,
+                        map,
+                        Some(meta_of_no_left(layout)),
+                        voted_us,
+                        interval_us,
+                    )
+                }),
             META_VERSION_NO_INTERVAL => payload
-                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMeta, LayoutMeta, u64)>()
+                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMeta, LayoutMetaNoLeft, u64)>()
                 .map(|(v, epoch, lc, clients, map, layout, voted_us)| {
-                    (v, epoch, lc, clients, map, Some(layout), voted_us, None)
+                    (
+                        v,
+                        epoch,
+                        lc,
+                        clients,
+                        map,
+                        Some(meta_of_no_left(layout)),
+                        voted_us,
+                        None,
+                    )
                 }),
             META_VERSION_NO_SHARE => payload
-                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare, LayoutMeta, u64)>()
+                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare, LayoutMetaNoLeft, u64)>()
                 .map(|(v, epoch, lc, clients, map, layout, voted_us)| {
                     (
                         v,
@@ -374,15 +409,24 @@ impl Shard {
                         lc,
                         clients,
                         meta_of_no_share(map),
-                        Some(layout),
+                        Some(meta_of_no_left(layout)),
                         voted_us,
                         None,
                     )
                 }),
             META_VERSION_NO_VOTE_TIME => payload
-                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare, LayoutMeta)>()
+                .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare, LayoutMetaNoLeft)>()
                 .map(|(v, epoch, lc, clients, map, layout)| {
-                    (v, epoch, lc, clients, meta_of_no_share(map), Some(layout), 0, None)
+                    (
+                        v,
+                        epoch,
+                        lc,
+                        clients,
+                        meta_of_no_share(map),
+                        Some(meta_of_no_left(layout)),
+                        0,
+                        None,
+                    )
                 }),
             META_VERSION_NO_LAYOUT => payload
                 .decode::<MetaNoLayout>()
@@ -545,14 +589,16 @@ mod tests {
             Shard::decode_meta(&v4).unwrap(),
             (4, 9, 40, clients.clone(), map_read.clone(), None, 0, None)
         );
-        let layout: LayoutMeta = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)]);
+        let old_layout: LayoutMetaNoLeft = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)]);
+        // A layout of a snapshot before nodes could leave: none had.
+        let layout: LayoutMeta = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)], vec![]);
         let v5 = bytes(Payload::encode(&(
             META_VERSION_NO_VOTE_TIME,
             9u64,
             40u64,
             clients.clone(),
             old_map.clone(),
-            layout.clone(),
+            old_layout.clone(),
         )));
         assert_eq!(
             Shard::decode_meta(&v5).unwrap(),
@@ -573,7 +619,7 @@ mod tests {
             40u64,
             clients.clone(),
             old_map,
-            layout.clone(),
+            old_layout.clone(),
             1_234u64,
         )));
         assert_eq!(
@@ -587,7 +633,7 @@ mod tests {
             40u64,
             clients.clone(),
             map.clone(),
-            layout.clone(),
+            old_layout.clone(),
             1_234u64,
         )));
         assert_eq!(
@@ -604,20 +650,44 @@ mod tests {
             )
         );
         let v8 = bytes(Payload::encode(&(
-            META_VERSION,
+            META_VERSION_NO_LEFT,
             9u64,
             40u64,
             clients.clone(),
             map.clone(),
-            layout.clone(),
+            old_layout,
             1_234u64,
             Some(250_000u64),
         )));
         assert_eq!(
             Shard::decode_meta(&v8).unwrap(),
-            (META_VERSION, 9, 40, clients, map, Some(layout), 1_234, Some(250_000))
+            (
+                8,
+                9,
+                40,
+                clients.clone(),
+                map.clone(),
+                Some(layout),
+                1_234,
+                Some(250_000)
+            )
         );
-        assert!(matches!(Shard::decode_meta(&[9]), Err(crate::DecodeError::Tag(9))));
+        let left: LayoutMeta = (4, 3, vec![1, 1, 0], vec![], vec![2]);
+        let v9 = bytes(Payload::encode(&(
+            META_VERSION,
+            9u64,
+            40u64,
+            clients.clone(),
+            map.clone(),
+            left.clone(),
+            1_234u64,
+            Some(250_000u64),
+        )));
+        assert_eq!(
+            Shard::decode_meta(&v9).unwrap(),
+            (META_VERSION, 9, 40, clients, map, Some(left), 1_234, Some(250_000))
+        );
+        assert!(matches!(Shard::decode_meta(&[10]), Err(crate::DecodeError::Tag(10))));
         assert!(Shard::decode_meta(&[]).is_err());
         assert!(Shard::decode_meta(&v3[..v3.len() - 1]).is_err(), "a torn meta");
     }
