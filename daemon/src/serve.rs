@@ -226,6 +226,13 @@ fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -
                 return Err(e.to_string());
             }
         };
+        if rounds.left {
+            tracing::warn!(
+                node = daemon.node,
+                "this node left the cluster (styx node remove): it serves nothing more and stops; its data directory records the leave (empty it to join again)"
+            );
+            break;
+        }
         if daemon.shutdown.load(Ordering::Relaxed) {
             break;
         }

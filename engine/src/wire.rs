@@ -328,7 +328,10 @@ struct Decoder {
 
 impl Decoder {
     fn shard(&self, input: &mut &[u8]) -> Result<ShardId, WireError> {
-        let s = u16::decode(input)?;
+        self.check_shard(u16::decode(input)?)
+    }
+
+    fn check_shard(&self, s: ShardId) -> Result<ShardId, WireError> {
         if s >= self.n_shards {
             return Err(WireError::Invalid(format!(
                 "shard {s} in a cluster of {} shards",
@@ -482,7 +485,11 @@ impl Decoder {
         let mut out = Vec::with_capacity(count);
         for _ in 0..count {
             let tid = Tid::decode(input)?;
-            let shard = self.shard(input)?;
+            // A leave names no shard (`LEAVE`); any other, one of ours.
+            let shard = match ShardId::decode(input)? {
+                crate::layout::LEAVE => crate::layout::LEAVE,
+                s => self.check_shard(s)?,
+            };
             let node = u16::decode(input)?;
             out.push((tid, Handover { shard, node }));
         }
@@ -626,7 +633,7 @@ mod tests {
                     ),
                 ],
                 switches: vec![(OpId(1), 4), (OpId(0), 9)],
-                handovers: vec![(23, Handover { shard: 1, node: 3 })],
+                handovers: vec![(23, Handover { shard: 1, node: 3 }), (24, Handover::leave(2))],
             },
             Message::Flags {
                 epoch: 5,

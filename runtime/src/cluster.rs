@@ -29,7 +29,7 @@
 //!   every node committed it. Until then nodes keep the older snapshot and
 //!   the logs after it: the cluster may still roll back to it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -59,10 +59,15 @@ const DIAL_RETRY_MIN: Duration = Duration::from_micros(200);
 const EARLY_CONNECTION_KEPT: Duration = Duration::from_secs(1);
 /// A connection that says nothing for this long during the join is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a node that left, started again, tries to greet the others
+/// (a node that restarted before it recorded the leave waits for its
+/// hello; running ones, in no join, never answer) before it stops.
+const FAREWELL_WAIT: Duration = Duration::from_secs(10);
 /// Version of the control protocol (3: a hello carries the layout; 4:
 /// `ENDED` carries the layout the shards stopped for, `FINISHED`; 5: a
-/// hello carries the preload and the layout of each kept snapshot).
-const CONTROL_VERSION: u16 = 5;
+/// hello carries the preload and the layout of each kept snapshot; 6: a
+/// hello and `ENDED` carry the nodes gone from the cluster).
+const CONTROL_VERSION: u16 = 6;
 const CONTROL_MAGIC: u64 = 0x5354_5958_4354_524c; // "STYXCTRL"
 
 const HELLO: u8 = 1;
@@ -325,6 +330,10 @@ pub struct Run {
     state: Arc<RunState>,
     /// Control connections by peer node, to announce commits and ends on.
     peers: Vec<(u16, Arc<Mutex<Writer>>)>,
+    /// This node left the cluster: it runs nothing more.
+    gone: bool,
+    /// The nodes gone from the cluster as the join learned them, to record.
+    left: Vec<u16>,
 }
 
 /// The writing side of a control connection. Every frame is written whole
@@ -371,6 +380,9 @@ struct RunState {
     next_layout: Mutex<Option<Layout>>,
     /// Nodes whose run ended without a failure (`FINISHED`).
     finished: Vec<AtomicBool>,
+    /// The nodes of this run (not those gone from the cluster): the
+    /// others' entries above stay as they start.
+    member: Vec<bool>,
     /// Signalled (under `next_layout`'s lock) when a node ends or
     /// finishes: a spare waits on it.
     changed: std::sync::Condvar,
@@ -398,9 +410,10 @@ impl RunState {
         self.changed.notify_all();
     }
 
-    fn new(nodes: usize, n_shards: usize) -> RunState {
+    fn new(nodes: usize, n_shards: usize, members: &BTreeSet<u16>) -> RunState {
         let zeros = |k: usize| (0..k).map(|_| AtomicU64::new(0)).collect();
         RunState {
+            member: (0..nodes).map(|i| members.contains(&(i as u16))).collect(),
             committed: zeros(nodes),
             ended: zeros(nodes),
             sent: zeros(n_shards * n_shards),
@@ -428,9 +441,32 @@ impl Run {
             plan,
             id: 0,
             failure: Arc::new(Failure::default()),
-            state: Arc::new(RunState::new(1, usize::from(spec_shards))),
+            state: Arc::new(RunState::new(1, usize::from(spec_shards), &BTreeSet::from([0]))),
             peers: Vec::new(),
+            gone: false,
+            left: Vec::new(),
         }
+    }
+
+    /// Whether this node left the cluster (a leave of it was made at the
+    /// handover before this run): it runs nothing more.
+    pub fn has_left(&self) -> bool {
+        self.gone
+    }
+
+    /// The nodes gone from the cluster, as this run's join learned them
+    /// (each node's record, and the layout's): what a node records.
+    pub fn left_nodes(&self) -> &[u16] {
+        &self.left
+    }
+
+    /// Per member of this run, the value of its entry in `per_node`.
+    fn of_members<'a, T>(&'a self, per_node: &'a [T]) -> impl Iterator<Item = &'a T> + 'a {
+        per_node
+            .iter()
+            .zip(&self.state.member)
+            .filter(|(_, m)| **m)
+            .map(|(v, _)| v)
     }
 
     /// Where the shards run in this run.
@@ -495,9 +531,7 @@ impl Run {
     /// The newest snapshot every node committed: older ones and the logs
     /// before it are no longer needed by anyone.
     pub fn complete_epoch(&self) -> Epoch {
-        self.state
-            .committed
-            .iter()
+        self.of_members(&self.state.committed)
             .map(|c| c.load(Ordering::SeqCst))
             .min()
             .unwrap_or(0)
@@ -533,7 +567,7 @@ impl Run {
             .collect();
         self.state
             .stopped_for(usize::from(self.node), epoch, next.placed(), &self.failure);
-        let next = (next.version(), next.nodes(), placement(next));
+        let next = (next.version(), next.nodes(), placement(next), next.left().to_vec());
         self.tell_all(&control_frame(ENDED, &(epoch, rows, next)));
     }
 
@@ -565,9 +599,7 @@ impl Run {
         loop {
             if let Some(next) = known.clone() {
                 let epoch = self
-                    .state
-                    .ended
-                    .iter()
+                    .of_members(&self.state.ended)
                     .map(|e| e.load(Ordering::SeqCst))
                     .find(|e| *e != 0)
                     .expect("a layout comes with its epoch");
@@ -620,7 +652,10 @@ impl Run {
     /// that stopped at different epochs fail the run (they cannot: every
     /// shard decides the same layout at the same epoch).
     pub fn all_ended(&self, epoch: Epoch) -> bool {
-        let ended: Vec<Epoch> = self.state.ended.iter().map(|e| e.load(Ordering::SeqCst)).collect();
+        let ended: Vec<Epoch> = self
+            .of_members(&self.state.ended)
+            .map(|e| e.load(Ordering::SeqCst))
+            .collect();
         if ended.iter().all(|e| *e == epoch) {
             return true;
         }
@@ -711,7 +746,7 @@ impl Run {
     fn wait_all(&self, per_node: &[AtomicU64], epoch: Epoch, timeout: Duration, what: &str) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
-            let seen: Vec<Epoch> = per_node.iter().map(|h| h.load(Ordering::SeqCst)).collect();
+            let seen: Vec<Epoch> = self.of_members(per_node).map(|h| h.load(Ordering::SeqCst)).collect();
             if seen.iter().all(|h| *h == epoch) {
                 return Ok(());
             }
@@ -823,6 +858,8 @@ struct Hello {
     /// directory cannot place them). Every node checks the plan's against
     /// its own before any shard runs.
     placed: Vec<(Epoch, Option<Layout>)>,
+    /// The nodes it knows left the cluster (its directory's record).
+    left: Vec<u16>,
 }
 
 /// What a node's data directory holds, as it joins: its survey, and what
@@ -832,11 +869,19 @@ pub struct Joining {
     pub survey: Survey,
     /// The preload the directory was made from (`preload::marker`), if any.
     pub preload: Option<String>,
+    /// The nodes its directory records as gone from the cluster, this
+    /// one perhaps among them (`Layout::left`, recorded as each leave was
+    /// made): the join does not wait for them.
+    pub left: Vec<u16>,
 }
 
 impl From<Survey> for Joining {
     fn from(survey: Survey) -> Joining {
-        Joining { survey, preload: None }
+        Joining {
+            survey,
+            preload: None,
+            left: Vec::new(),
+        }
     }
 }
 
@@ -938,7 +983,10 @@ impl Control {
     ) -> Result<Option<Run>, String> {
         check_layout(&self.spec, layout)?;
         self.round += 1;
-        let Joining { survey, preload } = joining;
+        let Joining { survey, preload, left } = joining;
+        // The nodes gone from the cluster, as this node knows: its record,
+        // the layout's, and (at a first join) every hello's.
+        let mut learned: BTreeSet<u16> = left.iter().chain(layout.left()).copied().collect();
         let placed = placements(&survey.snapshots, &place);
         let me = Hello {
             layout: layout.placed(),
@@ -950,30 +998,78 @@ impl Control {
             survey,
             preload,
             placed,
+            left: learned.iter().copied().collect(),
         };
         let n = self.spec.nodes.len();
+        // After a handover the join waits for the nodes of the run before,
+        // a node that left at that handover among them (it greets once
+        // more: then it knows that every node recorded its leave before
+        // it goes); at a first join, for every node no directory records
+        // as gone — records grow only as leaves are made, so every
+        // node learns the same from the hellos it waits for.
+        let previous: Option<BTreeSet<u16>> = self
+            .after_handover
+            .then(|| self.met.keys().copied().filter(|p| *p != self.node).collect());
         // Connections accepted before this join are greeted like the
         // others if recent: a peer that went on to the next round first
         // (a handover) dialed before this node got here, and waits for
         // its hello. Older ones are from an earlier join.
         let mut peers: BTreeMap<u16, (TcpStream, Hello)> = BTreeMap::new();
+        // Every node whose hello this node has, counted or not: a node
+        // that left says hello to every other, and goes.
+        let mut greeted: BTreeSet<u16> = BTreeSet::new();
+        let began = Instant::now();
         let mut last_log = Instant::now();
         let mut wait = DIAL_RETRY_MIN;
-        while peers.len() < n - 1 {
+        loop {
+            let leaving = previous.is_none() && learned.contains(&self.node);
+            let waited: BTreeSet<u16> = match &previous {
+                Some(p) => p.clone(),
+                None => (0..n as u16)
+                    .filter(|i| *i != self.node && !learned.contains(i))
+                    .collect(),
+            };
+            if leaving && waited.is_subset(&greeted) {
+                tracing::info!(
+                    node = self.node,
+                    "this node left the cluster: every other node greeted it"
+                );
+                return Ok(Some(self.farewell(layout, learned)));
+            }
+            if leaving && began.elapsed() > FAREWELL_WAIT {
+                let missing: Vec<u16> = waited.difference(&greeted).copied().collect();
+                tracing::warn!(
+                    node = self.node,
+                    ?missing,
+                    "this node left the cluster; nodes it could not tell within {FAREWELL_WAIT:?} learn it from the others' records (or wait for it at their next start)"
+                );
+                return Ok(Some(self.farewell(layout, learned)));
+            }
+            if !leaving && waited.iter().all(|p| peers.contains_key(p)) {
+                break;
+            }
             if stop.load(Ordering::Relaxed) {
                 return Ok(None);
             }
-            let before = peers.len();
-            // Dial the nodes above us; those below dial us.
-            for peer in self.spec.nodes.iter().filter(|p| p.id > self.node) {
-                if peers.contains_key(&peer.id) {
-                    continue;
-                }
+            let before = greeted.len();
+            let mut met: Vec<(TcpStream, Hello, bool)> = Vec::new();
+            // Dial the nodes above us; those below dial us (a dial waits
+            // for the answer, so dials must not go round in a circle) —
+            // the nodes we wait for, and at a first join those gone too,
+            // once, to say hello: a node that left and was started again
+            // goes once every node greeted it.
+            for peer in self.spec.nodes.iter().filter(|p| {
+                p.id > self.node
+                    && !peers.contains_key(&p.id)
+                    && match (leaving, waited.contains(&p.id)) {
+                        (false, true) => true,
+                        (true, true) => !greeted.contains(&p.id),
+                        (_, false) => previous.is_none() && learned.contains(&p.id) && !greeted.contains(&p.id),
+                    }
+            }) {
                 if let Ok(s) = TcpStream::connect_timeout(&peer.peer, DIAL_RETRY) {
                     match self.greet(s, &me, Some(peer.id)) {
-                        Ok((s, h)) => {
-                            peers.insert(h.node, (s, h));
-                        }
+                        Ok((s, h)) => met.push((s, h, true)),
                         Err(Refused::Peer(e)) => tracing::warn!("joining node {}: {e}", peer.id),
                         Err(Refused::Restarted(p)) => return Err(restarted(p)),
                     }
@@ -982,26 +1078,53 @@ impl Control {
             match self.accepted.recv_timeout(wait) {
                 Ok((at, _)) if at.elapsed() > EARLY_CONNECTION_KEPT => {}
                 Ok((_, s)) => match self.greet(s, &me, None) {
-                    Ok((s, h)) if h.node < self.node => {
-                        peers.insert(h.node, (s, h));
-                    }
-                    Ok((_, h)) => tracing::warn!("node {} dialed node {}: the lower id dials", h.node, self.node),
+                    Ok((s, h)) => met.push((s, h, false)),
                     Err(Refused::Peer(e)) => tracing::warn!("a peer's hello: {e}"),
                     Err(Refused::Restarted(p)) => return Err(restarted(p)),
                 },
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Err("the control listener stopped".into()),
             }
-            wait = if peers.len() > before {
+            for (s, h, dialed) in met {
+                greeted.insert(h.node);
+                if previous.is_none() {
+                    learned.extend(h.left.iter().copied());
+                }
+                let expected = match &previous {
+                    Some(p) => p.contains(&h.node),
+                    None => !learned.contains(&h.node),
+                };
+                if !expected {
+                    // A node gone from the cluster saying goodbye (it has
+                    // our hello, with our record): nothing more to say.
+                    continue;
+                }
+                if !dialed && h.node > self.node {
+                    tracing::warn!("node {} dialed node {}: the lower id dials", h.node, self.node);
+                    continue;
+                }
+                peers.insert(h.node, (s, h));
+            }
+            peers.retain(|p, _| !learned.contains(p) || previous.is_some());
+            wait = if greeted.len() > before {
                 DIAL_RETRY_MIN
             } else {
                 (wait * 2).min(DIAL_RETRY)
             };
             if last_log.elapsed() > Duration::from_secs(2) {
-                let missing: Vec<u16> = (0..n as u16)
-                    .filter(|i| *i != self.node && !peers.contains_key(i))
+                let missing: Vec<u16> = waited
+                    .iter()
+                    .copied()
+                    .filter(|i| !(peers.contains_key(i) || leaving && greeted.contains(i)))
                     .collect();
-                tracing::info!(?missing, "waiting for the cluster's other nodes");
+                if leaving {
+                    tracing::info!(
+                        ?missing,
+                        "this node left the cluster; waiting to say so to the other nodes (once they run, they know: it may be stopped)"
+                    );
+                } else {
+                    tracing::info!(?missing, "waiting for the cluster's other nodes");
+                }
                 last_log = Instant::now();
             }
         }
@@ -1024,9 +1147,16 @@ impl Control {
             styx_engine::mix64(h ^ styx_engine::mix64(u64::from(*node) ^ inc.rotate_left(16) ^ round.rotate_left(40)))
         });
         let failure = Arc::new(Failure::default());
-        let state = Arc::new(RunState::new(n, usize::from(self.spec.n_shards())));
+        // The nodes of this run: those that joined, but a node leaving at
+        // the handover before (it joined to see every node's record).
+        let members: BTreeSet<u16> = parts
+            .iter()
+            .map(|(node, _, _)| *node)
+            .filter(|p| !placed.has_left(*p))
+            .collect();
+        let state = Arc::new(RunState::new(n, usize::from(self.spec.n_shards()), &members));
         let mut writers = Vec::with_capacity(peers.len());
-        for (peer, (s, _)) in peers {
+        for (peer, (s, _)) in peers.into_iter().filter(|(p, _)| members.contains(p)) {
             let stream = s.try_clone().map_err(|e| format!("control connection: {e}"))?;
             // A peer that stops reading (stopped, cut off) fails the run
             // rather than block a writer holding the connection's lock.
@@ -1046,10 +1176,17 @@ impl Control {
             );
             writers.push((peer, writer));
         }
-        self.met = parts.iter().map(|(node, inc, _)| (*node, *inc)).collect();
+        self.met = parts
+            .iter()
+            .filter(|(node, _, _)| members.contains(node))
+            .map(|(node, inc, _)| (*node, *inc))
+            .collect();
+        learned.extend(placed.left().iter().copied());
         let layout = placed;
         Ok(Some(Run {
             local: layout.shards_of(self.node).collect(),
+            gone: layout.has_left(self.node),
+            left: learned.into_iter().collect(),
             layout,
             spec: self.spec.clone(),
             node: self.node,
@@ -1059,6 +1196,31 @@ impl Control {
             state,
             peers: writers,
         }))
+    }
+
+    /// The run of a node that left the cluster: nothing to run, no peer.
+    fn farewell(&mut self, layout: &Layout, left: BTreeSet<u16>) -> Run {
+        self.met.clear();
+        Run {
+            local: Vec::new(),
+            gone: true,
+            left: left.into_iter().collect(),
+            layout: layout.placed(),
+            spec: self.spec.clone(),
+            node: self.node,
+            plan: Plan {
+                snapshot: None,
+                replay_to: 0,
+            },
+            id: 0,
+            failure: Arc::new(Failure::default()),
+            state: Arc::new(RunState::new(
+                self.spec.nodes.len(),
+                usize::from(self.spec.n_shards()),
+                &BTreeSet::from([self.node]),
+            )),
+            peers: Vec::new(),
+        }
     }
 
     /// Exchanges hellos on a fresh connection (`dialed`: the node we
@@ -1163,27 +1325,30 @@ fn watch(
                         Err(e) => f.fail(format!("node {peer} sent a bad commit notice: {e}")),
                     },
                     Ok((ENDED, body)) => {
-                        match Payload::from_bytes(&body)
-                            .decode::<(Epoch, Vec<(ShardId, Vec<u64>)>, (u64, u16, Vec<u16>))>()
-                        {
+                        match Payload::from_bytes(&body).decode::<(
+                            Epoch,
+                            Vec<(ShardId, Vec<u64>)>,
+                            (u64, u16, Vec<u16>, Vec<u16>),
+                        )>() {
                             // A row for each of the sender's shards, in order (a
                             // spare sends none), and a layout of this cluster
                             // past this run's.
-                            Ok((e, rows, (version, nodes, node_of)))
+                            Ok((e, rows, (version, nodes, node_of, left)))
                                 if e > 0
                                     && rows.iter().map(|(s, _)| *s).eq(layout.shards_of(peer))
                                     && rows.iter().all(|(_, row)| row.len() == n)
                                     && nodes == layout.nodes()
                                     && node_of.len() == n
                                     && version > layout.version()
-                                    && let Ok(next) = Layout::placed_on(nodes, node_of.clone()) =>
+                                    && let Ok(next) = Layout::placed_on(nodes, node_of.clone())
+                                        .and_then(|l| l.with_version(version).with_left(left.clone())) =>
                             {
                                 for (shard, row) in rows {
                                     for (to, count) in row.into_iter().enumerate() {
                                         state.sent[usize::from(shard) * n + to].store(count, Ordering::SeqCst);
                                     }
                                 }
-                                state.stopped_for(p, e, next.with_version(version), &f);
+                                state.stopped_for(p, e, next, &f);
                             }
                             _ => f.fail(format!("node {peer} sent a bad end notice")),
                         }
@@ -1317,7 +1482,12 @@ fn placements(snapshots: &[Epoch], place: &impl Fn(&Plan) -> Result<Layout, Stri
             snapshot: at,
             replay_to: at.unwrap_or(0),
         };
-        let layout = place(&plan).ok().map(|l| l.placed());
+        // Where shards run and the version: what a hello carries of it.
+        let layout = place(&plan).ok().map(|l| {
+            Layout::placed_on(l.nodes(), placement(&l))
+                .expect("a layout's own placement")
+                .with_version(l.version())
+        });
         if changes.last().is_none_or(|(_, last)| *last != layout) {
             changes.push((at.unwrap_or(0), layout));
         }
@@ -1415,7 +1585,7 @@ fn encode_hello(h: &Hello) -> Vec<u8> {
         (h.node, h.incarnation, h.round),
         (h.survey.snapshots.clone(), h.survey.log_epoch, h.survey.complete),
         (h.layout.version(), h.layout.nodes(), placement(&h.layout)),
-        (h.preload.clone(), placed),
+        (h.preload.clone(), placed, h.left.clone(), h.layout.left().to_vec()),
     );
     Payload::encode(&fields).as_bytes().to_vec()
 }
@@ -1426,7 +1596,7 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
         (u16, u64, u64),
         (Vec<Epoch>, Epoch, Epoch),
         (u64, u16, Vec<u16>),
-        (Option<String>, Vec<(Epoch, Option<WireLayout>)>),
+        (Option<String>, Vec<(Epoch, Option<WireLayout>)>, Vec<u16>, Vec<u16>),
     );
     // The version first: a node of another version is named as such, not
     // as a malformed hello.
@@ -1445,14 +1615,17 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
         (node, incarnation, round),
         (snapshots, log_epoch, complete),
         (layout_version, nodes, node_of),
-        (preload, placed),
+        (preload, placed, left, layout_left),
     ) = Fields::decode(&mut &bytes[..]).map_err(|e| format!("a malformed hello: {e}"))?;
     if snapshots.len() > HELLO_SNAPSHOTS_MAX || snapshots.windows(2).any(|w| w[0] >= w[1]) {
         return Err("a hello whose snapshot list is not ascending".into());
     }
     let layout = Layout::placed_on(nodes, node_of)
-        .map_err(|e| format!("a hello with a bad layout: {e}"))?
-        .with_version(layout_version);
+        .and_then(|l| l.with_version(layout_version).with_left(layout_left))
+        .map_err(|e| format!("a hello with a bad layout: {e}"))?;
+    if left.len() > usize::from(nodes) || left.windows(2).any(|w| w[0] >= w[1]) || left.iter().any(|n| *n >= nodes) {
+        return Err("a hello whose nodes gone are not ascending nodes of its layout".into());
+    }
     if placed.len() > snapshots.len() + 1 || placed.windows(2).any(|w| w[0].0 >= w[1].0) {
         return Err("a hello whose snapshots' layouts are not ascending".into());
     }
@@ -1480,6 +1653,7 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
         layout,
         preload,
         placed,
+        left,
     })
 }
 
@@ -1620,6 +1794,7 @@ mod tests {
             survey: survey(&[1, 5], 9),
             layout: Layout::placed_on(2, vec![0, 1, 1, 0]).unwrap().with_version(7),
             preload: Some("ycsbt keys=10".into()),
+            left: Vec::new(),
             placed: vec![(0, Some(Layout::placed_on(2, vec![0, 0, 1, 1]).unwrap())), (5, None)],
         };
         assert_eq!(decode_hello(&encode_hello(&h)).unwrap(), h);
@@ -1634,14 +1809,33 @@ mod tests {
         bad.placed.reverse();
         assert!(decode_hello(&encode_hello(&bad)).unwrap_err().contains("ascending"));
         // A layout placing a shard on a node it does not have.
-        let mut raw = encode_hello(&Hello {
-            preload: None,
-            placed: vec![(0, Some(Layout::placed_on(2, vec![0, 1, 1, 0]).unwrap()))],
-            ..h.clone()
-        });
-        let last = raw.len() - 1;
-        raw[last] = 9;
-        assert!(decode_hello(&raw).unwrap_err().contains("layout"));
+        let raw = |node_of: Vec<u16>, layout_left: Vec<u16>| {
+            let fields = (
+                (CONTROL_MAGIC, CONTROL_VERSION, 1u64, 2u64),
+                (3u16, 4u64, 5u64),
+                (vec![1u64], 9u64, 0u64),
+                (7u64, 2u16, node_of),
+                (
+                    None::<String>,
+                    Vec::<(Epoch, Option<WireLayout>)>::new(),
+                    Vec::<u16>::new(),
+                    layout_left,
+                ),
+            );
+            Payload::encode(&fields).as_bytes().to_vec()
+        };
+        assert!(decode_hello(&raw(vec![0, 1, 1, 0], vec![])).is_ok());
+        assert!(
+            decode_hello(&raw(vec![0, 9, 1, 0], vec![]))
+                .unwrap_err()
+                .contains("layout")
+        );
+        // A layout where a node that left runs a shard.
+        assert!(
+            decode_hello(&raw(vec![0, 1, 1, 0], vec![1]))
+                .unwrap_err()
+                .contains("layout")
+        );
         // Another build's hello is named as such.
         let mut other = encode_hello(&h);
         other[8] ^= 0xff;
@@ -1658,6 +1852,7 @@ mod tests {
             survey: survey(snapshots, 0),
             layout: Layout::placed_on(2, vec![0, 1]).unwrap(),
             preload: preload.map(str::to_string),
+            left: Vec::new(),
             placed: placed
                 .iter()
                 .map(|(e, p)| (*e, Some(Layout::placed_on(2, p.to_vec()).unwrap().with_version(*e))))
@@ -1798,6 +1993,69 @@ mod tests {
         assert!(reasons.iter().any(|r| r.contains("node 2")), "{reasons:?}");
     }
 
+    /// Node 2 left: node 0's directory records it, node 1's does not (it
+    /// learns it from node 0's hello), and node 2's own record says so.
+    /// Nodes 0 and 1 join without waiting for it, each learning the
+    /// record to keep; node 2 says hello to them and goes.
+    #[test]
+    fn a_join_leaves_out_a_node_a_record_says_left_and_it_says_goodbye() {
+        let spec = loopback_spec(
+            17_500,
+            &[1, 1, 0],
+            Duration::from_millis(20),
+            Duration::from_millis(400),
+        );
+        let stop = Arc::new(AtomicBool::new(false));
+        let threads: Vec<_> = (0..3u16)
+            .map(|i| {
+                let spec = spec.clone();
+                let stop = stop.clone();
+                std::thread::spawn(move || {
+                    let layout = spec.layout();
+                    let mut c = Control::start(spec, i, 42).unwrap();
+                    let joining = Joining {
+                        survey: survey(&[1], 5),
+                        preload: None,
+                        left: if i == 1 { vec![] } else { vec![2] },
+                    };
+                    let run = c
+                        .join_placed(joining, &layout, &stop, |_| Ok(layout.clone()))
+                        .unwrap()
+                        .unwrap();
+                    (c, run)
+                })
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !threads.iter().all(|t| t.is_finished()) {
+            if Instant::now() > deadline {
+                stop.store(true, Ordering::Relaxed);
+                panic!("the join did not end within 30 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let runs: Vec<(Control, Run)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        for (c, run) in &runs[..2] {
+            assert!(!run.has_left(), "node {}", c.node());
+            assert_eq!(run.left_nodes(), &[2], "node {} keeps the record", c.node());
+            assert_eq!(run.peers.len(), 1, "node {} runs with the other only", c.node());
+            assert_eq!(c.met.keys().copied().collect::<Vec<_>>(), vec![0, 1]);
+        }
+        assert_eq!(runs[0].1.id, runs[1].1.id);
+        assert!(runs[2].1.has_left() && runs[2].1.peers.is_empty());
+        // Commits complete among the members alone.
+        runs[0].1.committed_locally(4);
+        runs[1].1.committed_locally(4);
+        let started = Instant::now();
+        while runs[0].1.complete_epoch() != 4 {
+            assert!(
+                started.elapsed() < Duration::from_secs(5),
+                "no completion without node 2"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     #[test]
     fn nodes_told_different_layouts_do_not_join() {
         let spec = loopback_spec(19_300, &[2, 2], Duration::from_millis(20), Duration::from_millis(200));
@@ -1833,6 +2091,7 @@ mod tests {
             survey: survey(&[], 0),
             layout: layout.clone(),
             preload: None,
+            left: Vec::new(),
             placed: vec![(0, Some(layout.clone()))],
         };
         let mut me = hello(&spec.layout(), 0);
@@ -1903,6 +2162,7 @@ mod tests {
             survey: survey(&[], 0),
             layout: spec.layout(),
             preload: None,
+            left: Vec::new(),
             placed: vec![(0, Some(spec.layout()))],
         };
         let me0 = Hello { node: 0, ..h8.clone() };
@@ -1924,6 +2184,7 @@ mod tests {
                 placed: vec![(0, Some(first.clone()))],
                 layout: first,
                 preload: None,
+                left: Vec::new(),
             };
             s.write_all(&raw_control_frame(HELLO, &encode_hello(&h))).unwrap();
         });
@@ -1950,6 +2211,7 @@ mod tests {
             survey: survey(&[], 0),
             layout: spec.layout(),
             preload: None,
+            left: Vec::new(),
             placed: vec![(0, Some(spec.layout()))],
         };
         let me = Hello {
@@ -2002,7 +2264,7 @@ mod tests {
                     // Round 3: node 1 says it ended without its shard's row.
                     let run = join(&mut c, &moved);
                     if i == 1 {
-                        let next = (2u64, 2u16, vec![0u16]);
+                        let next = (2u64, 2u16, vec![0u16], Vec::<u16>::new());
                         run.tell_all(&control_frame(ENDED, &(9u64, Vec::<(ShardId, Vec<u64>)>::new(), next)));
                         std::thread::sleep(Duration::from_millis(200));
                     } else {

@@ -29,7 +29,7 @@
 
 mod handed;
 
-pub use handed::SurveyedHanded;
+pub use handed::{SurveyedHanded, record_left};
 
 use crate::Waiter;
 use crate::cluster::{Run, Spec};

@@ -91,6 +91,9 @@ pub struct Rounds<O> {
     /// finished first (a node that leaves closes its links), or not — the
     /// caller's frontends know.
     pub failed: Option<String>,
+    /// This node left the cluster (a leave of it was made, or its
+    /// directory records one): it runs nothing more.
+    pub left: bool,
 }
 
 /// This node's part of an in-memory cluster, across handovers: joins with
@@ -182,6 +185,23 @@ where
         if let Some(c) = changes.last_mut() {
             c.joined = std::time::Instant::now();
         }
+        // What the join learned of nodes gone from the cluster is kept
+        // before anything runs: a node that left may be gone for good.
+        if let Some(d) = &disk {
+            durable::record_left(&d.dir, run.left_nodes()).map_err(disk_error)?;
+        }
+        if run.has_left() {
+            tracing::info!(node = control.node(), "this node left the cluster");
+            if let Some(ex) = executors.take() {
+                ex.stop()?;
+            }
+            return Ok(Rounds {
+                outputs: Vec::new(),
+                changes,
+                failed: None,
+                left: true,
+            });
+        }
         if disk.is_some() {
             let next = match (surveyed.take(), &*durable, changes.last_mut()) {
                 (Some(sv), ..) => {
@@ -252,6 +272,7 @@ where
                             cluster::Spare::Failed(why) => Some(why),
                             _ => None,
                         },
+                        left: false,
                     });
                 }
             }
@@ -291,6 +312,7 @@ where
                     outputs: round.outputs,
                     changes,
                     failed,
+                    left: false,
                 });
             };
             let ended = std::time::Instant::now();
@@ -318,6 +340,12 @@ where
             resume.push(h);
         }
         let checkpointing = std::time::Instant::now();
+        if let Some(d) = &disk {
+            // Before the checkpoint: once the next round runs, a node that
+            // left at this handover may be gone, and no restart may wait
+            // for it (the record is never rolled back).
+            durable::record_left(&d.dir, next.left()).map_err(disk_error)?;
+        }
         if let Some(d) = &*durable {
             // The last handover's garbage collection removes files of the
             // shards that left then: one may be back, and its file is
@@ -371,6 +399,7 @@ where
         outputs: Vec::new(),
         changes,
         failed: Some(why),
+        left: false,
     }
 }
 

@@ -1136,6 +1136,83 @@ fn durable_spares_commit_every_snapshot_and_recover_as_spares() {
     done.store(true, Ordering::SeqCst);
 }
 
+/// Nodes leaving the cluster (docs/nodes.md, "Membership"): three
+/// durable nodes, shards 0, 1 | 2, 3 | none. Under load shard 0's client
+/// drains node 1 (its two shards to node 0), then has node 1 leave, then
+/// node 2, the spare. Each leave is a round change every node makes; the
+/// node that left returns (it runs nothing more), and the others go on
+/// without it: node 0 completes snapshots past the leaves, which needs
+/// every member's commit and no longer the nodes gone. Then node 0
+/// restarts alone from its directory — the cluster file still lists
+/// three nodes — and recovers every balance as the run left it.
+#[test]
+fn drained_nodes_leave_and_the_cluster_restarts_without_them() {
+    use styx_engine::layout::LEAVE;
+    let _one = one_cluster_at_a_time();
+    const PASSES: [(u64, ShardId, u16); 4] = [(200, 2, 0), (400, 3, 0), (600, LEAVE, 1), (800, LEAVE, 2)];
+    let done = watchdog("the durable three-node cluster whose nodes leave", 240);
+    let spec = local_cluster_of(&[2, 2, 0]);
+    let n = spec.n_shards();
+    let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("durable-leave-{i}"))).collect();
+    let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+    let first = durable_run("durable-leave", &spec, &dirs, &PASSES, &clients, 0, 0, None);
+    let mut seen = Vec::new();
+    let mut left_at = 0;
+    for (node, ran) in first {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        let last = changes
+            .last()
+            .unwrap_or_else(|| panic!("node {node} made no round change"));
+        assert_eq!(
+            (0..n).map(|s| last.layout.node_of(s)).collect::<Vec<_>>(),
+            vec![0; usize::from(n)],
+            "node {node}"
+        );
+        let expect_left: &[u16] = if node == 1 { &[1] } else { &[1, 2] };
+        assert_eq!(last.layout.left(), expect_left, "node {node}'s last round change");
+        if node == 0 {
+            left_at = last.epoch;
+            assert_eq!(outputs.len(), usize::from(n), "node 0 runs every shard");
+        } else {
+            assert!(outputs.is_empty(), "node {node} left running nothing");
+        }
+        seen.extend(outputs);
+    }
+    check(&seen, &clients, u64::from(n), PASSES.len());
+    let before = balances(&seen);
+    // Snapshots complete past the last leave: node 2's commits are no
+    // longer needed (it left), nor node 1's.
+    let complete = complete_in(&dirs[0]);
+    assert!(
+        complete > left_at,
+        "node 0 completed nothing after the leave at {left_at} (complete: {complete})"
+    );
+    for d in &dirs[1..] {
+        let record = std::fs::read(d.join("cluster-left")).expect("a record of the nodes gone");
+        assert!(record.len() > 4, "{record:?}");
+    }
+    // Node 0 alone: it does not wait for the nodes gone.
+    for c in clients.lock().unwrap().iter_mut().flatten() {
+        c.quiet = false;
+    }
+    let second = durable_run(
+        "durable-leave",
+        &local_cluster_of(&[2, 2, 0]),
+        &dirs[..1],
+        &PASSES,
+        &clients,
+        usize::from(n),
+        0,
+        None,
+    );
+    let after = ran_where_placed(second, &[], &[0; 4], "node 0 restarted alone");
+    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    done.store(true, Ordering::SeqCst);
+}
+
 /// A handover that involves a spare, cut short by a crash of one node
 /// between writing its checkpoint and committing it: node 2 (a spare
 /// since the start) as it takes its first shard, or node 1 as it hands

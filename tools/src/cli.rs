@@ -642,6 +642,24 @@ pub enum NodeCommand {
     /// runs more than one shard more than it (a spare, added to the
     /// cluster file with `shards = 0`, takes its share).
     Fill(NodeArgs),
+    /// NODE leaves the cluster for good: it must run no shard (drain it
+    /// first). Decided like a handover; the other nodes record it and no
+    /// longer wait for NODE (at rounds or restarts), and its daemon stops.
+    Remove(RemoveArgs),
+}
+
+#[derive(Args)]
+pub struct RemoveArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// The node (an index into the cluster file's nodes).
+    node: u16,
+    /// Seconds to wait for the node's daemon to stop.
+    #[arg(long, default_value_t = 60.0)]
+    wait_s: f64,
+    /// Return once the leave is decided.
+    #[arg(long)]
+    no_wait: bool,
 }
 
 #[derive(Args)]
@@ -668,6 +686,7 @@ pub fn node(what: NodeCommand) -> ExitCode {
     let (a, drain) = match what {
         NodeCommand::Drain(a) => (a, true),
         NodeCommand::Fill(a) => (a, false),
+        NodeCommand::Remove(a) => return remove_node(a),
     };
     if !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
         eprintln!("error: --wait-s must be positive");
@@ -678,7 +697,14 @@ pub fn node(what: NodeCommand) -> ExitCode {
         let layout = map.layout();
         let nodes = map.nodes.len() as u16;
         let plan = if drain {
-            crate::nodes::drain(&layout.node_of, nodes, a.node)?
+            // A spare that does not answer (it left the cluster, or is
+            // down) is handed nothing.
+            let peer = client.connection().await.map_err(|e| e.to_string())?.peer();
+            let gone: Vec<u16> = (0..nodes)
+                .filter(|n| *n != a.node && !layout.node_of.contains(n))
+                .filter(|n| !answers(&map.nodes[usize::from(*n)].client, peer))
+                .collect();
+            crate::nodes::drain(&layout.node_of, nodes, a.node, &gone)?
         } else {
             crate::nodes::fill(&layout.node_of, nodes, a.node)?
         };
@@ -699,6 +725,87 @@ pub fn node(what: NodeCommand) -> ExitCode {
             let wait = Some(Duration::from_secs_f64(a.wait_s));
             println!("{}", hand_over(&client, &a.connect, &operator, shard, to, wait).await?);
         }
+        Ok(ExitCode::SUCCESS)
+    }))
+}
+
+/// Whether the client port at `addr` (a MAP address; unspecified: the
+/// host of `peer`, a node that answered) takes a connection.
+fn answers(addr: &str, peer: std::net::SocketAddr) -> bool {
+    let Some(a) = std::net::ToSocketAddrs::to_socket_addrs(addr)
+        .ok()
+        .and_then(|mut a| a.next())
+    else {
+        return false;
+    };
+    let a = if a.ip().is_unspecified() {
+        std::net::SocketAddr::new(peer.ip(), a.port())
+    } else {
+        a
+    };
+    std::net::TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok()
+}
+
+/// `styx node remove NODE`: the leave of a node that runs no shard
+/// (`__handover` of shard `LEAVE`), then, unless `--no-wait`, waits until
+/// the node's client port stops answering (its daemon stopped).
+fn remove_node(a: RemoveArgs) -> ExitCode {
+    if !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
+        eprintln!("error: --wait-s must be positive");
+        return ExitCode::from(2);
+    }
+    finish(on_client(move || async move {
+        let (client, operator, map) = cluster_client(&a.connect).await?;
+        let gone = map
+            .nodes
+            .get(usize::from(a.node))
+            .ok_or_else(|| format!("no node {} (the cluster has {})", a.node, map.nodes.len()))?;
+        let layout = map.layout();
+        let runs: Vec<usize> = (0..layout.node_of.len())
+            .filter(|s| layout.node_of[*s] == a.node)
+            .collect();
+        if !runs.is_empty() {
+            return Err(format!(
+                "node {} runs shards {runs:?}: hand them away first (styx node drain {})",
+                a.node, a.node
+            ));
+        }
+        let start = Instant::now();
+        let tid = call_builtin(
+            &client,
+            &operator,
+            0,
+            styx_engine::HANDOVER_FUNCTION,
+            Payload::encode(&(styx_engine::layout::LEAVE, a.node)),
+            "leave",
+        )
+        .await?;
+        let decided = start.elapsed();
+        if a.no_wait {
+            println!(
+                "node {} leaves the cluster (tid {tid}): decided in {:.1} ms",
+                a.node,
+                ms(decided)
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        let peer = client.connection().await.map_err(|e| e.to_string())?.peer();
+        let deadline = start + Duration::from_secs_f64(a.wait_s);
+        while answers(&gone.client, peer) {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the leave is decided (tid {tid}) but node {} still answers at {} after {} s",
+                    a.node, gone.client, a.wait_s
+                ));
+            }
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        println!(
+            "node {} left the cluster (tid {tid}): decided in {:.1} ms, its daemon stopped after {:.1} ms",
+            a.node,
+            ms(decided),
+            ms(start.elapsed())
+        );
         Ok(ExitCode::SUCCESS)
     }))
 }

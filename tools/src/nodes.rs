@@ -7,8 +7,9 @@
 /// The handovers `(shard, to)`, in order, that leave `node` without a
 /// shard: each of its shards, lowest first, to the other node running the
 /// fewest at that point (the lowest id on a tie; a spare runs none, so it
-/// is filled first). Empty if `node` runs none.
-pub fn drain(node_of: &[u16], nodes: u16, node: u16) -> Result<Vec<(u16, u16)>, String> {
+/// is filled first), none of the nodes `gone` (they left the cluster, or
+/// do not answer). Empty if `node` runs none.
+pub fn drain(node_of: &[u16], nodes: u16, node: u16, gone: &[u16]) -> Result<Vec<(u16, u16)>, String> {
     let mut counts = counts(node_of, nodes, node)?;
     if nodes < 2 {
         return Err(format!(
@@ -18,9 +19,11 @@ pub fn drain(node_of: &[u16], nodes: u16, node: u16) -> Result<Vec<(u16, u16)>, 
     let mut plan = Vec::new();
     for (shard, _) in node_of.iter().enumerate().filter(|(_, n)| **n == node) {
         let to = (0..nodes)
-            .filter(|n| *n != node)
+            .filter(|n| *n != node && !gone.contains(n))
             .min_by_key(|n| (counts[usize::from(*n)], *n))
-            .expect("another node");
+            .ok_or_else(|| {
+                format!("node {node}'s shards have nowhere to go: nodes {gone:?} left the cluster or do not answer")
+            })?;
         counts[usize::from(to)] += 1;
         counts[usize::from(node)] -= 1;
         plan.push((shard as u16, to));
@@ -99,18 +102,25 @@ mod tests {
     #[test]
     fn a_drained_node_hands_each_shard_to_the_emptiest() {
         // A spare takes the first, then the others in turn.
-        let plan = drain(&[0, 2, 1, 1], 3, 1).unwrap();
+        let plan = drain(&[0, 2, 1, 1], 3, 1, &[]).unwrap();
         assert_eq!(plan, [(2, 0), (3, 2)]);
         assert_eq!(apply(&[0, 2, 1, 1], &plan), [0, 2, 0, 2]);
-        let plan = drain(&[0, 0, 1, 1], 3, 0).unwrap();
+        let plan = drain(&[0, 0, 1, 1], 3, 0, &[]).unwrap();
         assert_eq!(plan, [(0, 2), (1, 2)], "the spare, still the emptiest");
-        assert!(drain(&[0, 0, 1, 1], 3, 2).unwrap().is_empty(), "a spare");
+        assert!(drain(&[0, 0, 1, 1], 3, 2, &[]).unwrap().is_empty(), "a spare");
     }
 
     #[test]
     fn what_cannot_be_planned_is_refused_by_name() {
-        assert!(drain(&[0, 0], 1, 0).unwrap_err().contains("only node"));
+        assert!(drain(&[0, 0], 1, 0, &[]).unwrap_err().contains("only node"));
         assert!(fill(&[0, 0], 2, 2).unwrap_err().contains("no node 2"));
-        assert!(drain(&[0, 3], 2, 0).unwrap_err().contains("node 3, of 2"));
+        assert!(drain(&[0, 3], 2, 0, &[]).unwrap_err().contains("node 3, of 2"));
+        // Nodes gone take nothing, however few they run.
+        assert_eq!(drain(&[0, 0, 1, 1], 3, 1, &[2]).unwrap(), vec![(2, 0), (3, 0)]);
+        assert!(
+            drain(&[0, 0, 1, 1], 3, 1, &[0, 2])
+                .unwrap_err()
+                .contains("nowhere to go")
+        );
     }
 }

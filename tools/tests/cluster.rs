@@ -789,6 +789,67 @@ fn a_spare_daemon_is_handed_shards_and_a_drained_one_becomes_a_spare() {
     verify("after a restart of every node");
 }
 
+/// Nodes leave a running cluster for good (`styx node remove`): under an
+/// exactly-once load the spare, node 2, leaves, then node 1 is drained
+/// and leaves; each daemon stops on its own, exit code 0. Node 0 serves
+/// on with every shard; killed -9 and started again alone (the cluster
+/// file still lists three nodes) it recovers and serves; node 1 started
+/// again says goodbye and stops. Clients keep their answers (the
+/// bench's invariants, `styx verify`).
+#[test]
+fn drained_daemons_leave_and_the_cluster_runs_without_them() {
+    let root = data_dir("cluster-leave");
+    let knobs = ["--keys", "300"];
+    let (_, mut nodes) = cluster_placed(&root, &["--preload", "ycsbt", "--keys", "300"], &["2", "2", "0"], 4);
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    await_layout(&nodes, &[0, 0, 1, 1], "the cluster file's layout");
+    let (code, text) = styx(&["node", "remove", "--connect", &nodes[0].client, "1"]);
+    assert!(
+        code != 0 && text.contains("node 1 runs shards [2, 3]") && text.contains("styx node drain 1"),
+        "a node that runs shards is not removed: {text}"
+    );
+    let addrs = format!("{},{}", nodes[0].client, nodes[1].client);
+    let bench = exactly_once_ycsbt(&addrs, &knobs);
+    std::thread::sleep(Duration::from_millis(1000));
+    let left = |n: &mut Node, which: &str| {
+        let status = n.child.as_mut().expect("running").wait().expect("the daemon stops");
+        assert!(status.success(), "{which} stopped with {status}");
+        n.child = None;
+    };
+    let (code, text) = styx(&["node", "remove", "--connect", &nodes[0].client, "2"]);
+    assert!(
+        code == 0 && text.contains("node 2 left the cluster"),
+        "styx node remove 2: {text}"
+    );
+    left(&mut nodes[2], "node 2");
+    let (code, text) = styx(&["node", "drain", "--connect", &nodes[0].client, "1"]);
+    assert_eq!(code, 0, "styx node drain 1: {text}");
+    await_layout(&nodes[..1], &[0, 0, 0, 0], "node 1 drained");
+    let (code, text) = styx(&["node", "remove", "--connect", &nodes[1].client, "1"]);
+    assert!(
+        code == 0 && text.contains("node 1 left the cluster"),
+        "styx node remove 1: {text}"
+    );
+    left(&mut nodes[1], "node 1");
+    let out = bench.wait_with_output().expect("styx bench finishes");
+    let report = report_of("ycsbt", &out);
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
+    verify_ycsbt(&nodes[0].client, &knobs, "after the leaves");
+    // Node 0 alone, after a kill -9: it waits for no node gone.
+    nodes[0].kill9();
+    nodes[0].spawn(bin);
+    await_layout(&nodes[..1], &[0, 0, 0, 0], "node 0 restarted alone");
+    verify_ycsbt(&nodes[0].client, &knobs, "after node 0's restart alone");
+    // Node 1 started again: its directory says it left; it stops.
+    nodes[1].spawn(bin);
+    left(&mut nodes[1], "node 1 started again");
+    verify_ycsbt(&nodes[0].client, &knobs, "after node 1's goodbye");
+}
+
 #[test]
 fn tpcc_bench_rides_out_kill_9_of_nodes() {
     bench_through_kills("tpcc", &["--warehouses", "3", "--scale", "small"], "1");

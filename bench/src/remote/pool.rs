@@ -124,15 +124,20 @@ impl Pool {
             Err(e) => return Err(again(format!("MAP: {e}"))),
         };
         let addrs: Vec<String> = map.nodes.iter().map(|n| reachable(n, first.peer())).collect();
+        let layout = map.layout();
         let mut slots = Vec::with_capacity(addrs.len() * per_node);
         for (node, addr) in addrs.iter().enumerate() {
             for _ in 0..per_node {
-                let conn = Connection::connect(addr.as_str(), &options)
-                    .await
-                    .map_err(|e| again(format!("cannot connect to node {node} at {addr}: {e}")))?;
+                let conn = match Connection::connect(addr.as_str(), &options).await {
+                    Ok(c) => Some(c),
+                    // A node that runs no shard (a spare, or one that left
+                    // the cluster and stopped) need not answer.
+                    Err(_) if !layout.node_of.contains(&(node as u16)) => None,
+                    Err(e) => return Err(again(format!("cannot connect to node {node} at {addr}: {e}"))),
+                };
                 slots.push(Slot {
                     node,
-                    conn: RefCell::new(Some(conn)),
+                    conn: RefCell::new(conn),
                     dialling: Cell::new(false),
                 });
             }
@@ -140,7 +145,7 @@ impl Pool {
         let placement = first.placement().await.map_err(|e| again(format!("PLACEMENT: {e}")))?;
         first.close();
         Ok(Rc::new(Pool {
-            layout: RefCell::new(map.layout()),
+            layout: RefCell::new(layout),
             relayouting: Cell::new(false),
             map,
             addrs,

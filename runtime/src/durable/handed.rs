@@ -47,6 +47,11 @@ use styx_storage::{DataDir, Error, fsutil};
 /// Prefix of a checkpoint's layout file in a data directory's root: then
 /// the epoch, 20 digits.
 const LAYOUT_FILE: &str = "layout-";
+/// In a data directory's root: the nodes this node knows left the cluster
+/// (ascending `u16`s as a payload, then their crc32c). It only grows, and
+/// is never rolled back with a checkpoint: a leave was decided in a log
+/// every replay reads, and a node that left may be gone.
+const LEFT_FILE: &str = "cluster-left";
 
 /// What a data directory holds for a node whose shards may have changed:
 /// every complete snapshot, the log of every shard found, the layouts of
@@ -66,6 +71,8 @@ pub struct SurveyedHanded {
     complete: Epoch,
     /// The preload the directory was made from (its marker).
     preload: Option<String>,
+    /// The nodes the directory records as gone (`LEFT_FILE`).
+    left: Vec<u16>,
 }
 
 impl std::fmt::Debug for SurveyedHanded {
@@ -121,6 +128,7 @@ impl Durable {
         }
         let complete = read_complete(&dir)?;
         let preload = crate::preload::marker(&dir)?;
+        let left = read_left(&dir)?;
         Ok(SurveyedHanded {
             dir,
             options,
@@ -131,6 +139,7 @@ impl Durable {
             layouts,
             complete,
             preload,
+            left,
         })
     }
 
@@ -323,6 +332,7 @@ impl SurveyedHanded {
         crate::cluster::Joining {
             survey: self.survey(),
             preload: self.preload.clone(),
+            left: self.left.clone(),
         }
     }
 
@@ -665,6 +675,54 @@ fn remove(path: &Path) -> Result<(), Error> {
 /// Writes the layout that holds after the handover at `epoch`, atomically
 /// and durably: version, node count and each shard's node, then their
 /// crc32c.
+/// The nodes `dir` records as gone from the cluster ([`LEFT_FILE`]).
+fn read_left(dir: &DataDir) -> Result<Vec<u16>, Error> {
+    let path = dir.root().join(LEFT_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io("read", &path)(e)),
+    };
+    let damaged = |why: String| {
+        Error::Snapshot(format!(
+            "{} is damaged ({why}): restore the data directory from a backup",
+            path.display()
+        ))
+    };
+    if bytes.len() < 4 {
+        return Err(damaged(format!("{} bytes", bytes.len())));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    if crc32c::crc32c(body).to_le_bytes() != crc {
+        return Err(damaged("wrong checksum".into()));
+    }
+    let left = styx_engine::Payload::from_bytes(body)
+        .decode::<Vec<u16>>()
+        .map_err(|e| damaged(e.to_string()))?;
+    if left.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(damaged("nodes not ascending".into()));
+    }
+    Ok(left)
+}
+
+/// Records, atomically and durably, that `nodes` left the cluster, with
+/// those `dir` records already; returns whether the record grew.
+pub fn record_left(dir: &DataDir, nodes: &[u16]) -> Result<bool, Error> {
+    let mut left = read_left(dir)?;
+    let before = left.len();
+    left.extend_from_slice(nodes);
+    left.sort_unstable();
+    left.dedup();
+    if left.len() == before {
+        return Ok(false);
+    }
+    let mut bytes = styx_engine::Payload::encode(&left).as_bytes().to_vec();
+    bytes.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
+    fsutil::write_atomic(&dir.root().join(LEFT_FILE), &bytes)?;
+    tracing::info!(?left, "recorded the nodes gone from the cluster");
+    Ok(true)
+}
+
 fn write_layout(dir: &DataDir, epoch: Epoch, layout: &Layout) -> Result<(), Error> {
     let node_of: Vec<u16> = (0..layout.n_shards()).map(|s| layout.node_of(s)).collect();
     let mut bytes = styx_engine::Payload::encode(&(layout.version(), layout.nodes(), node_of))
