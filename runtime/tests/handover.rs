@@ -1213,6 +1213,66 @@ fn drained_nodes_leave_and_the_cluster_restarts_without_them() {
     done.store(true, Ordering::SeqCst);
 }
 
+/// A leave cut short by a crash between a node's checkpoint files and
+/// their commit: of a member (node 0: the restart's plan is the snapshot
+/// before the leave, replay decides it again and the members make it
+/// without node 1, which their records already name), or of the leaving
+/// node itself (the others committed: the restart goes on from the
+/// leave). Either way node 1 started again says goodbye and stops, node
+/// 0 runs every shard, money is conserved.
+#[test]
+fn a_leave_cut_short_by_a_crash_is_made_and_the_node_stays_out() {
+    use styx_engine::layout::LEAVE;
+    let _one = one_cluster_at_a_time();
+    const PASSES: [(u64, ShardId, u16); 3] = [(200, 2, 0), (400, 3, 0), (600, LEAVE, 1)];
+    let done = watchdog("the durable cluster whose leave crashed", 360);
+    let n: u16 = 4;
+    for (fail, replayed) in [((0u16, 3usize), true), ((1, 3), false)] {
+        let name = format!("durable-leave-crash-{}", fail.0);
+        let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("{name}-{i}"))).collect();
+        let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+        let spec = local_cluster_of(&[2, 2, 0]);
+        let first = durable_run(&name, &spec, &dirs, &PASSES, &clients, 0, 0, Some(fail));
+        for (node, ran) in &first {
+            match ran {
+                Err(e) if *node == fail.0 => assert!(e.contains("before the checkpoint"), "{e}"),
+                Err(e) => assert!(e.contains("stopped while joining"), "node {node}: {e}"),
+                Ok(_) => panic!("node {node} ran to the end"),
+            }
+        }
+        clients_after_a_crash(&clients, PASSES.len());
+        let second = durable_run(
+            &name,
+            &local_cluster_of(&[2, 2, 0]),
+            &dirs,
+            &PASSES,
+            &clients,
+            usize::from(n),
+            PASSES.len() as u64,
+            None,
+        );
+        let mut after = Vec::new();
+        for (node, ran) in second {
+            let (outputs, changes) = ran.unwrap_or_else(|e| panic!("{name}: node {node}: {e}"));
+            match node {
+                0 => {
+                    assert_eq!(outputs.len(), usize::from(n), "{name}: node 0 runs every shard");
+                    let made: Vec<Vec<u16>> = changes.iter().map(|c| c.layout.left().to_vec()).collect();
+                    let want: Vec<Vec<u16>> = if replayed { vec![vec![1]] } else { vec![] };
+                    assert_eq!(made, want, "{name}: the leave made again only if rolled back");
+                }
+                _ => assert!(outputs.is_empty(), "{name}: node {node} runs nothing"),
+            }
+            after.extend(outputs);
+        }
+        conserved(&after, &name);
+        for d in &dirs {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+}
+
 /// A handover that involves a spare, cut short by a crash of one node
 /// between writing its checkpoint and committing it: node 2 (a spare
 /// since the start) as it takes its first shard, or node 1 as it hands
