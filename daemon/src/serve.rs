@@ -229,7 +229,7 @@ fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -
         if rounds.left {
             tracing::warn!(
                 node = daemon.node,
-                "this node left the cluster (styx node remove): it serves nothing more and stops; its data directory records the leave (empty it to join again)"
+                "this node left the cluster (styx node remove): it serves nothing more and stops; the other nodes keep it out for good (its id cannot join again: a node joining that the cluster file does not list is not built)"
             );
             break;
         }

@@ -332,6 +332,9 @@ pub struct Run {
     peers: Vec<(u16, Arc<Mutex<Writer>>)>,
     /// This node left the cluster: it runs nothing more.
     gone: bool,
+    /// It left, and every other node greeted it (each had recorded the
+    /// leave): it may record its own.
+    told: bool,
     /// The nodes gone from the cluster as the join learned them, to record.
     left: Vec<u16>,
 }
@@ -444,6 +447,7 @@ impl Run {
             state: Arc::new(RunState::new(1, usize::from(spec_shards), &BTreeSet::from([0]))),
             peers: Vec::new(),
             gone: false,
+            told: false,
             left: Vec::new(),
         }
     }
@@ -455,9 +459,15 @@ impl Run {
     }
 
     /// The nodes gone from the cluster, as this run's join learned them
-    /// (each node's record, and the layout's): what a node records.
-    pub fn left_nodes(&self) -> &[u16] {
-        &self.left
+    /// (each node's record, and the layout's), for this node to record:
+    /// itself among them only once every other node greeted it after it
+    /// left (so a record naming a node means every node's names it).
+    pub fn left_nodes(&self) -> Vec<u16> {
+        self.left
+            .iter()
+            .copied()
+            .filter(|n| *n != self.node || self.told)
+            .collect()
     }
 
     /// Per member of this run, the value of its entry in `per_node`.
@@ -1007,9 +1017,21 @@ impl Control {
         // it goes); at a first join, for every node no directory records
         // as gone — records grow only as leaves are made, so every
         // node learns the same from the hellos it waits for.
-        let previous: Option<BTreeSet<u16>> = self
-            .after_handover
-            .then(|| self.met.keys().copied().filter(|p| *p != self.node).collect());
+        let previous: Option<BTreeSet<u16>> = self.after_handover.then(|| {
+            self.met
+                .keys()
+                .copied()
+                .filter(|p| *p != self.node && !layout.has_left(*p))
+                .collect()
+        });
+        // Nodes to greet once though not waited for: at a first join those
+        // gone (one started again goes once every node greeted it), after
+        // a handover those that left at it (the same, so that it records
+        // its own leave only once every other node did).
+        let courtesy = |id: u16, learned: &BTreeSet<u16>| match &previous {
+            Some(_) => self.met.contains_key(&id) && layout.has_left(id),
+            None => learned.contains(&id),
+        };
         // Connections accepted before this join are greeted like the
         // others if recent: a peer that went on to the next round first
         // (a handover) dialed before this node got here, and waits for
@@ -1022,7 +1044,7 @@ impl Control {
         let mut last_log = Instant::now();
         let mut wait = DIAL_RETRY_MIN;
         loop {
-            let leaving = previous.is_none() && learned.contains(&self.node);
+            let leaving = learned.contains(&self.node);
             let waited: BTreeSet<u16> = match &previous {
                 Some(p) => p.clone(),
                 None => (0..n as u16)
@@ -1034,7 +1056,7 @@ impl Control {
                     node = self.node,
                     "this node left the cluster: every other node greeted it"
                 );
-                return Ok(Some(self.farewell(layout, learned)));
+                return Ok(Some(self.farewell(layout, learned, true)));
             }
             if leaving && began.elapsed() > FAREWELL_WAIT {
                 let missing: Vec<u16> = waited.difference(&greeted).copied().collect();
@@ -1043,9 +1065,20 @@ impl Control {
                     ?missing,
                     "this node left the cluster; nodes it could not tell within {FAREWELL_WAIT:?} learn it from the others' records (or wait for it at their next start)"
                 );
-                return Ok(Some(self.farewell(layout, learned)));
+                return Ok(Some(self.farewell(layout, learned, false)));
             }
-            if !leaving && waited.iter().all(|p| peers.contains_key(p)) {
+            // After a handover, a node that left at it is greeted before
+            // the others go on (then it may record its own leave), for
+            // as long as it would try: one that died holds up no one.
+            let owed = match &previous {
+                Some(_) => self
+                    .met
+                    .keys()
+                    .filter(|p| **p != self.node && layout.has_left(**p))
+                    .all(|p| greeted.contains(p)),
+                None => true,
+            };
+            if !leaving && waited.iter().all(|p| peers.contains_key(p)) && (owed || began.elapsed() > FAREWELL_WAIT) {
                 break;
             }
             if stop.load(Ordering::Relaxed) {
@@ -1064,7 +1097,7 @@ impl Control {
                     && match (leaving, waited.contains(&p.id)) {
                         (false, true) => true,
                         (true, true) => !greeted.contains(&p.id),
-                        (_, false) => previous.is_none() && learned.contains(&p.id) && !greeted.contains(&p.id),
+                        (_, false) => courtesy(p.id, &learned) && !greeted.contains(&p.id),
                     }
             }) {
                 if let Ok(s) = TcpStream::connect_timeout(&peer.peer, DIAL_RETRY) {
@@ -1186,6 +1219,7 @@ impl Control {
         Ok(Some(Run {
             local: layout.shards_of(self.node).collect(),
             gone: layout.has_left(self.node),
+            told: false,
             left: learned.into_iter().collect(),
             layout,
             spec: self.spec.clone(),
@@ -1198,12 +1232,14 @@ impl Control {
         }))
     }
 
-    /// The run of a node that left the cluster: nothing to run, no peer.
-    fn farewell(&mut self, layout: &Layout, left: BTreeSet<u16>) -> Run {
+    /// The run of a node that left the cluster (`told`: every other node
+    /// greeted it): nothing to run, no peer.
+    fn farewell(&mut self, layout: &Layout, left: BTreeSet<u16>, told: bool) -> Run {
         self.met.clear();
         Run {
             local: Vec::new(),
             gone: true,
+            told,
             left: left.into_iter().collect(),
             layout: layout.placed(),
             spec: self.spec.clone(),

@@ -188,7 +188,7 @@ where
         // What the join learned of nodes gone from the cluster is kept
         // before anything runs: a node that left may be gone for good.
         if let Some(d) = &disk {
-            durable::record_left(&d.dir, run.left_nodes()).map_err(disk_error)?;
+            durable::record_left(&d.dir, &run.left_nodes()).map_err(disk_error)?;
         }
         if run.has_left() {
             tracing::info!(node = control.node(), "this node left the cluster");
@@ -343,8 +343,12 @@ where
         if let Some(d) = &disk {
             // Before the checkpoint: once the next round runs, a node that
             // left at this handover may be gone, and no restart may wait
-            // for it (the record is never rolled back).
-            durable::record_left(&d.dir, next.left()).map_err(disk_error)?;
+            // for it (the record is never rolled back). A node records its
+            // own leave only once every other node greeted it, having
+            // recorded it (the join after this change).
+            let me = control.node();
+            let others: Vec<u16> = next.left().iter().copied().filter(|n| *n != me).collect();
+            durable::record_left(&d.dir, &others).map_err(disk_error)?;
         }
         if let Some(d) = &*durable {
             // The last handover's garbage collection removes files of the

@@ -800,6 +800,23 @@ fn remove_node(a: RemoveArgs) -> ExitCode {
             }
             glommio::timer::sleep(Duration::from_millis(20)).await;
         }
+        // Its port closed as it left, or as it died: the others say
+        // which (a layout one version on, with no shard moved).
+        loop {
+            let conn = client.connection().await.map_err(|e| e.to_string())?;
+            if let Ok(Some(l)) = conn.layout().await
+                && l.version > layout.version
+            {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "node {} stopped answering, but the others do not show its leave (tid {tid}) within {} s",
+                    a.node, a.wait_s
+                ));
+            }
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
         println!(
             "node {} left the cluster (tid {tid}): decided in {:.1} ms, its daemon stopped after {:.1} ms",
             a.node,

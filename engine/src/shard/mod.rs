@@ -548,6 +548,20 @@ impl Shard {
         if self.layout.has_left(h.node) {
             return Err(Abort::unknown(format!("node {} left the cluster", h.node)));
         }
+        // Handovers waiting (a partition move under way) apply first.
+        let queued = self.layout.queued();
+        if queued.iter().any(|(_, q)| q.is_leave() && q.node == h.node) {
+            return Err(Abort::unknown(format!(
+                "node {} is leaving the cluster (its leave waits for a partition move)",
+                h.node
+            )));
+        }
+        if h.is_leave() && queued.iter().any(|(_, q)| !q.is_leave() && q.node == h.node) {
+            return Err(Abort::unknown(format!(
+                "a handover to node {} waits for a partition move: it would run a shard",
+                h.node
+            )));
+        }
         if !h.is_leave() {
             return match self.config.spare_nodes {
                 true => Ok(()),

@@ -672,9 +672,6 @@ fn remove(path: &Path) -> Result<(), Error> {
     }
 }
 
-/// Writes the layout that holds after the handover at `epoch`, atomically
-/// and durably: version, node count and each shard's node, then their
-/// crc32c.
 /// The nodes `dir` records as gone from the cluster ([`LEFT_FILE`]).
 fn read_left(dir: &DataDir) -> Result<Vec<u16>, Error> {
     let path = dir.root().join(LEFT_FILE);
@@ -723,6 +720,10 @@ pub fn record_left(dir: &DataDir, nodes: &[u16]) -> Result<bool, Error> {
     Ok(true)
 }
 
+/// Writes the layout that holds after the handover at `epoch`, atomically
+/// and durably: version, node count and each shard's node, then their
+/// crc32c. (Not the nodes that left: the join learns those from the
+/// records, [`LEFT_FILE`].)
 fn write_layout(dir: &DataDir, epoch: Epoch, layout: &Layout) -> Result<(), Error> {
     let node_of: Vec<u16> = (0..layout.n_shards()).map(|s| layout.node_of(s)).collect();
     let mut bytes = styx_engine::Payload::encode(&(layout.version(), layout.nodes(), node_of))
