@@ -672,6 +672,26 @@ fn remove(path: &Path) -> Result<(), Error> {
     }
 }
 
+/// The body of a small file written whole with its crc32c last (a layout,
+/// the record of nodes gone), checked.
+fn sealed_body<'a>(path: &Path, bytes: &'a [u8]) -> Result<&'a [u8], Error> {
+    if bytes.len() < 4 {
+        return Err(damaged(path, format!("{} bytes", bytes.len())));
+    }
+    let (body, crc) = bytes.split_at(bytes.len() - 4);
+    if crc32c::crc32c(body).to_le_bytes() != crc {
+        return Err(damaged(path, "wrong checksum"));
+    }
+    Ok(body)
+}
+
+fn damaged(path: &Path, why: impl std::fmt::Display) -> Error {
+    Error::Snapshot(format!(
+        "{} is damaged ({why}): restore the data directory from a backup",
+        path.display()
+    ))
+}
+
 /// The nodes `dir` records as gone from the cluster ([`LEFT_FILE`]).
 fn read_left(dir: &DataDir) -> Result<Vec<u16>, Error> {
     let path = dir.root().join(LEFT_FILE);
@@ -680,24 +700,11 @@ fn read_left(dir: &DataDir) -> Result<Vec<u16>, Error> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(io("read", &path)(e)),
     };
-    let damaged = |why: String| {
-        Error::Snapshot(format!(
-            "{} is damaged ({why}): restore the data directory from a backup",
-            path.display()
-        ))
-    };
-    if bytes.len() < 4 {
-        return Err(damaged(format!("{} bytes", bytes.len())));
-    }
-    let (body, crc) = bytes.split_at(bytes.len() - 4);
-    if crc32c::crc32c(body).to_le_bytes() != crc {
-        return Err(damaged("wrong checksum".into()));
-    }
-    let left = styx_engine::Payload::from_bytes(body)
+    let left = styx_engine::Payload::from_bytes(sealed_body(&path, &bytes)?)
         .decode::<Vec<u16>>()
-        .map_err(|e| damaged(e.to_string()))?;
+        .map_err(|e| damaged(&path, e))?;
     if left.windows(2).any(|w| w[0] >= w[1]) {
-        return Err(damaged("nodes not ascending".into()));
+        return Err(damaged(&path, "nodes not ascending"));
     }
     Ok(left)
 }
@@ -744,26 +751,44 @@ fn read_layouts(dir: &DataDir) -> Result<BTreeMap<Epoch, Layout>, Error> {
         };
         let path = dir.root().join(&name);
         let bytes = std::fs::read(&path).map_err(io("read", &path))?;
-        let damaged = |why: String| {
-            Error::Snapshot(format!(
-                "{} is damaged ({why}): restore the data directory from a backup",
-                path.display()
-            ))
-        };
-        if bytes.len() < 4 {
-            return Err(damaged(format!("{} bytes", bytes.len())));
-        }
-        let (body, crc) = bytes.split_at(bytes.len() - 4);
-        if crc32c::crc32c(body).to_le_bytes() != crc {
-            return Err(damaged("wrong checksum".into()));
-        }
-        let (version, nodes, node_of) = styx_engine::Payload::from_bytes(body)
+        let (version, nodes, node_of) = styx_engine::Payload::from_bytes(sealed_body(&path, &bytes)?)
             .decode::<(u64, u16, Vec<u16>)>()
-            .map_err(|e| damaged(e.to_string()))?;
+            .map_err(|e| damaged(&path, e))?;
         let layout = Layout::placed_on(nodes, node_of)
-            .map_err(damaged)?
+            .map_err(|e| damaged(&path, e))?
             .with_version(version);
         out.insert(epoch, layout);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_record_of_nodes_gone_only_grows_and_a_damaged_one_is_refused() {
+        let root = std::env::temp_dir().join(format!("styx-left-record-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let dir = DataDir::open(&root).unwrap();
+        assert!(read_left(&dir).unwrap().is_empty(), "no record: none gone");
+        assert!(!record_left(&dir, &[]).unwrap(), "nothing to record");
+        assert!(record_left(&dir, &[3, 1]).unwrap());
+        assert!(!record_left(&dir, &[1]).unwrap(), "known already");
+        assert!(record_left(&dir, &[2]).unwrap());
+        assert_eq!(read_left(&dir).unwrap(), vec![1, 2, 3]);
+        // A flipped byte: refused by name, not read as another set.
+        let path = root.join(LEFT_FILE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[0] ^= 1;
+        std::fs::write(&path, &bytes).unwrap();
+        let refused = read_left(&dir).unwrap_err().to_string();
+        assert!(
+            refused.contains("cluster-left is damaged (wrong checksum)"),
+            "{refused}"
+        );
+        std::fs::write(&path, [1u8, 2]).unwrap();
+        assert!(read_left(&dir).unwrap_err().to_string().contains("2 bytes"));
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }
