@@ -27,6 +27,7 @@ use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
+use styx_bench::remote::pool::reachable;
 use styx_engine::{Address, Key, Payload};
 use styx_net::client::{Client, ConnectOptions, Error as ClientError, Options, Outcome};
 use styx_tools::schema_json::{self, ClientSchema, FunctionInfo, parse_hex};
@@ -559,15 +560,13 @@ async fn cluster_client(connect: &Connect) -> Result<(Client, String, styx_net::
     let peer = conn.peer();
     let mut addrs: Vec<std::net::SocketAddr> = Vec::new();
     for (_, n) in map.nodes.iter().enumerate().filter(|(i, _)| runs_shards(*i)) {
-        let a = std::net::ToSocketAddrs::to_socket_addrs(n.client.as_str())
-            .ok()
-            .and_then(|mut a| a.next())
-            .ok_or_else(|| format!("node address {} resolves to nothing", n.client))?;
-        addrs.push(if a.ip().is_unspecified() {
-            std::net::SocketAddr::new(peer.ip(), a.port())
-        } else {
-            a
-        });
+        let a = reachable(n, peer);
+        addrs.push(
+            std::net::ToSocketAddrs::to_socket_addrs(a.as_str())
+                .ok()
+                .and_then(|mut a| a.next())
+                .ok_or_else(|| format!("node address {a} resolves to nothing"))?,
+        );
     }
     let via = Client::new(&addrs[..], client_options(connect.timeout)).map_err(|e| format!("{addrs:?}: {e}"))?;
     Ok((via, operator, map))
@@ -702,7 +701,7 @@ pub fn node(what: NodeCommand) -> ExitCode {
             let peer = client.connection().await.map_err(|e| e.to_string())?.peer();
             let gone: Vec<u16> = (0..nodes)
                 .filter(|n| *n != a.node && !layout.node_of.contains(n))
-                .filter(|n| !answers(&map.nodes[usize::from(*n)].client, peer))
+                .filter(|n| !answers(&map.nodes[usize::from(*n)], peer))
                 .collect();
             crate::nodes::drain(&layout.node_of, nodes, a.node, &gone)?
         } else {
@@ -731,19 +730,11 @@ pub fn node(what: NodeCommand) -> ExitCode {
 
 /// Whether the client port at `addr` (a MAP address; unspecified: the
 /// host of `peer`, a node that answered) takes a connection.
-fn answers(addr: &str, peer: std::net::SocketAddr) -> bool {
-    let Some(a) = std::net::ToSocketAddrs::to_socket_addrs(addr)
+fn answers(node: &styx_net::MapNode, peer: std::net::SocketAddr) -> bool {
+    std::net::ToSocketAddrs::to_socket_addrs(reachable(node, peer).as_str())
         .ok()
         .and_then(|mut a| a.next())
-    else {
-        return false;
-    };
-    let a = if a.ip().is_unspecified() {
-        std::net::SocketAddr::new(peer.ip(), a.port())
-    } else {
-        a
-    };
-    std::net::TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok()
+        .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok())
 }
 
 /// `styx node remove NODE`: the leave of a node that runs no shard
@@ -791,7 +782,7 @@ fn remove_node(a: RemoveArgs) -> ExitCode {
         }
         let peer = client.connection().await.map_err(|e| e.to_string())?.peer();
         let deadline = start + Duration::from_secs_f64(a.wait_s);
-        while answers(&gone.client, peer) {
+        while answers(gone, peer) {
             if Instant::now() >= deadline {
                 return Err(format!(
                     "the leave is decided (tid {tid}) but node {} still answers at {} after {} s",

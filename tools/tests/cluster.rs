@@ -1201,22 +1201,12 @@ fn a_node_back_without_its_data_directory_is_refused() {
     nodes[1].kill9();
     std::fs::remove_dir_all(root.join("node-1")).unwrap();
     std::fs::create_dir_all(root.join("node-1")).unwrap();
-    let mut child = Command::new(bin)
-        .args(&nodes[1].args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("styxd starts");
     let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(Instant::now() < deadline, "the node without its data kept running");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = exit_of(
+        refusing(bin, &nodes[1]),
+        deadline,
+        "the node without its data kept running",
+    );
     assert!(!status.success(), "{stderr}");
     assert!(
         stderr.contains("node 1 lacks the snapshot of epoch") && stderr.contains("refuses to start"),
@@ -1246,31 +1236,14 @@ fn a_node_started_without_the_clusters_preload_is_refused_and_nothing_is_dropped
     let (_, mut nodes) = cluster(&root, &preload);
     let with_preload = nodes[1].args.clone();
     nodes[1].args.retain(|a| !preload.contains(&a.as_str()));
-    let children: Vec<Child> = nodes
-        .iter()
-        .map(|n| {
-            Command::new(bin)
-                .args(&n.args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("styxd starts")
-        })
-        .collect();
+    let children: Vec<Child> = nodes.iter().map(|n| refusing(bin, n)).collect();
     let deadline = Instant::now() + Duration::from_secs(60);
-    for (i, mut child) in children.into_iter().enumerate() {
-        let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "node {i} started without the preload on node 1"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut stderr = String::new();
-        std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    for (i, child) in children.into_iter().enumerate() {
+        let (status, stderr) = exit_of(
+            child,
+            deadline,
+            &format!("node {i} started without the preload on node 1"),
+        );
         assert!(!status.success(), "node {i}: {stderr}");
         assert!(
             stderr.contains("nodes [0, 2] hold the preload") && stderr.contains("nodes [1] hold no snapshot"),
@@ -1292,6 +1265,31 @@ fn a_node_started_without_the_clusters_preload_is_refused_and_nothing_is_dropped
         &["--keys", &keys],
         "after the preload was given to every node",
     );
+}
+
+/// `n` started with its stderr kept, for a start that should be refused.
+fn refusing(bin: &Path, n: &Node) -> Child {
+    Command::new(bin)
+        .args(&n.args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("styxd starts")
+}
+
+/// How `child` exited, and what it wrote to stderr; `kept_running` if it
+/// still runs at `deadline`.
+fn exit_of(mut child: Child, deadline: Instant, kept_running: &str) -> (std::process::ExitStatus, String) {
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "{kept_running}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
 }
 
 /// PLACEMENT at `addr`: the map's version and the partitions of `account`

@@ -408,7 +408,7 @@ impl Pool {
 
 /// The address a client reaches `node` at: its own, with an unspecified
 /// host replaced by the host that answered the map.
-fn reachable(node: &MapNode, answered: SocketAddr) -> String {
+pub fn reachable(node: &MapNode, answered: SocketAddr) -> String {
     match node.client.to_socket_addrs().ok().and_then(|mut a| a.next()) {
         Some(a) if a.ip().is_unspecified() => SocketAddr::new(answered.ip(), a.port()).to_string(),
         _ => node.client.clone(),
