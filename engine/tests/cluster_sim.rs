@@ -99,6 +99,12 @@ const MOVE_CHANCE: f64 = 0.08;
 const SEEDS_WITH_HANDOVERS: u64 = 2_000;
 /// With handovers, the share of requests that hand a shard to a node.
 const HANDOVER_CHANCE: f64 = 0.06;
+/// Seeds the variant with leaves runs by default.
+const SEEDS_WITH_LEAVES: u64 = 1_000;
+/// With leaves, the share of handover requests that drain a node: hand
+/// away a shard of the node running fewest, or ask it to leave once it
+/// runs none.
+const DRAIN_CHANCE: f64 = 0.6;
 /// Paces of moves `(most, least, per ms)`: a fixed share of one or three
 /// entities, one per logged microsecond from 1 to 64, all in one share.
 const MOVE_SHARES: [(usize, usize, usize); 4] = [(1, 1, 100), (3, 3, 100), (64, 1, 1_000), (4_096, 4_096, 100)];
@@ -206,6 +212,18 @@ struct Counts {
     moves: u64,
     /// Handover requests sent (new ones).
     handovers: u64,
+    /// Leave requests sent (new ones).
+    leaves_sent: u64,
+    /// Nodes that left, in the lineage's final layouts.
+    leaves_made: u64,
+    /// Recoveries that replayed the epoch a leave was decided at (so
+    /// decided it again).
+    redecided_leaves: u64,
+    /// Recoveries that restored a snapshot taken after a leave (its layout
+    /// holds the nodes that left).
+    restored_leaves: u64,
+    /// Handovers and leaves refused against the layout (never sequenced).
+    refused: u64,
     /// Recoveries whose disks held a shard's log in pieces on two nodes.
     recovered_handed: u64,
     /// Shards rebuilt on their new node from their hand-off.
@@ -230,6 +248,11 @@ impl Counts {
         self.epochs += o.epochs;
         self.moves += o.moves;
         self.handovers += o.handovers;
+        self.leaves_sent += o.leaves_sent;
+        self.leaves_made += o.leaves_made;
+        self.redecided_leaves += o.redecided_leaves;
+        self.restored_leaves += o.restored_leaves;
+        self.refused += o.refused;
         self.recovered_handed += o.recovered_handed;
         self.handoffs += o.handoffs;
     }
@@ -282,10 +305,14 @@ struct Cluster {
     moves: bool,
     /// Whether some requests hand shards to other nodes.
     handovers: bool,
+    /// Whether some handovers drain nodes and ask drained nodes to leave.
+    leaves: bool,
+    /// Exactly-once requests refused against the layout at least once.
+    refused: BTreeSet<(u64, u64)>,
 }
 
 impl Cluster {
-    fn new(seed: u64, moves: bool, handovers: bool) -> Cluster {
+    fn new(seed: u64, moves: bool, handovers: bool, leaves: bool) -> Cluster {
         let mut rng = Rng::new(seed);
         let layout = LAYOUTS[rng.below(LAYOUTS.len() as u64) as usize];
         let shards: u16 = layout.iter().sum();
@@ -351,6 +378,8 @@ impl Cluster {
             },
             moves,
             handovers,
+            leaves,
+            refused: BTreeSet::new(),
         };
         cluster.run = cluster.start_run().0;
         cluster
@@ -483,12 +512,19 @@ impl Cluster {
             }
             .request()
         } else if self.handovers && rng.chance(HANDOVER_CHANCE) {
-            self.counts.handovers += 1;
-            Handover {
+            let drain = match self.leaves && rng.chance(DRAIN_CHANCE) {
+                true => drain_step(self.run.sim.layout(), rng),
+                false => None,
+            };
+            let h = drain.unwrap_or_else(|| Handover {
                 shard: rng.below(u64::from(self.shards)) as ShardId,
                 node: rng.below(self.layout.len() as u64) as u16,
+            });
+            match h.is_leave() {
+                true => self.counts.leaves_sent += 1,
+                false => self.counts.handovers += 1,
             }
-            .request()
+            h.request()
         } else {
             new_request(&self.app, rng)
         };
@@ -547,8 +583,12 @@ impl Cluster {
                 sent.request = Move::with_default_share(sent.request.clone(), pace);
             }
             let request = sent.request.clone();
-            self.run.sim.submit(shard, token, request).expect("request accepted");
-            self.in_flight.insert(token);
+            match self.run.sim.submit(shard, token, request) {
+                Ok(()) => {
+                    self.in_flight.insert(token);
+                }
+                Err(abort) => self.refuse(token, &Outcome::Aborted(abort)),
+            }
             self.outbox.pop_front();
         }
     }
@@ -566,8 +606,13 @@ impl Cluster {
                 r.token
             );
             let sent = &self.sent[&r.token];
+            if r.tid == 0 && Handover::of(&sent.request).is_some() && !is_forgotten(&r.outcome) {
+                self.refuse(r.token, &r.outcome);
+                continue;
+            }
             if r.tid == 0 {
-                // Refused unrun: only a seq its client acknowledged may be.
+                // Refused unrun: only a seq its client acknowledged may be
+                // (or a handover the layout refuses, above).
                 let key = sent.key.expect("a client-less request is never refused");
                 assert!(
                     matches!(&r.outcome, Outcome::Aborted(a) if a.kind() == AbortKind::Forgotten),
@@ -601,6 +646,26 @@ impl Cluster {
             count += 1;
         }
         count
+    }
+
+    /// A handover (or leave) refused against the layout, unrun: its
+    /// client may try again.
+    fn refuse(&mut self, token: Token, outcome: &Outcome) {
+        let sent = &self.sent[&token];
+        assert!(
+            Handover::of(&sent.request).is_some()
+                && matches!(outcome, Outcome::Aborted(a) if a.kind() == AbortKind::UnknownFunction),
+            "attempt {token} refused: {outcome:?}"
+        );
+        self.counts.refused += 1;
+        if let Some(key) = sent.key {
+            // A retry of one answered gets its answer (exactly once).
+            assert!(
+                !self.answered.contains_key(&key),
+                "{key:?} was answered, then a retry of it refused: {outcome:?}"
+            );
+            self.refused.insert(key);
+        }
     }
 
     /// Steps to wait before the next crash.
@@ -727,6 +792,24 @@ impl Cluster {
         if logged.iter().any(|l| *l < replay_to) {
             self.counts.partial_epochs += 1;
         }
+        if self.leaves {
+            // A leave the recovery restores with a snapshot or decides again.
+            let lineage: Vec<_> = (0..self.shards).flat_map(|s| self.disks.log(s).to_vec()).collect();
+            let layouts = layouts_of_log(&Layout::contiguous(self.layout), &lineage);
+            // Each decided at the end of the epoch before the first it
+            // applies to.
+            let decided: Vec<Epoch> = layouts
+                .windows(2)
+                .filter(|w| w[1].1.left().len() > w[0].1.left().len())
+                .map(|w| w[1].0 - 1)
+                .collect();
+            if decided.iter().any(|e| *e > snapshot) {
+                self.counts.redecided_leaves += 1;
+            }
+            if decided.iter().any(|e| *e <= snapshot) {
+                self.counts.restored_leaves += 1;
+            }
+        }
         self.history.split_off(&(snapshot + 1));
         self.counts.crashes += 1;
         self.counts.during_replay += u64::from(during_replay);
@@ -850,6 +933,24 @@ impl Cluster {
         // So is the layout, on every shard and in the simulator.
         let layouts = layouts_of_log(&Layout::contiguous(self.layout), &lineage);
         let layout = &layouts.last().expect("the first layout").1;
+        // A node that left stays out and runs no shard.
+        for w in layouts.windows(2) {
+            assert!(
+                w[0].1.left().iter().all(|n| w[1].1.has_left(*n)),
+                "a node that left is back at epoch {}",
+                w[1].0
+            );
+        }
+        for (epoch, l) in &layouts {
+            for n in l.left() {
+                assert_eq!(
+                    l.shards_of(*n).count(),
+                    0,
+                    "node {n} left and runs a shard from epoch {epoch}"
+                );
+            }
+        }
+        self.counts.leaves_made += layout.left().len() as u64;
         assert_eq!(self.run.sim.layout(), layout, "the simulator's final layout");
         for s in 0..n {
             assert_eq!(self.run.sim.shard(s).layout(), layout, "shard {s}'s final layout");
@@ -886,11 +987,18 @@ impl Cluster {
             .keys()
             .filter(|k| !self.answered.contains_key(k))
             .collect();
-        assert!(unanswered.is_empty(), "never answered: {unanswered:?}");
+        for key in &unanswered {
+            // Only one the layout refused each time, and it never ran.
+            assert!(self.refused.contains(key), "never answered: {key:?}");
+            assert!(
+                !by_key.contains_key(key),
+                "{key:?} was refused, never answered, yet logged"
+            );
+        }
 
-        // (d) Retrying everything once more runs nothing.
+        // (d) Retrying everything answered once more runs nothing.
         let before: Vec<usize> = (0..n).map(|s| self.run.sim.log(s).len()).collect();
-        let keys: Vec<(u64, u64)> = self.requests.keys().copied().collect();
+        let keys: Vec<(u64, u64)> = self.answered.keys().copied().collect();
         for key in &keys {
             let request = self.requests[key].clone();
             self.queue(Sent {
@@ -920,6 +1028,34 @@ impl Cluster {
         );
         self.counts.epochs += last;
     }
+}
+
+/// Whether an outcome is the refusal of a seq its client acknowledged.
+fn is_forgotten(outcome: &Outcome) -> bool {
+    matches!(outcome, Outcome::Aborted(a) if a.kind() == AbortKind::Forgotten)
+}
+
+/// A step of draining a node: of the nodes that did not leave and do not
+/// run every shard, the one running fewest is asked to leave if it runs
+/// none, else one of its shards goes to another such node. `None` when one
+/// node runs every shard and every other left.
+fn drain_step(layout: &Layout, rng: &mut Rng) -> Option<Handover> {
+    let present: Vec<u16> = (0..layout.nodes()).filter(|n| !layout.has_left(*n)).collect();
+    let runs = |n: u16| layout.shards_of(n).count();
+    let node = present
+        .iter()
+        .copied()
+        .filter(|n| runs(*n) < usize::from(layout.n_shards()))
+        .min_by_key(|n| (runs(*n), *n))?;
+    if runs(node) == 0 {
+        return Some(Handover::leave(node));
+    }
+    let others: Vec<u16> = present.iter().copied().filter(|n| *n != node).collect();
+    let shards: Vec<ShardId> = layout.shards_of(node).collect();
+    Some(Handover {
+        shard: shards[rng.below(shards.len() as u64) as usize],
+        node: others[rng.below(others.len() as u64) as usize],
+    })
 }
 
 /// An account, a hot one with chance [`HOT_CHANCE`]: transactions of one
@@ -954,12 +1090,12 @@ fn new_request(app: &App, rng: &mut Rng) -> Request {
 
 #[test]
 fn nodes_crash_at_random_points() {
-    crash_swarm(SEEDS_DEFAULT, false, false);
+    crash_swarm(SEEDS_DEFAULT, false, false, false);
 }
 
 #[test]
 fn nodes_crash_at_random_points_during_moves() {
-    crash_swarm(SEEDS_WITH_MOVES, true, false);
+    crash_swarm(SEEDS_WITH_MOVES, true, false, false);
 }
 
 /// Shards handed between nodes (and partitions moved) while nodes crash:
@@ -967,11 +1103,20 @@ fn nodes_crash_at_random_points_during_moves() {
 /// the nodes that ran it after each, and every recovery must merge them.
 #[test]
 fn nodes_crash_at_random_points_during_handovers() {
-    crash_swarm(SEEDS_WITH_HANDOVERS, true, true);
+    crash_swarm(SEEDS_WITH_HANDOVERS, true, true, false);
+}
+
+/// Nodes drained and asked to leave (and handovers to nodes that left,
+/// refused) while nodes crash: a leave is decided again by a replay or
+/// restored with a snapshot's layout, and no node that left runs a shard
+/// again.
+#[test]
+fn nodes_crash_at_random_points_during_leaves() {
+    crash_swarm(SEEDS_WITH_LEAVES, false, true, true);
 }
 
 /// Runs `default_seeds` clusters (see `common::seeds`), on every core.
-fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool) {
+fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool, leaves: bool) {
     let seeds = seeds(0..default_seeds);
     let test = test_name();
     let next = AtomicU64::new(0);
@@ -989,7 +1134,7 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool) {
                     if i >= seeds.len() || failed.load(Ordering::Relaxed) {
                         return;
                     }
-                    let mut cluster = Cluster::new(seeds[i], moves, handovers);
+                    let mut cluster = Cluster::new(seeds[i], moves, handovers, leaves);
                     match catch_unwind(AssertUnwindSafe(|| cluster.drive())) {
                         Ok(()) => total.lock().unwrap().add(&cluster.counts),
                         Err(_) => {
@@ -1012,7 +1157,8 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool) {
          past a node's newer snapshot, {} with a partial epoch), {} epochs, {} replies checked ({} repeat answers, \
          {} forgotten), {} released by survivors after a crash, {} batches in flight lost, {} client-less requests \
          abandoned, {} moves sent, {} handovers sent ({} shards rebuilt from their hand-off), {} recoveries from logs in \
-         pieces",
+         pieces; {} leaves sent, {} made, {} recoveries deciding one again, {} restoring one; {} handovers and leaves \
+         refused",
         c.seeds,
         started.elapsed(),
         c.crashes,
@@ -1032,6 +1178,11 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool) {
         c.handovers,
         c.handoffs,
         c.recovered_handed,
+        c.leaves_sent,
+        c.leaves_made,
+        c.redecided_leaves,
+        c.restored_leaves,
+        c.refused,
     );
     if moves {
         assert!(c.moves > 0, "no move sent");
@@ -1040,6 +1191,12 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool) {
         assert!(c.handovers > 0, "no handover sent");
         assert!(c.recovered_handed > 0, "no recovery from logs in pieces");
         assert!(c.handoffs > 0, "no shard rebuilt from its hand-off");
+    }
+    if leaves && seeds.len() as u64 >= default_seeds {
+        assert!(c.leaves_made > 0, "no node left");
+        assert!(c.redecided_leaves > 0, "no leave decided again by a replay");
+        assert!(c.restored_leaves > 0, "no leave restored with a snapshot");
+        assert!(c.refused > 0, "no handover refused against the layout");
     }
     if seeds.len() as u64 >= default_seeds && !moves {
         // The seeds reach the cases they exist for.

@@ -647,6 +647,70 @@ fn a_node_without_shards_leaves_and_replay_agrees() {
     assert_eq!(fresh.layout(), sim.layout());
 }
 
+/// A retry of a handover already made gets its first answer, though its
+/// node drained and left since (a new handover to it is refused): the
+/// check against the layout applies to new requests, after the client
+/// table's, as exactly-once promises.
+#[test]
+fn a_retry_of_a_handover_made_gets_its_answer_after_its_node_left() {
+    let app = bank(PARTITIONS);
+    let mut sim = Sim::new(app.clone(), test_config(8), 4, 7);
+    sim.set_layout(Layout::contiguous(&NODES));
+    for (op, k, v) in &accounts(ACCOUNTS, START_BALANCE) {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let fill = with_client(hand(1, 2), 3, 1);
+    sim.submit(0, 1, fill.clone()).unwrap();
+    sim.run();
+    let first = sim.take_replies();
+    assert_eq!(first.len(), 1);
+    assert!(
+        first[0].tid > 0 && matches!(first[0].outcome, styx_engine::Outcome::Committed(_)),
+        "{:?}",
+        first[0]
+    );
+    assert_eq!(sim.layout().shards_of(2).collect::<Vec<_>>(), vec![1]);
+    // Node 2 drained and left.
+    sim.submit(1, 2, with_client(hand(1, 0), 3, 2)).unwrap();
+    sim.run();
+    sim.submit(2, 3, with_client(styx_engine::Handover::leave(2).request(), 3, 3))
+        .unwrap();
+    sim.run();
+    assert_eq!(sim.take_replies().len(), 2);
+    assert_eq!(sim.layout().left(), &[2]);
+    // The retry, through every shard (the client's home answers).
+    for (token, shard) in (10..).zip(0..4) {
+        sim.submit(shard, token, fill.clone()).unwrap();
+        sim.run();
+        let again = sim.take_replies();
+        assert_eq!(again.len(), 1, "from shard {shard}");
+        assert_eq!(
+            (again[0].tid, &again[0].outcome),
+            (first[0].tid, &first[0].outcome),
+            "from shard {shard}"
+        );
+    }
+    // A new one is refused, by the home shard or the one it reached.
+    let mut refusals = Vec::new();
+    for (token, shard) in (20..).zip(0..4) {
+        match sim.submit(shard, token, with_client(hand(1, 2), 3, 4)) {
+            Err(a) => refusals.push(a.message().to_string()),
+            Ok(()) => {
+                sim.run();
+                let r = sim.take_replies();
+                assert_eq!(r.len(), 1);
+                assert_eq!(r[0].tid, 0, "a handover to a node that left ran");
+                refusals.push(format!("{:?}", r[0].outcome));
+            }
+        }
+    }
+    assert!(
+        refusals.iter().all(|m| m.contains("node 2 left the cluster")),
+        "{refusals:?}"
+    );
+    assert_eq!(sim.layout().shards_of(2).count(), 0);
+}
+
 /// A shard handed over early in a long replay (hundreds of batches, most
 /// nearly empty, still queued) crosses as bytes.
 #[test]

@@ -215,7 +215,22 @@ impl Shard {
                 format!("shard {} has {} requests waiting", self.id(), self.seq.pending.len()),
             ));
         }
+        // A handover the layout would skip now is refused, unless it is a
+        // retry: one already sequenced gets its first outcome, though its
+        // node may have drained and left since.
+        let refused = match crate::Handover::of(&request) {
+            Some(Ok(h)) => self.check_handover_now(h).err(),
+            _ => None,
+        };
         if let Some(c) = request.client {
+            if let Some(abort) = refused {
+                let known = self.clients.table.get(&c.client).is_some_and(|s| {
+                    s.outcomes.contains_key(&c.seq) || c.seq < s.forgotten_below || s.waiting.contains_key(&c.seq)
+                });
+                if !known {
+                    return Err(abort);
+                }
+            }
             let state = self.clients.table.entry(c.client).or_default();
             if let Some((tid, epoch, outcome)) = state.outcomes.get(&c.seq) {
                 let release = Release {
@@ -250,6 +265,8 @@ impl Shard {
                 return Ok(());
             }
             state.waiting.insert(c.seq, Vec::new());
+        } else if let Some(abort) = refused {
+            return Err(abort);
         }
         // The epoch starts at the next `step` or `tick`, not here: a driver
         // submits everything that arrived, then the epoch seals it all (one

@@ -517,9 +517,6 @@ impl Shard {
         self.check_counts(&request)?;
         // A move's pace is logged with it: one naming none gets this shard's.
         request = Move::with_default_share(request, self.config.move_share());
-        if let Some(Ok(h)) = Handover::of(&request) {
-            self.check_handover_now(h)?;
-        }
         assert!(self.seq.replay.is_none(), "submit while replaying");
         if let Some(c) = request.client {
             let home = client_home(c.client, self.exec.n_shards);
@@ -540,11 +537,12 @@ impl Shard {
     /// shards): refuses a handover that would
     /// leave a node with none, by the layout after those already queued.
     /// (Two handovers sequenced in one epoch can still do it together.)
-    /// A handover or leave against the layout as this shard holds it now:
+    /// A handover or leave against the layout as this shard holds it now
+    /// (checked where it is accepted, once known to be no retry):
     /// one the decision would skip is refused with a reason rather than
     /// answered as if made (the decision, at the epoch's end, still skips
     /// what the layout then refuses).
-    fn check_handover_now(&self, h: Handover) -> Result<(), Abort> {
+    pub(super) fn check_handover_now(&self, h: Handover) -> Result<(), Abort> {
         if self.layout.has_left(h.node) {
             return Err(Abort::unknown(format!("node {} left the cluster", h.node)));
         }
