@@ -50,6 +50,11 @@
 //! move a partition to a random shard, often one on another node (exactly
 //! once, retried like the others), and at the end every shard holds the map
 //! the lineage's logged moves make, every entity where it says.
+//! With handovers, shards go to random nodes too; with leaves besides
+//! (`nodes_crash_at_random_points_during_leaves`), nodes are drained and
+//! asked to leave, handovers to a node that left are refused unrun (a
+//! retry of one already answered still gets its answer), and no node that
+//! left runs a shard again.
 //!
 //! `STYX_SIM_SEEDS=n` runs `n` seeds (default [`SEEDS_DEFAULT`]) from
 //! `STYX_SIM_SEED_FIRST` (default 0); `STYX_SIM_SEED=s` runs only seed `s`
