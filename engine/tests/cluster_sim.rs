@@ -664,10 +664,22 @@ impl Cluster {
         );
         self.counts.refused += 1;
         if let Some(key) = sent.key {
-            // A retry of one answered gets its answer (exactly once).
+            // A retry of one answered gets its answer, and one sequenced
+            // (its answer lost in a crash) its first attempt's: exactly once.
             assert!(
                 !self.answered.contains_key(&key),
                 "{key:?} was answered, then a retry of it refused: {outcome:?}"
+            );
+            let logged = (0..self.shards).any(|s| {
+                let sequenced = |b: &styx_engine::Batch| {
+                    b.transactions()
+                        .any(|(_, r)| r.client.is_some_and(|c| (c.client, c.seq) == key))
+                };
+                self.run.sim.log(s).iter().any(sequenced) || self.disks.log(s).iter().any(sequenced)
+            });
+            assert!(
+                !logged,
+                "{key:?} was sequenced, then a retry of it refused: {outcome:?}"
             );
             self.refused.insert(key);
         }

@@ -61,8 +61,14 @@ const EARLY_CONNECTION_KEPT: Duration = Duration::from_secs(1);
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a node that left, started again, tries to greet the others
 /// (a node that restarted before it recorded the leave waits for its
-/// hello; running ones, in no join, never answer) before it stops.
+/// hello) and waits for their greetings (running ones greet it every
+/// `GONE_GREETING_EVERY`) before it stops.
 const FAREWELL_WAIT: Duration = Duration::from_secs(10);
+/// How often a node greets the nodes its record says left, whatever it
+/// is doing: one killed before it recorded its own leave and started
+/// again waits at its first join for the nodes below it to dial, and
+/// nodes that run on dial no one else (`Control::greet_gone`).
+const GONE_GREETING_EVERY: Duration = Duration::from_secs(1);
 /// Version of the control protocol (3: a hello carries the layout; 4:
 /// `ENDED` carries the layout the shards stopped for, `FINISHED`; 5: a
 /// hello carries the preload and the layout of each kept snapshot; 6: a
@@ -822,6 +828,25 @@ pub struct Control {
     /// `Refused`, [`Control::join_next`]).
     met: BTreeMap<u16, u64>,
     after_handover: bool,
+    /// What the thread greeting the nodes gone says, and to whom.
+    greeter: Arc<Mutex<Greeter>>,
+}
+
+/// What a node says to the nodes gone from the cluster while it runs:
+/// the hello of its last first join (a node started again greets with
+/// the same cluster file and layout, and is at a first join itself),
+/// carrying the record of nodes gone, which names them.
+#[derive(Default)]
+struct Greeter {
+    hello: Option<Hello>,
+    gone: BTreeSet<u16>,
+    stop: bool,
+}
+
+impl Drop for Control {
+    fn drop(&mut self) {
+        self.greeter.lock().expect("greeter lock").stop = true;
+    }
 }
 
 /// Why a peer's hello was not accepted.
@@ -924,6 +949,14 @@ impl Control {
                 }
             })
             .map_err(|e| format!("control thread: {e}"))?;
+        let greeter = Arc::new(Mutex::new(Greeter::default()));
+        {
+            let (spec, greeter) = (spec.clone(), greeter.clone());
+            std::thread::Builder::new()
+                .name("styx-farewell".into())
+                .spawn(move || greet_gone(&spec, node, &greeter))
+                .map_err(|e| format!("farewell thread: {e}"))?;
+        }
         let incarnation = styx_engine::mix64(
             std::process::id() as u64
                 ^ std::time::SystemTime::now()
@@ -939,6 +972,7 @@ impl Control {
             accepted,
             met: BTreeMap::new(),
             after_handover: false,
+            greeter,
         })
     }
 
@@ -1010,6 +1044,9 @@ impl Control {
             placed,
             left: learned.iter().copied().collect(),
         };
+        if !self.after_handover {
+            self.greeter.lock().expect("greeter lock").hello = Some(me.clone());
+        }
         let n = self.spec.nodes.len();
         // After a handover the join waits for the nodes of the run before,
         // a node that left at that handover among them (it greets once
@@ -1100,6 +1137,13 @@ impl Control {
                         (_, false) => courtesy(p.id, &learned) && !greeted.contains(&p.id),
                     }
             }) {
+                // Those who dialed us first: a dial of ours to a node that
+                // runs on (the join of a node that left and does not know
+                // it) waits `HELLO_TIMEOUT`, while the running nodes'
+                // greetings wait for an answer.
+                while let Ok((at, s)) = self.accepted.try_recv() {
+                    self.answer_dial(at, s, &me, began, &mut met)?;
+                }
                 if let Ok(s) = TcpStream::connect_timeout(&peer.peer, DIAL_RETRY) {
                     match self.greet(s, &me, Some(peer.id)) {
                         Ok((s, h)) => met.push((s, h, true)),
@@ -1109,12 +1153,12 @@ impl Control {
                 }
             }
             match self.accepted.recv_timeout(wait) {
-                Ok((at, _)) if at.elapsed() > EARLY_CONNECTION_KEPT => {}
-                Ok((_, s)) => match self.greet(s, &me, None) {
-                    Ok((s, h)) => met.push((s, h, false)),
-                    Err(Refused::Peer(e)) => tracing::warn!("a peer's hello: {e}"),
-                    Err(Refused::Restarted(p)) => return Err(restarted(p)),
-                },
+                Ok((at, s)) => {
+                    self.answer_dial(at, s, &me, began, &mut met)?;
+                    while let Ok((at, s)) = self.accepted.try_recv() {
+                        self.answer_dial(at, s, &me, began, &mut met)?;
+                    }
+                }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Err("the control listener stopped".into()),
             }
@@ -1133,7 +1177,10 @@ impl Control {
                     continue;
                 }
                 if !dialed && h.node > self.node {
-                    tracing::warn!("node {} dialed node {}: the lower id dials", h.node, self.node);
+                    // (Nodes greet one that left whatever their ids.)
+                    if !learned.contains(&self.node) {
+                        tracing::warn!("node {} dialed node {}: the lower id dials", h.node, self.node);
+                    }
                     continue;
                 }
                 peers.insert(h.node, (s, h));
@@ -1215,6 +1262,7 @@ impl Control {
             .map(|(node, inc, _)| (*node, *inc))
             .collect();
         learned.extend(placed.left().iter().copied());
+        self.greeter.lock().expect("greeter lock").gone = learned.clone();
         let layout = placed;
         Ok(Some(Run {
             local: layout.shards_of(self.node).collect(),
@@ -1259,6 +1307,30 @@ impl Control {
         }
     }
 
+    /// Answers a peer's dial accepted `at` during the join that `began`
+    /// (saying `me`): its hello joins `met`. A connection accepted before
+    /// the join and older than `EARLY_CONNECTION_KEPT` is from an earlier
+    /// one (its peer waits `HELLO_TIMEOUT`) and is dropped; one accepted
+    /// during the join is answered however long a dial of ours held it.
+    fn answer_dial(
+        &self,
+        at: Instant,
+        s: TcpStream,
+        me: &Hello,
+        began: Instant,
+        met: &mut Vec<(TcpStream, Hello, bool)>,
+    ) -> Result<(), String> {
+        if at < began && at.elapsed() > EARLY_CONNECTION_KEPT {
+            return Ok(());
+        }
+        match self.greet(s, me, None) {
+            Ok((s, h)) => met.push((s, h, false)),
+            Err(Refused::Peer(e)) => tracing::warn!("a peer's hello: {e}"),
+            Err(Refused::Restarted(p)) => return Err(restarted(p)),
+        }
+        Ok(())
+    }
+
     /// Exchanges hellos on a fresh connection (`dialed`: the node we
     /// called) and checks that the peer runs the same cluster and app.
     fn greet(&self, mut s: TcpStream, me: &Hello, dialed: Option<u16>) -> Result<(TcpStream, Hello), Refused> {
@@ -1278,6 +1350,13 @@ impl Control {
     /// Whether the peer that said `h` runs the same cluster, application
     /// and layout as this node (that said `me`), and is who we dialed.
     fn check_peer(&self, me: &Hello, h: &Hello, dialed: Option<u16>) -> Result<(), Refused> {
+        if h.left.contains(&self.node) {
+            // A node greeting this one as gone (`greet_gone`: with the
+            // hello of its last first join, whatever its layout or
+            // incarnation now): the same cluster and application is all
+            // that counts.
+            return Ok(self.check_same_cluster(me, h, dialed)?);
+        }
         if self.after_handover
             && self.met.get(&h.node).is_some_and(|i| *i != h.incarnation)
             && h.fingerprint == me.fingerprint
@@ -1288,6 +1367,23 @@ impl Control {
     }
 
     fn check_hello(&self, me: &Hello, h: &Hello, dialed: Option<u16>) -> Result<(), String> {
+        self.check_same_cluster(me, h, dialed)?;
+        if h.layout != me.layout {
+            return Err(format!(
+                "node {} runs another layout (version {}, shards on nodes {:?}) than this node (version {}, {:?}): give every node the same",
+                h.node,
+                h.layout.version(),
+                placement(&h.layout),
+                me.layout.version(),
+                placement(&me.layout)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Whether the peer that said `h` has this node's cluster file and
+    /// application, and another id of it (the one we dialed, if we did).
+    fn check_same_cluster(&self, me: &Hello, h: &Hello, dialed: Option<u16>) -> Result<(), String> {
         if h.fingerprint != me.fingerprint {
             return Err(format!(
                 "node {} runs another cluster layout (check that every node has the same cluster file)",
@@ -1303,22 +1399,51 @@ impl Control {
         if usize::from(h.node) >= self.spec.nodes.len() || h.node == self.node {
             return Err(format!("a hello from node {}", h.node));
         }
-        if h.layout != me.layout {
-            return Err(format!(
-                "node {} runs another layout (version {}, shards on nodes {:?}) than this node (version {}, {:?}): give every node the same",
-                h.node,
-                h.layout.version(),
-                placement(&h.layout),
-                me.layout.version(),
-                placement(&me.layout)
-            ));
-        }
         if let Some(d) = dialed
             && d != h.node
         {
             return Err(format!("dialed node {d}, node {} answered", h.node));
         }
         Ok(())
+    }
+}
+
+/// The farewell thread of node `node`: every [`GONE_GREETING_EVERY`],
+/// says hello to each node the greeter names gone (unless this node is
+/// one), and reads its answer, until the control plane is dropped. The
+/// answer is not checked: a node that left takes the hello's record and
+/// goes (it greets as at any first join, so it may first wait
+/// `HELLO_TIMEOUT` on a dial of its own), anything else is left alone.
+fn greet_gone(spec: &Spec, node: u16, greeter: &Mutex<Greeter>) {
+    loop {
+        std::thread::sleep(GONE_GREETING_EVERY);
+        let (hello, gone) = {
+            let g = greeter.lock().expect("greeter lock");
+            if g.stop {
+                return;
+            }
+            match &g.hello {
+                Some(h) if !g.gone.is_empty() && !g.gone.contains(&node) => (h.clone(), g.gone.clone()),
+                _ => continue,
+            }
+        };
+        let hello = Hello {
+            left: gone.iter().copied().collect(),
+            ..hello
+        };
+        let frame = raw_control_frame(HELLO, &encode_hello(&hello));
+        for peer in spec.nodes.iter().filter(|p| gone.contains(&p.id)) {
+            let Ok(mut s) = TcpStream::connect_timeout(&peer.peer, DIAL_RETRY) else {
+                continue;
+            };
+            let said = s
+                .set_write_timeout(Some(HELLO_TIMEOUT))
+                .and_then(|()| s.set_read_timeout(Some(HELLO_TIMEOUT * 2 + DIAL_RETRY)))
+                .and_then(|()| s.write_all(&frame));
+            if said.is_ok() && matches!(read_control_frame(&mut s), Ok((HELLO, _))) {
+                tracing::debug!(node, gone = peer.id, "greeted a node that left the cluster");
+            }
+        }
     }
 }
 
@@ -2090,6 +2215,75 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// Node 2 was killed as it left, before it recorded its own leave:
+    /// nodes 0 and 1 recorded it and run on without it. Started again
+    /// with no record, node 2 waits at its first join for the nodes below
+    /// it, which dial no one as they run: their farewell threads greet
+    /// it, it learns it left and goes, told.
+    #[test]
+    fn running_nodes_greet_a_node_that_left_unaware_and_it_goes() {
+        a_node_that_left_unaware_is_greeted(30_400, &[1, 1, 0], 2);
+    }
+
+    /// The same of node 1, between running nodes: its own dial of node 2,
+    /// which runs on, holds it `HELLO_TIMEOUT` at each try, and the
+    /// greetings that came meanwhile are still answered.
+    #[test]
+    fn a_node_that_left_unaware_below_a_running_node_is_greeted_too() {
+        a_node_that_left_unaware_is_greeted(31_200, &[1, 0, 1], 1);
+    }
+
+    /// Every node but `gone` joins with a record naming it and runs on
+    /// (holds its run); then `gone` starts with no record and must learn
+    /// it left and go, told, within 20 s.
+    fn a_node_that_left_unaware_is_greeted(ports: u16, shards: &[u16], gone: u16) {
+        let spec = loopback_spec(ports, shards, Duration::from_millis(20), Duration::from_millis(400));
+        let layout = spec.layout();
+        let members: Vec<_> = (0..shards.len() as u16)
+            .filter(|i| *i != gone)
+            .map(|i| {
+                let (spec, layout) = (spec.clone(), layout.clone());
+                std::thread::spawn(move || {
+                    let mut c = Control::start(spec, i, 42).unwrap();
+                    let joining = Joining {
+                        survey: survey(&[1], 5),
+                        preload: None,
+                        left: vec![gone],
+                    };
+                    let stop = AtomicBool::new(false);
+                    let run = c
+                        .join_placed(joining, &layout, &stop, |_| Ok(layout.clone()))
+                        .unwrap()
+                        .unwrap();
+                    (c, run)
+                })
+            })
+            .collect();
+        let members: Vec<(Control, Run)> = members.into_iter().map(|t| t.join().unwrap()).collect();
+        assert!(members.iter().all(|(_, r)| !r.has_left() && r.left_nodes() == [gone]));
+        // The members run (no join); node `gone` starts again, unaware.
+        let started = Instant::now();
+        let stop = AtomicBool::new(false);
+        let unaware = std::thread::spawn(move || {
+            let mut c = Control::start(spec, gone, 42).unwrap();
+            c.join_placed(survey(&[1], 5).into(), &layout, &stop, |_| Ok(layout.clone()))
+                .map(|r| r.map(|r| (r.has_left(), r.told, r.left_nodes())))
+        });
+        while !unaware.is_finished() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "node {gone} still waits for nodes that run on"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            unaware.join().unwrap().unwrap(),
+            Some((true, true, vec![gone])),
+            "node {gone} learned it left, every other node greeted it"
+        );
+        drop(members);
     }
 
     #[test]

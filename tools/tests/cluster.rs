@@ -850,6 +850,108 @@ fn drained_daemons_leave_and_the_cluster_runs_without_them() {
     verify_ycsbt(&nodes[0].client, &knobs, "after node 1's goodbye");
 }
 
+/// A kill -9 in the middle of a leave, of the node leaving and then of the
+/// member that runs every shard, each restarted at once, under an
+/// exactly-once load: the leave is made once (a request cut off with its
+/// node is asked again, or found made), the node that left stops by itself
+/// (exit 0) and never runs a shard again, clients keep their answers and
+/// money is conserved.
+#[test]
+fn a_kill_9_in_the_middle_of_a_leave_recovers_and_the_node_stays_out() {
+    let root = data_dir("cluster-leave-kill");
+    let knobs = ["--keys", "300"];
+    let (_, mut nodes) = cluster_placed(&root, &["--preload", "ycsbt", "--keys", "300"], &["2", "2", "0"], 4);
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    await_layout(&nodes, &[0, 0, 1, 1], "the cluster file's layout");
+    let addrs = format!("{},{}", nodes[0].client, nodes[1].client);
+    let bench = exactly_once_ycsbt(&addrs, &knobs);
+    std::thread::sleep(Duration::from_millis(500));
+    // Asks node `gone` to leave through node 0, killing node `killed` -9
+    // `after` the request went out and starting it again `back` later
+    // (node `gone` too: it learns it left from the others' hellos, those
+    // of nodes still joining or of nodes running on without it, or leaves
+    // when the leave is made after it is back); asks again if the first
+    // request was cut off. Node `gone` then stops by itself.
+    let leave = |nodes: &mut [Node], gone: usize, killed: usize, after: Duration, back: Duration, layout: &[u16]| {
+        let remove = Command::new(env!("CARGO_BIN_EXE_styx"))
+            .args(["node", "remove", "--connect", &nodes[0].client, &gone.to_string()])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("styx runs");
+        std::thread::sleep(after);
+        nodes[killed].kill9();
+        std::thread::sleep(back);
+        nodes[killed].spawn(bin);
+        let out = remove.wait_with_output().expect("styx node remove finishes");
+        let text = output_text(&out);
+        let made = format!("node {gone} left the cluster");
+        if !out.status.success() {
+            // Cut off with the node it went through: made or not, ask again.
+            await_layout(&nodes[..1], layout, "the cluster back");
+            let (code, again) = styx(&["node", "remove", "--connect", &nodes[0].client, &gone.to_string()]);
+            assert!(
+                again.contains(&made),
+                "styx node remove {gone}, asked again ({code}) after {text}: {again}"
+            );
+        } else {
+            assert!(text.contains(&made), "styx node remove {gone}: {text}");
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            // (Left in `nodes`, a daemon that fails this is killed.)
+            let child = nodes[gone].child.as_mut().expect("running");
+            if let Some(status) = child.try_wait().expect("a status") {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "node {gone} still runs after its leave");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        nodes[gone].child = None;
+        assert!(status.success(), "node {gone} stopped with {status}");
+    };
+    // The spare, killed as its leave is asked for, and back once the
+    // others run on without it (or at once).
+    leave(
+        &mut nodes,
+        2,
+        2,
+        Duration::from_millis(40),
+        Duration::from_millis(1500),
+        &[0, 0, 1, 1],
+    );
+    let (code, text) = styx(&["node", "drain", "--connect", &nodes[0].client, "1"]);
+    assert_eq!(code, 0, "styx node drain 1: {text}");
+    await_layout(&nodes[..1], &[0, 0, 0, 0], "node 1 drained");
+    // Node 0, which runs every shard and takes the request, killed as
+    // node 1's leave is asked for.
+    leave(
+        &mut nodes,
+        1,
+        0,
+        Duration::from_millis(40),
+        Duration::from_millis(300),
+        &[0, 0, 0, 0],
+    );
+    let out = bench.wait_with_output().expect("styx bench finishes");
+    let report = report_of("ycsbt", &out);
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
+    verify_ycsbt(&nodes[0].client, &knobs, "after the leaves");
+    // Both started again: each says goodbye and stops; node 0 runs on.
+    for gone in [1, 2] {
+        nodes[gone].spawn(bin);
+        let status = nodes[gone].child.as_mut().unwrap().wait().expect("the daemon stops");
+        assert!(status.success(), "node {gone} started again stopped with {status}");
+        nodes[gone].child = None;
+    }
+    await_layout(&nodes[..1], &[0, 0, 0, 0], "node 0 after the goodbyes");
+    verify_ycsbt(&nodes[0].client, &knobs, "after the goodbyes");
+}
+
 #[test]
 fn tpcc_bench_rides_out_kill_9_of_nodes() {
     bench_through_kills("tpcc", &["--warehouses", "3", "--scale", "small"], "1");
