@@ -66,6 +66,7 @@ pub struct FileSettings {
     pub in_flight_max: Option<usize>,
     pub connections_max: Option<usize>,
     pub output_bytes_max: Option<usize>,
+    pub input_bytes_max: Option<usize>,
     pub log: Option<String>,
     pub log_format: Option<LogFormat>,
     pub cluster: Option<PathBuf>,
@@ -161,6 +162,11 @@ pub struct Flags {
     /// less than it meanwhile, the daemon closes it [default: 64 MiB].
     #[arg(long, env = "STYX_OUTPUT_BYTES_MAX")]
     pub output_bytes_max: Option<usize>,
+    /// Bytes of requests a connection may have running (their frames):
+    /// at it the daemon reads no more of it until answers come back
+    /// [default: 64 MiB].
+    #[arg(long, env = "STYX_INPUT_BYTES_MAX")]
+    pub input_bytes_max: Option<usize>,
     /// Log filter (tracing's env-filter syntax) [default: info].
     #[arg(long, env = "STYX_LOG")]
     pub log: Option<String>,
@@ -240,6 +246,10 @@ impl Settings {
                 .output_bytes_max
                 .or(file.output_bytes_max)
                 .unwrap_or(defaults.output_bytes_max),
+            input_bytes_max: args
+                .input_bytes_max
+                .or(file.input_bytes_max)
+                .unwrap_or(defaults.input_bytes_max),
         };
         limits.validate().map_err(|e| e.to_string())?;
         let cluster = match (args.cluster.or(file.cluster), args.node_id.or(file.node_id)) {

@@ -2,9 +2,10 @@
 //!
 //! Every byte a peer makes us hold is bounded here, so a hostile or broken
 //! peer costs a server at most `connections_max × frame_len_max` bytes of
-//! receive buffers and `connections_max × output_bytes_max` of answers
-//! queued, and a single length prefix can never make us allocate more than
-//! one frame.
+//! receive buffers, `connections_max × (input_bytes_max + frame_len_max)`
+//! of requests at the engine and `connections_max × output_bytes_max` of
+//! answers queued, and a single length prefix can never make us allocate
+//! more than one frame.
 //!
 //! Two kinds of bound:
 //! - protocol caps (`*_MAX` constants): part of the protocol, the same for
@@ -57,6 +58,13 @@ pub const OUTPUT_BYTES_MAX: usize = 1 << 40;
 /// that reads is never cut off for one large answer.
 pub const OUTPUT_BYTES_MAX_FLOOR: usize = 2 * FRAME_LEN_MAX;
 
+/// The most a server may set `input_bytes_max` to (1 TiB: no bound in
+/// practice), and the least (one frame of the least frame limit: a
+/// connection with nothing at the engine always takes one more frame,
+/// whatever its size).
+pub const INPUT_BYTES_MAX: usize = 1 << 40;
+pub const INPUT_BYTES_MAX_FLOOR: usize = FRAME_LEN_MAX_FLOOR;
+
 /// A decoder keeps a buffer of at most this capacity between frames; a larger
 /// one (left by a large frame) is released, so idle connections stay small.
 pub const BUFFER_RETAINED_MAX: usize = 64 << 10;
@@ -101,6 +109,14 @@ pub struct Limits {
     /// bounds answers by count; this bounds them by bytes (1 024 answers of
     /// 1 MiB each would be 1 GiB).
     pub output_bytes_max: usize,
+    /// Bytes of requests (their frames) one connection may have at the
+    /// engine, in `INPUT_BYTES_MAX_FLOOR..=INPUT_BYTES_MAX` (not
+    /// announced: a client meets it only as back-pressure): at it the
+    /// server reads no more of the connection until answers come back, so
+    /// it holds at most this plus one frame. `in_flight_max` bounds
+    /// requests by count; this by bytes (1 024 requests of 1 MiB each
+    /// would be 1 GiB held by the engine for one connection).
+    pub input_bytes_max: usize,
 }
 
 impl Default for Limits {
@@ -110,6 +126,7 @@ impl Default for Limits {
             in_flight_max: 1024,
             connections_max: 1024,
             output_bytes_max: 64 << 20,
+            input_bytes_max: 64 << 20,
         }
     }
 }
@@ -125,6 +142,12 @@ impl Limits {
             self.output_bytes_max,
             OUTPUT_BYTES_MAX_FLOOR,
             OUTPUT_BYTES_MAX,
+        )?;
+        check(
+            "input_bytes_max",
+            self.input_bytes_max,
+            INPUT_BYTES_MAX_FLOOR,
+            INPUT_BYTES_MAX,
         )
     }
 }
@@ -168,6 +191,17 @@ mod tests {
             bad.validate(),
             Err(Error::Setting {
                 name: "output_bytes_max",
+                ..
+            })
+        ));
+        let bad = Limits {
+            input_bytes_max: INPUT_BYTES_MAX_FLOOR - 1,
+            ..Limits::default()
+        };
+        assert!(matches!(
+            bad.validate(),
+            Err(Error::Setting {
+                name: "input_bytes_max",
                 ..
             })
         ));

@@ -22,6 +22,8 @@
 //!   ([`Session::wants_input`]): a client that never reads is held at its
 //!   limit (its socket fills and TCP stops it) and costs the server at most
 //!   one partial frame and `in_flight_max` answers.
+//! - Requests at the engine are bounded by bytes too: with
+//!   `input_bytes_max` of their frames there the session takes no input.
 //! - Answers are bounded by bytes too: with half of `output_bytes_max`
 //!   queued the session takes no input. Past `output_bytes_max`
 //!   ([`Session::is_over_limit`]) the server gives the client a while to
@@ -121,8 +123,11 @@ pub struct Session {
     frame_len_max: usize,
     in_flight_max: usize,
     welcomed: bool,
-    /// Requests at the engine, by correlation id.
-    at_engine: HashMap<u32, Asked>,
+    /// Requests at the engine, by correlation id, with their frames' bytes.
+    at_engine: HashMap<u32, (Asked, usize)>,
+    /// Their bytes, summed.
+    in_bytes: usize,
+    input_bytes_max: usize,
     /// Answers waiting for the socket, each with whether its corr is owed
     /// (in `answered`; not so for the errors of frames that did not decode).
     out: VecDeque<(Frame, bool)>,
@@ -151,6 +156,8 @@ impl Session {
             in_flight_max: limits.in_flight_max,
             welcomed: false,
             at_engine: HashMap::new(),
+            in_bytes: 0,
+            input_bytes_max: limits.input_bytes_max,
             out: VecDeque::new(),
             answered: HashSet::new(),
             out_bytes: 0,
@@ -228,10 +235,20 @@ impl Session {
     }
 
     /// Whether the session takes input now: it is open, owes fewer than
-    /// `in_flight_max` answers (a frame read gets one more) and has less
-    /// than half of `output_bytes_max` queued.
+    /// `in_flight_max` answers (a frame read gets one more), has less than
+    /// `input_bytes_max` of requests at the engine (one more frame may
+    /// pass it) and less than half of `output_bytes_max` queued.
     pub fn wants_input(&self) -> bool {
-        !self.closing && self.owed() < self.in_flight_max && self.out_bytes < self.output_bytes_max / 2
+        !self.closing
+            && self.owed() < self.in_flight_max
+            && self.in_bytes < self.input_bytes_max
+            && self.out_bytes < self.output_bytes_max / 2
+    }
+
+    /// Bytes of the frames of the requests at the engine: what
+    /// `input_bytes_max` bounds.
+    pub fn at_engine_bytes(&self) -> usize {
+        self.in_bytes
     }
 
     /// Queues the answer to a frame with `frame`'s corr, which stays owed
@@ -312,6 +329,8 @@ impl Session {
         if self.is_owed(corr) {
             return self.refuse_unowed(duplicate_corr(corr));
         }
+        // What the frame holds at the engine, if it asks it to run something.
+        let len = encoded_len(&frame);
         let answer = match frame.body {
             Body::Ping { data } => Frame {
                 corr,
@@ -382,7 +401,7 @@ impl Session {
                 "this node runs no shard (a spare): send the request to a node LAYOUT names",
             ),
             Body::Request(req) => match req.resolve(corr, server.app()) {
-                Ok(request) => return self.admit(corr, Asked::Run, request),
+                Ok(request) => return self.admit(corr, Asked::Run, request, len),
                 Err(e) => e.to_frame(),
             },
             Body::Get { operator, key } => match convert::resolve_operator(corr, server.app(), &operator) {
@@ -397,7 +416,7 @@ impl Session {
                         args: Payload::EMPTY,
                         client: None,
                     };
-                    return self.admit(corr, Asked::Get, request);
+                    return self.admit(corr, Asked::Get, request, len);
                 }
                 Err(e) => e.to_frame(),
             },
@@ -473,11 +492,13 @@ impl Session {
 
     /// Hands `request` to the server for the engine (its corr is owed by
     /// no other frame: `serve` checked).
-    fn admit(&mut self, corr: u32, asked: Asked, request: styx_engine::Request) -> Received {
+    /// `bytes` is the length of the frame that asked.
+    fn admit(&mut self, corr: u32, asked: Asked, request: styx_engine::Request, bytes: usize) -> Received {
         let Entry::Vacant(v) = self.at_engine.entry(corr) else {
             unreachable!("corr {corr} is owed twice");
         };
-        v.insert(asked);
+        v.insert((asked, bytes));
+        self.in_bytes += bytes;
         Received::Request { corr, request }
     }
 
@@ -487,10 +508,11 @@ impl Session {
     /// # Panics
     /// If `corr` is not at the engine.
     pub fn answer(&mut self, corr: u32, tid: Tid, outcome: &Outcome) {
-        let asked = self
+        let (asked, bytes) = self
             .at_engine
             .remove(&corr)
             .unwrap_or_else(|| panic!("an answer to request {corr}, which is not at the engine"));
+        self.in_bytes -= bytes;
         if self.is_dropped {
             self.dropped += 1;
             return;
@@ -968,6 +990,56 @@ mod tests {
             Received::Request { corr: 53, .. }
         ));
         assert!(rest.is_empty());
+    }
+
+    /// A client sending large requests is held by their bytes at the
+    /// engine, long before `in_flight_max`: 1 024 requests of 1 MiB would
+    /// otherwise be 1 GiB held for one connection.
+    #[test]
+    fn requests_at_the_engine_are_bounded_by_bytes() {
+        let server = server();
+        let big = |corr: u32| Frame {
+            corr,
+            body: Body::Request(Request {
+                client: 0,
+                seq: 0,
+                ack: 0,
+                operator: "account".into(),
+                function: "deposit".into(),
+                target: Address::Entity(Key::from(1u64)),
+                args: Payload::from_vec(vec![1u8; 100 << 10]),
+            }),
+        };
+        let len = encoded_len(&big(1));
+        let limits = Limits {
+            in_flight_max: 64,
+            input_bytes_max: 2 * len + len / 2,
+            ..Limits::default()
+        };
+        let mut s = Session::new(&limits);
+        feed(&mut s, &server, &bytes(&[hello(1)]));
+        assert_eq!(answers(&mut s).len(), 1);
+        let input = bytes(&(10..20).map(big).collect::<Vec<_>>());
+        let mut rest = input.as_slice();
+        // Two and a half frames' worth: the third passes the bound, and
+        // the session reads no more though it owes only three answers.
+        for corr in 10..13 {
+            assert!(s.wants_input(), "before request {corr}");
+            assert!(matches!(s.receive(&mut rest, &server), Received::Request { corr: c, .. } if c == corr));
+        }
+        assert!(!s.wants_input());
+        assert_eq!((s.owed(), s.at_engine_bytes()), (3, 3 * len));
+        // An answer frees its request's bytes: one more is read.
+        s.answer(10, 1, &Outcome::Committed(Payload::encode(&())));
+        assert_eq!(s.at_engine_bytes(), 2 * len);
+        assert!(s.wants_input());
+        assert!(matches!(s.receive(&mut rest, &server), Received::Request { corr: 13, .. }));
+        assert!(!s.wants_input());
+        // Every answer frees its request's bytes.
+        for corr in 11..14 {
+            s.answer(corr, 1, &Outcome::Committed(Payload::encode(&())));
+        }
+        assert_eq!(s.at_engine_bytes(), 0);
     }
 
     #[test]
