@@ -301,14 +301,13 @@ impl Daemon {
     fn serve_spare(&self, run: &Run) {
         let layout = run.layout();
         let ran_here: Vec<ShardId> = self.counters.lock().expect("counters").keys().copied().collect();
+        let (wire, left) = wire_layout(run);
         let server = Arc::new(SpareServer {
             app: self.app.clone(),
             name: self.server_name(),
             map: partition_map(&self.spec, self.node, &self.app),
-            layout: styx_net::Layout {
-                version: layout.version(),
-                node_of: (0..layout.n_shards()).map(|s| layout.node_of(s)).collect(),
-            },
+            layout: wire,
+            left,
             metrics: self.metrics_of(&ran_here),
             started: self.started,
             shutdown: self.shutdown.clone(),
@@ -354,7 +353,7 @@ impl Daemon {
     /// A round's options and its server (what its frontends share, made
     /// current): `run`'s local shards, answering LAYOUT with its layout.
     fn options(&self, run: &Run) -> Options {
-        let layout = run.layout();
+        let (wire, left) = wire_layout(run);
         let settings = &self.settings;
         let local = run.local_shards().to_vec();
         let n_local = local.len();
@@ -371,10 +370,8 @@ impl Daemon {
             node: self.node,
             first_shard: local[0],
             map: partition_map(&self.spec, self.node, &self.app),
-            layout: styx_net::Layout {
-                version: layout.version(),
-                node_of: (0..layout.n_shards()).map(|s| layout.node_of(s)).collect(),
-            },
+            layout: wire,
+            left,
             failure: Default::default(),
             rates: styx_runtime::server::Rates::new(&metrics),
         });
@@ -516,6 +513,19 @@ fn app_fingerprint(app: &App) -> u64 {
 
 /// What MAP answers on `node` of `spec`: its nodes' ranges number the
 /// shards in order (LAYOUT answers where a cluster file placed them).
+/// What LAYOUT and MEMBERS answer in `run`: which node runs each shard,
+/// and the nodes gone from the cluster (the layout's, and those the join
+/// learned from the nodes' records).
+fn wire_layout(run: &Run) -> (styx_net::Layout, Vec<u16>) {
+    let layout = run.layout();
+    let wire = styx_net::Layout {
+        version: layout.version(),
+        node_of: (0..layout.n_shards()).map(|s| layout.node_of(s)).collect(),
+    };
+    let left: std::collections::BTreeSet<u16> = layout.left().iter().copied().chain(run.left_nodes()).collect();
+    (wire, left.into_iter().collect())
+}
+
 fn partition_map(spec: &Spec, node: u16, app: &App) -> styx_net::Map {
     styx_net::Map {
         node,

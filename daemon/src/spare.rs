@@ -43,6 +43,8 @@ pub(crate) struct SpareServer {
     pub name: String,
     pub map: Map,
     pub layout: Layout,
+    /// The nodes that left the cluster, ascending (MEMBERS).
+    pub left: Vec<u16>,
     /// The counters of the shards that ran on this node before (STATUS's
     /// totals, PLACEMENT's newest map): none if it never ran one.
     pub metrics: Arc<Metrics>,
@@ -65,6 +67,13 @@ impl styx_net::Server for SpareServer {
 
     fn layout(&self) -> Layout {
         self.layout.clone()
+    }
+
+    fn members(&self) -> styx_net::Members {
+        styx_net::Members {
+            version: self.layout.version,
+            left: self.left.clone(),
+        }
     }
 
     /// The newest partition map a shard published here, if one ran here
@@ -442,6 +451,7 @@ mod tests {
                 version: 3,
                 node_of: vec![0, 0],
             },
+            left: vec![1],
             metrics: Arc::new(Metrics {
                 shards: Vec::new(),
                 ids: Vec::new(),

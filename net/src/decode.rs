@@ -22,9 +22,9 @@
 
 use crate::error::{Error, ErrorCode};
 use crate::frame::{
-    Body, Frame, FrameType, LAYOUT_SHARDS_MAX, Layout, MAP_NODES_MAX, MAP_OPERATORS_MAX, Map, MapNode, MapOperator,
-    PLACEMENT_MOVED_MAX, Placement, Request, Status, TARGET_ENTITY, TARGET_PARTITION, VERSION, Welcome,
-    abort_kind_on_wire,
+    Body, Frame, FrameType, LAYOUT_SHARDS_MAX, Layout, MAP_NODES_MAX, MAP_OPERATORS_MAX, MEMBERS_LEFT_MAX, Map,
+    MapNode, MapOperator, Members, PLACEMENT_MOVED_MAX, Placement, Request, Status, TARGET_ENTITY, TARGET_PARTITION,
+    VERSION, Welcome, abort_kind_on_wire,
 };
 use crate::limits::{
     BUFFER_RETAINED_MAX, ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, HEADER_LEN, NAME_LEN_MAX,
@@ -304,6 +304,21 @@ fn parse(frame: &[u8]) -> Result<Frame, Error> {
         }
         FrameType::Placement => Body::Placement,
         FrameType::Layout => Body::Layout,
+        FrameType::Members => Body::Members,
+        FrameType::MembersReply => {
+            let version = r.u64("version")?;
+            let count = r.count("nodes left", MEMBERS_LEFT_MAX)?;
+            let mut left: Vec<u16> = Vec::with_capacity(count.min(r.bytes.len() / 2));
+            for _ in 0..count {
+                let node = r.u16("node")?;
+                // Ascending, each once: a list a client can search.
+                if left.last().is_some_and(|l| *l >= node) {
+                    return Err(r.bad_tag("node left (not ascending)", u64::from(node)));
+                }
+                left.push(node);
+            }
+            Body::MembersReply(Members { version, left })
+        }
         FrameType::LayoutReply => {
             let version = r.u64("version")?;
             let count = r.count("layout shards", LAYOUT_SHARDS_MAX)?;

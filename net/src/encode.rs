@@ -9,8 +9,8 @@
 
 use crate::error::Error;
 use crate::frame::{
-    Body, Frame, LAYOUT_SHARDS_MAX, MAP_NODES_MAX, MAP_OPERATORS_MAX, PLACEMENT_MOVED_MAX, Request, TARGET_ENTITY,
-    TARGET_PARTITION, VERSION, abort_kind_on_wire,
+    Body, Frame, LAYOUT_SHARDS_MAX, MAP_NODES_MAX, MAP_OPERATORS_MAX, MEMBERS_LEFT_MAX, PLACEMENT_MOVED_MAX, Request,
+    TARGET_ENTITY, TARGET_PARTITION, VERSION, abort_kind_on_wire,
 };
 use crate::limits::{ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, HEADER_LEN, NAME_LEN_MAX, PEER_NAME_LEN_MAX, PREFIX_LEN};
 use styx_engine::{ABORT_MESSAGE_LEN_MAX, Address, KEY_LEN_MAX, PAYLOAD_LEN_MAX};
@@ -70,6 +70,8 @@ fn body_len(body: &Body) -> usize {
         Body::PlacementReply(p) => 8 + 2 + p.moved.iter().map(|m| 4 + 6 * m.len()).sum::<usize>(),
         Body::Layout => 0,
         Body::LayoutReply(l) => 8 + 2 + 2 * l.node_of.len(),
+        Body::Members => 0,
+        Body::MembersReply(m) => 8 + 2 + 2 * m.left.len(),
         Body::Request(r) => {
             let target = match &r.target {
                 Address::Entity(key) => 4 + key.as_bytes().len(),
@@ -104,8 +106,21 @@ fn check(frame: &Frame) -> Result<(), Error> {
         | Body::StatusReply(_)
         | Body::Map
         | Body::Placement
-        | Body::Layout => Ok(()),
+        | Body::Layout
+        | Body::Members => Ok(()),
         Body::LayoutReply(l) => cap("layout shards", l.node_of.len(), LAYOUT_SHARDS_MAX),
+        Body::MembersReply(m) => {
+            cap("nodes left", m.left.len(), MEMBERS_LEFT_MAX)?;
+            // Ascending, each once, as the decoder requires.
+            match m.left.windows(2).find(|w| w[0] >= w[1]) {
+                Some(w) => Err(Error::BadTag {
+                    corr,
+                    field: "node left (not ascending)",
+                    value: u64::from(w[1]),
+                }),
+                None => Ok(()),
+            }
+        }
         Body::PlacementReply(p) => {
             cap("operators", p.moved.len(), MAP_OPERATORS_MAX)?;
             cap(
@@ -213,7 +228,14 @@ fn write_body(body: &Body, out: &mut Vec<u8>) {
             out.extend_from_slice(&s.connections.to_le_bytes());
             out.extend_from_slice(&s.in_flight.to_le_bytes());
         }
-        Body::Map | Body::Placement | Body::Layout => {}
+        Body::Map | Body::Placement | Body::Layout | Body::Members => {}
+        Body::MembersReply(m) => {
+            out.extend_from_slice(&m.version.to_le_bytes());
+            out.extend_from_slice(&(m.left.len() as u16).to_le_bytes());
+            for n in &m.left {
+                out.extend_from_slice(&n.to_le_bytes());
+            }
+        }
         Body::LayoutReply(l) => {
             out.extend_from_slice(&l.version.to_le_bytes());
             out.extend_from_slice(&(l.node_of.len() as u16).to_le_bytes());

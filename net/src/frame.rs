@@ -46,6 +46,7 @@ pub enum FrameType {
     Map = 0x04,
     Placement = 0x05,
     Layout = 0x06,
+    Members = 0x07,
     Request = 0x10,
     Get = 0x11,
     Welcome = 0x81,
@@ -54,6 +55,7 @@ pub enum FrameType {
     MapReply = 0x84,
     PlacementReply = 0x85,
     LayoutReply = 0x86,
+    MembersReply = 0x87,
     Committed = 0x90,
     Aborted = 0x91,
     State = 0x92,
@@ -61,13 +63,14 @@ pub enum FrameType {
 }
 
 impl FrameType {
-    pub const ALL: [FrameType; 18] = [
+    pub const ALL: [FrameType; 20] = [
         FrameType::Hello,
         FrameType::Ping,
         FrameType::Status,
         FrameType::Map,
         FrameType::Placement,
         FrameType::Layout,
+        FrameType::Members,
         FrameType::Request,
         FrameType::Get,
         FrameType::Welcome,
@@ -76,6 +79,7 @@ impl FrameType {
         FrameType::MapReply,
         FrameType::PlacementReply,
         FrameType::LayoutReply,
+        FrameType::MembersReply,
         FrameType::Committed,
         FrameType::Aborted,
         FrameType::State,
@@ -137,6 +141,10 @@ pub enum Body {
     Layout,
     /// Server, answers LAYOUT.
     LayoutReply(Layout),
+    /// Client: asks which nodes left the cluster.
+    Members,
+    /// Server, answers MEMBERS.
+    MembersReply(Members),
     /// Client: run one transaction.
     Request(Request),
     /// Client: read one entity's state.
@@ -166,6 +174,8 @@ impl Body {
             Body::PlacementReply(_) => FrameType::PlacementReply,
             Body::Layout => FrameType::Layout,
             Body::LayoutReply(_) => FrameType::LayoutReply,
+            Body::Members => FrameType::Members,
+            Body::MembersReply(_) => FrameType::MembersReply,
             Body::Request(_) => FrameType::Request,
             Body::Get { .. } => FrameType::Get,
             Body::Committed { .. } => FrameType::Committed,
@@ -279,6 +289,21 @@ pub struct Layout {
     /// The node (an index into MAP's node list) of each shard, by shard.
     pub node_of: Vec<u16>,
 }
+
+/// Which nodes left the cluster, answering MEMBERS. A node that left
+/// (`styx node remove`) ran no shard when it left, will never run one,
+/// and its daemon stopped; MAP still lists it, as it numbers the nodes as
+/// the cluster file does. A client dials no node listed here.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Members {
+    /// The layout's version (LAYOUT's): a leave is a change of it.
+    pub version: u64,
+    /// The nodes that left (indexes into MAP's node list), ascending.
+    pub left: Vec<u16>,
+}
+
+/// Nodes a MEMBERS_REPLY lists as left at most: MAP's most.
+pub const MEMBERS_LEFT_MAX: usize = MAP_NODES_MAX;
 
 /// Partitions a PLACEMENT_REPLY lists at most over all operators (a map
 /// with more moved answers `INTERNAL`): it bounds the frame (6 bytes an

@@ -70,9 +70,9 @@ pub use decode::Decoder;
 pub use encode::{encode, encoded_len};
 pub use error::{Error, ErrorCode, error_frame};
 pub use frame::{
-    Body, Frame, FrameType, LAYOUT_SHARDS_MAX, Layout, MAP_NODES_MAX, MAP_OPERATORS_MAX, Map, MapNode, MapOperator,
-    PLACEMENT_MOVED_MAX, Placement, Request, Status, TARGET_ENTITY, TARGET_PARTITION, VERSION, VERSION_MAX,
-    VERSION_MIN, Welcome, negotiate,
+    Body, Frame, FrameType, LAYOUT_SHARDS_MAX, Layout, MAP_NODES_MAX, MAP_OPERATORS_MAX, MEMBERS_LEFT_MAX, Map,
+    MapNode, MapOperator, Members, PLACEMENT_MOVED_MAX, Placement, Request, Status, TARGET_ENTITY, TARGET_PARTITION,
+    VERSION, VERSION_MAX, VERSION_MIN, Welcome, negotiate,
 };
 pub use limits::{
     CONNECTIONS_MAX, ERROR_MESSAGE_LEN_MAX, FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, HEADER_LEN, IN_FLIGHT_MAX, Limits,

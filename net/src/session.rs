@@ -53,8 +53,8 @@
 
 use crate::error::{ErrorCode, error_frame};
 use crate::frame::{
-    Body, Frame, LAYOUT_SHARDS_MAX, Layout, Map, PLACEMENT_MOVED_MAX, Placement, Status, VERSION_MAX, VERSION_MIN,
-    Welcome, negotiate,
+    Body, Frame, LAYOUT_SHARDS_MAX, Layout, MEMBERS_LEFT_MAX, Map, Members, PLACEMENT_MOVED_MAX, Placement, Status,
+    VERSION_MAX, VERSION_MIN, Welcome, negotiate,
 };
 use crate::limits::Limits;
 use crate::{Decoder, MAP_OPERATORS_MAX, convert, encode, encoded_len};
@@ -80,6 +80,14 @@ pub trait Server {
     /// the layout of what MAP answers ([`Map::layout`]).
     fn layout(&self) -> Layout {
         self.map().layout()
+    }
+    /// What MEMBERS answers, now: the nodes that left the cluster. By
+    /// default none, at the layout's version.
+    fn members(&self) -> Members {
+        Members {
+            version: self.layout().version,
+            left: Vec::new(),
+        }
     }
     /// Whether the server is draining: new requests get `SHUTTING_DOWN`.
     fn is_shutting_down(&self) -> bool;
@@ -387,6 +395,24 @@ impl Session {
                     Frame {
                         corr,
                         body: Body::LayoutReply(layout),
+                    }
+                }
+            }
+            Body::Members => {
+                let members = server.members();
+                if members.left.len() > MEMBERS_LEFT_MAX {
+                    error_frame(
+                        corr,
+                        ErrorCode::INTERNAL,
+                        &format!(
+                            "{} nodes left, more than MEMBERS lists ({MEMBERS_LEFT_MAX})",
+                            members.left.len()
+                        ),
+                    )
+                } else {
+                    Frame {
+                        corr,
+                        body: Body::MembersReply(members),
                     }
                 }
             }
@@ -1033,7 +1059,10 @@ mod tests {
         s.answer(10, 1, &Outcome::Committed(Payload::encode(&())));
         assert_eq!(s.at_engine_bytes(), 2 * len);
         assert!(s.wants_input());
-        assert!(matches!(s.receive(&mut rest, &server), Received::Request { corr: 13, .. }));
+        assert!(matches!(
+            s.receive(&mut rest, &server),
+            Received::Request { corr: 13, .. }
+        ));
         assert!(!s.wants_input());
         // Every answer frees its request's bytes.
         for corr in 11..14 {
@@ -1138,13 +1167,29 @@ mod tests {
             corr: 63,
             body: Body::Layout,
         };
-        feed(&mut s, &server, &bytes(&[deposit(61), get(62, "account", 1), layout]));
+        let members = Frame {
+            corr: 64,
+            body: Body::Members,
+        };
+        feed(
+            &mut s,
+            &server,
+            &bytes(&[deposit(61), get(62, "account", 1), layout, members]),
+        );
         let a = answers(&mut s);
         for refused in &a[..2] {
             assert_eq!(error_code(refused), ErrorCode::SHUTTING_DOWN);
             assert!(format!("{refused:?}").contains("runs no shard"), "{refused:?}");
         }
         assert!(matches!(&a[2].body, Body::LayoutReply(_)), "{:?}", a[2]);
+        // By default no node left, at the layout's version.
+        assert_eq!(
+            a[3].body,
+            Body::MembersReply(Members {
+                version: server.layout().version,
+                left: Vec::new()
+            })
+        );
     }
 
     #[test]

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use styx_engine::{Abort, AbortKind, Address, Key, Payload, TypedRequest};
 use styx_net::client::{Client, ConnectOptions, Connection, Error, Options, Outcome, Ran};
 use styx_net::{
-    Body, Decoder, ErrorCode, FRAME_LEN_MAX, Frame, Layout, Map, MapNode, MapOperator, Request, Status, Welcome,
-    encode, error_frame,
+    Body, Decoder, ErrorCode, FRAME_LEN_MAX, Frame, Layout, Map, MapNode, MapOperator, Members, Request, Status,
+    Welcome, encode, error_frame,
 };
 
 /// Runs `f` on a fresh glommio executor.
@@ -62,6 +62,8 @@ struct Config {
     /// Answer LAYOUT with this; `None`: as a server older than LAYOUT
     /// (`UNKNOWN_FRAME_TYPE`). MAP answers two nodes of two shards each.
     layout: Option<Layout>,
+    /// Answer MEMBERS with this; `None`: as a server older than MEMBERS.
+    members: Option<Members>,
 }
 
 impl Default for Config {
@@ -83,6 +85,7 @@ impl Default for Config {
             refuse_handshake_from: 1,
             silent: 0,
             layout: None,
+            members: None,
         }
     }
 }
@@ -261,6 +264,16 @@ fn reply(fake: &Fake, frame: &Frame) -> Option<Frame> {
         Body::Layout => match &fake.config.layout {
             Some(l) => Body::LayoutReply(l.clone()),
             None => return Some(error_frame(frame.corr, ErrorCode::UNKNOWN_FRAME_TYPE, "no LAYOUT here")),
+        },
+        Body::Members => match &fake.config.members {
+            Some(m) => Body::MembersReply(m.clone()),
+            None => {
+                return Some(error_frame(
+                    frame.corr,
+                    ErrorCode::UNKNOWN_FRAME_TYPE,
+                    "no MEMBERS here",
+                ));
+            }
         },
         Body::Get { key, .. } => Body::State {
             value: state.totals.get(key.as_bytes()).map(|t| t.to_le_bytes().to_vec()),
@@ -811,6 +824,27 @@ fn map_places_shards_by_layout_and_by_ranges_where_a_server_has_none() {
         });
         let err = Client::connect(addr, options()).await.unwrap().map().await.unwrap_err();
         assert!(err.to_string().contains("LAYOUT does not fit MAP"), "{err}");
+    });
+}
+
+/// MEMBERS names the nodes that left; a server older than it knows of
+/// none (`None`, not an error).
+#[test]
+fn members_lists_the_nodes_gone_and_none_from_an_older_server() {
+    run(|| async {
+        let (addr, _fake) = fake(Config::default());
+        let c = Connection::connect(addr, &ConnectOptions::default()).await.unwrap();
+        assert_eq!(c.members().await.unwrap(), None);
+        let members = Members {
+            version: 4,
+            left: vec![1],
+        };
+        let (addr, _fake) = fake(Config {
+            members: Some(members.clone()),
+            ..Config::default()
+        });
+        let c = Connection::connect(addr, &ConnectOptions::default()).await.unwrap();
+        assert_eq!(c.members().await.unwrap(), Some(members));
     });
 }
 

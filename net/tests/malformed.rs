@@ -95,7 +95,7 @@ fn length_below_the_header() {
 
 #[test]
 fn unknown_frame_type() {
-    for t in [0x00u8, 0x07, 0x12, 0x80, 0x87, 0x93, 0xfe] {
+    for t in [0x00u8, 0x08, 0x12, 0x80, 0x88, 0x93, 0xfe] {
         assert!(FrameType::from_u8(t).is_none());
         let bytes = Raw::default().u64(1).frame(t, 5);
         assert_eq!(recoverable(&bytes), Error::UnknownFrameType { corr: 5, frame_type: t });
@@ -446,6 +446,56 @@ fn layouts_too_long_or_cut_short() {
         body: Body::LayoutReply(styx_net::Layout {
             version: 0,
             node_of: vec![0; styx_net::LAYOUT_SHARDS_MAX + 1],
+        }),
+    };
+    assert_eq!(
+        encode(&too_long, &mut Vec::new()).unwrap_err().code(),
+        ErrorCode::FIELD_TOO_LONG
+    );
+}
+
+#[test]
+fn members_too_long_cut_short_or_out_of_order() {
+    let reply = FrameType::MembersReply as u8;
+    let many = Raw::default()
+        .u64(1)
+        .u16(styx_net::MEMBERS_LEFT_MAX as u16 + 1)
+        .frame(reply, 1);
+    assert_eq!(recoverable(&many).code(), ErrorCode::FIELD_TOO_LONG);
+    let short = Raw::default().u64(1).u16(3).u16(0).frame(reply, 2);
+    assert_eq!(recoverable(&short).code(), ErrorCode::FIELD_OVERRUN);
+    // Each node once, ascending: a repeat or a step back is malformed.
+    for left in [[2u16, 2], [3, 1]] {
+        let raw = Raw::default().u64(1).u16(2).u16(left[0]).u16(left[1]).frame(reply, 3);
+        assert_eq!(recoverable(&raw).code(), ErrorCode::BAD_TAG, "{left:?}");
+    }
+    let ok = Raw::default().u64(9).u16(2).u16(1).u16(4).frame(reply, 4);
+    assert_eq!(
+        decode_whole(&ok, styx_net::FRAME_LEN_MAX).results,
+        [Ok(styx_net::Frame {
+            corr: 4,
+            body: Body::MembersReply(styx_net::Members {
+                version: 9,
+                left: vec![1, 4]
+            })
+        })]
+    );
+    let unordered = styx_net::Frame {
+        corr: 5,
+        body: Body::MembersReply(styx_net::Members {
+            version: 0,
+            left: vec![3, 1],
+        }),
+    };
+    assert_eq!(
+        encode(&unordered, &mut Vec::new()).unwrap_err().code(),
+        ErrorCode::BAD_TAG
+    );
+    let too_long = styx_net::Frame {
+        corr: 5,
+        body: Body::MembersReply(styx_net::Members {
+            version: 0,
+            left: (0..=styx_net::MEMBERS_LEFT_MAX as u16).collect(),
         }),
     };
     assert_eq!(

@@ -102,6 +102,9 @@ pub struct ServerShared {
     pub map: styx_net::Map,
     /// What LAYOUT answers: which node runs which shard.
     pub layout: styx_net::Layout,
+    /// What MEMBERS answers (at LAYOUT's version): the nodes that left
+    /// the cluster, ascending.
+    pub left: Vec<u16>,
     /// Why serving stopped before it began (a listener could not start):
     /// set by [`ServerShared::fail`].
     pub failure: Mutex<Option<String>>,
@@ -139,6 +142,13 @@ impl styx_net::Server for ServerShared {
 
     fn layout(&self) -> styx_net::Layout {
         self.layout.clone()
+    }
+
+    fn members(&self) -> styx_net::Members {
+        styx_net::Members {
+            version: self.layout.version,
+            left: self.left.clone(),
+        }
     }
 
     /// From the local shard with the newest published map (all shards

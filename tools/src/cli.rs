@@ -696,12 +696,14 @@ pub fn node(what: NodeCommand) -> ExitCode {
         let layout = map.layout();
         let nodes = map.nodes.len() as u16;
         let plan = if drain {
-            // A spare that does not answer (it left the cluster, or is
-            // down) is handed nothing.
-            let peer = client.connection().await.map_err(|e| e.to_string())?.peer();
+            // A spare that left the cluster (MEMBERS), or does not answer
+            // (down, or it left and the server is older than MEMBERS), is
+            // handed nothing.
+            let conn = client.connection().await.map_err(|e| e.to_string())?;
+            let left = left_nodes(&conn).await?;
             let gone: Vec<u16> = (0..nodes)
                 .filter(|n| *n != a.node && !layout.node_of.contains(n))
-                .filter(|n| !answers(&map.nodes[usize::from(*n)], peer))
+                .filter(|n| left.contains(n) || !answers(&map.nodes[usize::from(*n)], conn.peer()))
                 .collect();
             crate::nodes::drain(&layout.node_of, nodes, a.node, &gone)?
         } else {
@@ -728,6 +730,16 @@ pub fn node(what: NodeCommand) -> ExitCode {
     }))
 }
 
+/// The nodes that left the cluster, as MEMBERS says (none from a server
+/// older than MEMBERS).
+async fn left_nodes(conn: &styx_net::client::Connection) -> Result<Vec<u16>, String> {
+    Ok(conn
+        .members()
+        .await
+        .map_err(|e| e.to_string())?
+        .map_or_else(Vec::new, |m| m.left))
+}
+
 /// Whether the client port at `addr` (a MAP address; unspecified: the
 /// host of `peer`, a node that answered) takes a connection.
 fn answers(node: &styx_net::MapNode, peer: std::net::SocketAddr) -> bool {
@@ -752,6 +764,14 @@ fn remove_node(a: RemoveArgs) -> ExitCode {
             .get(usize::from(a.node))
             .ok_or_else(|| format!("no node {} (the cluster has {})", a.node, map.nodes.len()))?;
         let layout = map.layout();
+        let conn = client.connection().await.map_err(|e| e.to_string())?;
+        if left_nodes(&conn).await?.contains(&a.node) {
+            println!(
+                "node {} left the cluster already (layout version {})",
+                a.node, layout.version
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
         let runs: Vec<usize> = (0..layout.node_of.len())
             .filter(|s| layout.node_of[*s] == a.node)
             .collect();
@@ -792,13 +812,21 @@ fn remove_node(a: RemoveArgs) -> ExitCode {
             glommio::timer::sleep(Duration::from_millis(20)).await;
         }
         // Its port closed as it left, or as it died: the others say
-        // which (a layout one version on, with no shard moved).
+        // which (MEMBERS names it; from a server older than MEMBERS, a
+        // layout one version on, with no shard moved).
         loop {
             let conn = client.connection().await.map_err(|e| e.to_string())?;
-            if let Ok(Some(l)) = conn.layout().await
-                && l.version > layout.version
-            {
-                break;
+            match conn.members().await {
+                Ok(Some(m)) if m.left.contains(&a.node) => break,
+                Ok(None)
+                    if conn
+                        .layout()
+                        .await
+                        .is_ok_and(|l| l.is_some_and(|l| l.version > layout.version)) =>
+                {
+                    break;
+                }
+                _ => {}
             }
             if Instant::now() >= deadline {
                 return Err(format!(

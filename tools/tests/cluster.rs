@@ -536,6 +536,17 @@ fn layout_at(addr: &str) -> Option<Vec<u16>> {
     }
 }
 
+/// The nodes that left the cluster, as the node at `addr` answers MEMBERS.
+fn members_at(addr: &str) -> Option<Vec<u16>> {
+    let mut c = connect(addr, Duration::from_secs(5))?;
+    c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.send(Body::Members);
+    match c.try_recv()?.body {
+        Body::MembersReply(m) => Some(m.left),
+        _ => None,
+    }
+}
+
 /// Waits until every node answers LAYOUT with `want`.
 fn await_layout(nodes: &[Node], want: &[u16], why: &str) {
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -825,9 +836,13 @@ fn drained_daemons_leave_and_the_cluster_runs_without_them() {
         "styx node remove 2: {text}"
     );
     left(&mut nodes[2], "node 2");
+    for n in &nodes[..2] {
+        assert_eq!(members_at(&n.client), Some(vec![2]), "{} answers MEMBERS", n.client);
+    }
     let (code, text) = styx(&["node", "drain", "--connect", &nodes[0].client, "1"]);
     assert_eq!(code, 0, "styx node drain 1: {text}");
-    await_layout(&nodes[..1], &[0, 0, 0, 0], "node 1 drained");
+    await_layout(&nodes[..2], &[0, 0, 0, 0], "node 1 drained");
+    assert_eq!(members_at(&nodes[1].client), Some(vec![2]), "the spare answers MEMBERS");
     let (code, text) = styx(&["node", "remove", "--connect", &nodes[1].client, "1"]);
     assert!(
         code == 0 && text.contains("node 1 left the cluster"),
@@ -950,6 +965,12 @@ fn a_kill_9_in_the_middle_of_a_leave_recovers_and_the_node_stays_out() {
     }
     await_layout(&nodes[..1], &[0, 0, 0, 0], "node 0 after the goodbyes");
     verify_ycsbt(&nodes[0].client, &knobs, "after the goodbyes");
+    assert_eq!(members_at(&nodes[0].client), Some(vec![1, 2]), "MEMBERS");
+    let (code, text) = styx(&["node", "remove", "--connect", &nodes[0].client, "1"]);
+    assert!(
+        code == 0 && text.contains("node 1 left the cluster already"),
+        "styx node remove 1 again: {text}"
+    );
 }
 
 #[test]

@@ -32,7 +32,7 @@ use crate::decode::Decoder;
 use crate::encode::{encode, encoded_len};
 use crate::error::ErrorCode;
 use crate::frame::{
-    Body, Frame, FrameType, Layout, Map, Placement, Request, Status, VERSION_MAX, VERSION_MIN, Welcome,
+    Body, Frame, FrameType, Layout, Map, Members, Placement, Request, Status, VERSION_MAX, VERSION_MIN, Welcome,
 };
 use crate::limits::{FRAME_LEN_MAX, FRAME_LEN_MAX_FLOOR, IN_FLIGHT_MAX, PEER_NAME_LEN_MAX};
 use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -241,6 +241,7 @@ impl Connection {
                 | FrameType::Map
                 | FrameType::Placement
                 | FrameType::Layout
+                | FrameType::Members
                 | FrameType::Request
                 | FrameType::Get
         ) {
@@ -356,6 +357,17 @@ impl Connection {
                 reason: format!("LAYOUT does not fit MAP: {reason}"),
             }),
             None => Ok(map),
+        }
+    }
+
+    /// Which nodes left the cluster (MEMBERS); `None` from a server older
+    /// than MEMBERS (`UNKNOWN_FRAME_TYPE`), which says nothing of them.
+    pub async fn members(&self) -> Result<Option<Members>, Error> {
+        match self.send(Body::Members).await {
+            Ok(Body::MembersReply(m)) => Ok(Some(m)),
+            Ok(other) => unreachable!("the reader let a {:?} answer a MEMBERS", other.frame_type()),
+            Err(Error::Server { code, .. }) if code == ErrorCode::UNKNOWN_FRAME_TYPE => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -586,6 +598,7 @@ fn answers(sent: FrameType, got: FrameType) -> bool {
                 | (Map, MapReply)
                 | (Placement, PlacementReply)
                 | (Layout, LayoutReply)
+                | (Members, MembersReply)
                 | (Request, Committed | Aborted)
                 | (Get, State)
         )

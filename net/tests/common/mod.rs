@@ -7,8 +7,8 @@
 use styx_engine::rng::Rng;
 use styx_engine::{ABORT_MESSAGE_LEN_MAX, Abort, AbortKind, Address, KEY_LEN_MAX, Key, PAYLOAD_LEN_MAX, Payload};
 use styx_net::{
-    Body, Decoder, Error, ErrorCode, FRAME_LEN_MAX, Frame, FrameType, Layout, Map, MapNode, MapOperator, NAME_LEN_MAX,
-    PEER_NAME_LEN_MAX, Placement, Request, Status, VERSION, Welcome, encode,
+    Body, Decoder, Error, ErrorCode, FRAME_LEN_MAX, Frame, FrameType, Layout, Map, MapNode, MapOperator, Members,
+    NAME_LEN_MAX, PEER_NAME_LEN_MAX, Placement, Request, Status, VERSION, Welcome, encode,
 };
 
 pub fn frame(corr: u32, body: Body) -> Frame {
@@ -90,6 +90,15 @@ pub fn samples() -> Vec<Frame> {
         frame(4, Body::PlacementReply(Placement::default())),
         frame(5, Body::Layout),
         frame(5, Body::LayoutReply(Layout::default())),
+        frame(6, Body::Members),
+        frame(6, Body::MembersReply(Members::default())),
+        frame(
+            6,
+            Body::MembersReply(Members {
+                version: u64::MAX,
+                left: vec![0, 2, u16::MAX],
+            }),
+        ),
         frame(
             5,
             Body::LayoutReply(Layout {
@@ -269,7 +278,7 @@ pub fn random_frame(rng: &mut Rng) -> Frame {
         AbortKind::Stalled,
         AbortKind::Concurrent,
     ];
-    let body = match rng.below(16) {
+    let body = match rng.below(18) {
         0 => Body::Hello {
             version_min: rng.next_u64() as u8,
             version_max: rng.next_u64() as u8,
@@ -359,6 +368,11 @@ pub fn random_frame(rng: &mut Rng) -> Frame {
         14 => Body::LayoutReply(Layout {
             version: rng.next_u64(),
             node_of: (0..rng.below(65)).map(|_| rng.below(8) as u16).collect(),
+        }),
+        15 => Body::Members,
+        16 => Body::MembersReply(Members {
+            version: rng.next_u64(),
+            left: (0..64u16).filter(|_| rng.chance(0.2)).collect(),
         }),
         _ => Body::Error {
             code: ErrorCode(rng.next_u64() as u16),
