@@ -181,6 +181,7 @@ fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -
         fail_checkpoint: None,
     };
     let mut attempt = 0u64;
+    let mut quick_failures = 0u32;
     loop {
         attempt += 1;
         let joined = Instant::now();
@@ -244,9 +245,45 @@ fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -
             ),
             None => break,
         }
+        quick_failures = match joined.elapsed() < QUICK_FAILURE {
+            true => quick_failures + 1,
+            false => 0,
+        };
+        if let Some(pause) = retry_pause(quick_failures) {
+            tracing::warn!(
+                attempt,
+                quick_failures,
+                pause_ms = pause.as_millis() as u64,
+                "the cluster failed again within {QUICK_FAILURE:?}: pausing before the next recovery"
+            );
+            let until = Instant::now() + pause;
+            while Instant::now() < until && !daemon.shutdown.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
     }
     daemon.stop_spare();
     Ok(())
+}
+
+/// A run that fails within this of its join is a quick failure: from the
+/// second in a row, the daemon pauses before it recovers again
+/// ([`retry_pause`]), so a failure that repeats at once (a peer that keeps
+/// dying, a handover that cannot be made and is decided again by every
+/// replay) does not spin it through recoveries; the first recovers at once.
+const QUICK_FAILURE: Duration = Duration::from_secs(10);
+const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
+
+/// The pause after `quick_failures` quick failures in a row: none for the
+/// first, then 100 ms doubling up to 5 s.
+fn retry_pause(quick_failures: u32) -> Option<Duration> {
+    let doublings = quick_failures.checked_sub(2)?;
+    Some(
+        RETRY_PAUSE_MIN
+            .saturating_mul(1 << doublings.min(16))
+            .min(RETRY_PAUSE_MAX),
+    )
 }
 
 /// How long a handover's transfer may take before the run fails (and the
@@ -511,8 +548,6 @@ fn app_fingerprint(app: &App) -> u64 {
     h
 }
 
-/// What MAP answers on `node` of `spec`: its nodes' ranges number the
-/// shards in order (LAYOUT answers where a cluster file placed them).
 /// What LAYOUT and MEMBERS answer in `run`: which node runs each shard,
 /// and the nodes gone from the cluster (the layout's, and those the join
 /// learned from the nodes' records).
@@ -526,6 +561,8 @@ fn wire_layout(run: &Run) -> (styx_net::Layout, Vec<u16>) {
     (wire, left.into_iter().collect())
 }
 
+/// What MAP answers on `node` of `spec`: its nodes' ranges number the
+/// shards in order (LAYOUT answers where a cluster file placed them).
 fn partition_map(spec: &Spec, node: u16, app: &App) -> styx_net::Map {
     styx_net::Map {
         node,
@@ -553,6 +590,28 @@ fn partition_map(spec: &Spec, node: u16, app: &App) -> styx_net::Map {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn quick_failures_in_a_row_pause_doubling_to_a_cap() {
+        let pauses: Vec<Option<Duration>> = (0..10).map(retry_pause).collect();
+        let ms = |m| Some(Duration::from_millis(m));
+        assert_eq!(
+            pauses,
+            [
+                None,
+                None,
+                ms(100),
+                ms(200),
+                ms(400),
+                ms(800),
+                ms(1600),
+                ms(3200),
+                ms(5000),
+                ms(5000)
+            ]
+        );
+        assert_eq!(retry_pause(u32::MAX), ms(5000));
+    }
 
     #[test]
     fn daemons_started_side_by_side_on_port_zero_all_claim_their_ports() {

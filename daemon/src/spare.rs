@@ -7,7 +7,7 @@
 //! STATUS. So while it is a spare a thread accepts on its client port and
 //! serves each connection on a thread of its own through the sans-I/O
 //! session the shards' frontends use (`styx_net::Session`): HELLO, PING,
-//! MAP, LAYOUT, STATUS and PLACEMENT are answered as any node answers
+//! MAP, LAYOUT, MEMBERS, STATUS and PLACEMENT are answered as any node answers
 //! them; REQUEST and GET get `SHUTTING_DOWN` (they did not run; a node
 //! LAYOUT names runs them). Its metrics port, if it has one, answers
 //! `/health`, `/metrics` (no shard's series) and `/schema`. Plain

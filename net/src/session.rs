@@ -92,7 +92,7 @@ pub trait Server {
     /// Whether the server is draining: new requests get `SHUTTING_DOWN`.
     fn is_shutting_down(&self) -> bool;
     /// Whether the server runs no shard (a node of a cluster that is a
-    /// spare: it answers MAP, LAYOUT and STATUS, and has no engine to run
+    /// spare: it answers MAP, LAYOUT, MEMBERS and STATUS, and has no engine to run
     /// a request): requests get `SHUTTING_DOWN` too — they did not run and
     /// belong on a node LAYOUT names.
     fn runs_no_shard(&self) -> bool {

@@ -20,8 +20,9 @@
 //! and TCP stops the client, and one slow or stalled client only ever
 //! stalls itself. A connection's memory is thus bounded by its limits: one
 //! read chunk, one partial frame (`frame_len_max`), `in_flight_max`
-//! answers, one write chunk. A framing error closes only its connection,
-//! after an ERROR frame.
+//! answers (and `output_bytes_max` of them queued), `input_bytes_max` of
+//! requests at the shard, one write chunk. A framing error closes only
+//! its connection, after an ERROR frame.
 
 use crate::Frontend;
 use crate::metrics::{Metrics, ShardMetrics};
@@ -767,8 +768,10 @@ async fn read_loop(
     // few seconds must not hold a connection (and a slot) without HELLO.
     let handshake_by = std::time::Instant::now() + HANDSHAKE_TIMEOUT;
     loop {
-        // Back-pressure: a session owing `in_flight_max` answers takes no
-        // input, so nothing more is read until one has been written.
+        // Back-pressure: a session owing `in_flight_max` answers (or with
+        // `input_bytes_max` of requests at the shard, or half of
+        // `output_bytes_max` queued) takes no input, so nothing more is
+        // read until an answer has been written.
         let welcomed = futures_lite::future::poll_fn(|cx| {
             let mut h = hub.borrow_mut();
             let Some(c) = h.conns.get_mut(&id).filter(|c| !c.session.is_closing()) else {

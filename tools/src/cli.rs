@@ -700,7 +700,8 @@ pub fn node(what: NodeCommand) -> ExitCode {
             // (down, or it left and the server is older than MEMBERS), is
             // handed nothing.
             let conn = client.connection().await.map_err(|e| e.to_string())?;
-            let left = left_nodes(&conn).await?;
+            // (Unknown if MEMBERS fails: those that answer are handed shards.)
+            let left = members(&conn).await.unwrap_or_default().left;
             let gone: Vec<u16> = (0..nodes)
                 .filter(|n| *n != a.node && !layout.node_of.contains(n))
                 .filter(|n| left.contains(n) || !answers(&map.nodes[usize::from(*n)], conn.peer()))
@@ -730,14 +731,10 @@ pub fn node(what: NodeCommand) -> ExitCode {
     }))
 }
 
-/// The nodes that left the cluster, as MEMBERS says (none from a server
-/// older than MEMBERS).
-async fn left_nodes(conn: &styx_net::client::Connection) -> Result<Vec<u16>, String> {
-    Ok(conn
-        .members()
-        .await
-        .map_err(|e| e.to_string())?
-        .map_or_else(Vec::new, |m| m.left))
+/// What MEMBERS says (the layout's version and the nodes that left the
+/// cluster; none from a server older than MEMBERS).
+async fn members(conn: &styx_net::client::Connection) -> Result<styx_net::Members, String> {
+    Ok(conn.members().await.map_err(|e| e.to_string())?.unwrap_or_default())
 }
 
 /// Whether the client port at `addr` (a MAP address; unspecified: the
@@ -765,10 +762,11 @@ fn remove_node(a: RemoveArgs) -> ExitCode {
             .ok_or_else(|| format!("no node {} (the cluster has {})", a.node, map.nodes.len()))?;
         let layout = map.layout();
         let conn = client.connection().await.map_err(|e| e.to_string())?;
-        if left_nodes(&conn).await?.contains(&a.node) {
+        let now = members(&conn).await?;
+        if now.left.contains(&a.node) {
             println!(
                 "node {} left the cluster already (layout version {})",
-                a.node, layout.version
+                a.node, now.version
             );
             return Ok(ExitCode::SUCCESS);
         }

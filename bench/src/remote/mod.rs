@@ -601,7 +601,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     // What the check counts from, when it depends on it: the daemon need
     // not hold the initial state (an earlier run changed it).
     let start = if workload.checks_from_start() {
-        Some(dump_state(&pool.all().await?, &app).await?)
+        Some(read_state(&pool, &app).await?.1)
     } else {
         None
     };
@@ -686,12 +686,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
             DRAIN_TIMEOUT.as_secs()
         ));
     }
-    // A node may have become a spare since the layout was last asked (a
-    // handover near the end): the reads go to nodes that run shards.
-    pool.refresh_layout().await;
-    let conns = pool.all().await?;
-    let after = conns[0].status().await.map_err(|e| format!("STATUS: {e}"))?;
-    let state = dump_state(&conns, &app).await?;
+    let (after, state, final_reads_retried) = read_state(&pool, &app).await?;
     pool.close();
 
     let tallies: Vec<_> = l
@@ -750,6 +745,7 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
         serde_json::to_value(Latency::of(&m.lag)).expect("a Latency serializes"),
     );
     p.insert("reconnects".into(), pool.reconnects().into());
+    p.insert("final_reads_retried".into(), final_reads_retried.into());
     p.insert("entities".into(), state.len().into());
     if let Load::Closed { in_flight } = r.load {
         p.insert("in_flight_requested".into(), in_flight.into());
@@ -778,6 +774,39 @@ async fn drive<W: Workload>(workload: Arc<W>, r: Remote) -> Result<Report, Strin
     report.invariants_ok = errors.is_empty();
     report.invariant_errors = errors;
     Ok(report)
+}
+
+/// Reads of the whole state tried at most, when connections close under
+/// them, and the pause between tries.
+const FINAL_READ_TRIES: u32 = 20;
+const FINAL_READ_PAUSE: Duration = Duration::from_millis(250);
+
+/// STATUS and the whole state (before or after the run), through the
+/// nodes that run shards. A node may have become a spare since the layout
+/// was last asked (a handover near the end): the reads go to nodes that
+/// run shards. A cluster recovering from a failure closes every client
+/// connection, maybe in the middle of the reads: they are made again (the
+/// pool dials again), as clients retry. Returns how many times they were
+/// made again too.
+async fn read_state(pool: &Pool, app: &App) -> Result<(styx_net::Status, State, u32), String> {
+    let mut tries = 0;
+    loop {
+        pool.refresh_layout().await;
+        let conns = pool.all().await?;
+        let read = async {
+            let after = conns[0].status().await.map_err(|e| format!("STATUS: {e}"))?;
+            Ok::<_, String>((after, dump_state(&conns, app).await?))
+        }
+        .await;
+        match read {
+            Ok((after, state)) => return Ok((after, state, tries)),
+            Err(_) if tries + 1 < FINAL_READ_TRIES && conns.iter().any(|c| c.is_closed()) => {
+                tries += 1;
+                glommio::timer::sleep(FINAL_READ_PAUSE).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// Reads the daemon's whole state for `app`'s operators with `__scan`,

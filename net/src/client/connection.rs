@@ -226,7 +226,8 @@ impl Connection {
         })
     }
 
-    /// Sends one client frame (PING, STATUS, REQUEST or GET) and waits for
+    /// Sends one client frame (any but HELLO: PING, STATUS, MAP,
+    /// PLACEMENT, LAYOUT, MEMBERS, REQUEST or GET) and waits for
     /// its answer. An ERROR answer is returned as [`Error::Server`]. Waits
     /// for an in-flight slot first.
     ///

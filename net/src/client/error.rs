@@ -117,7 +117,9 @@ pub enum Error {
     Encode(crate::Error),
 
     /// A frame the connection sends itself (HELLO) or a server's frame.
-    #[error("{frame_type:?} frames cannot be sent on an open connection; send PING, STATUS, REQUEST or GET")]
+    #[error(
+        "{frame_type:?} frames cannot be sent on an open connection; send PING, STATUS, MAP, PLACEMENT, LAYOUT, MEMBERS, REQUEST or GET"
+    )]
     Unsendable { frame_type: FrameType },
 
     /// The transaction ran and aborted: nothing it did remains. Returned by
