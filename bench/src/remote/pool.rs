@@ -125,15 +125,26 @@ impl Pool {
         };
         let addrs: Vec<String> = map.nodes.iter().map(|n| reachable(n, first.peer())).collect();
         let layout = map.layout();
+        // Nodes that left the cluster (MEMBERS; none said by an older
+        // server) are not dialled: their daemons stopped.
+        let left = match first.members().await {
+            Ok(Some(m)) => m.left,
+            _ => Vec::new(),
+        };
         let mut slots = Vec::with_capacity(addrs.len() * per_node);
         for (node, addr) in addrs.iter().enumerate() {
             for _ in 0..per_node {
-                let conn = match Connection::connect(addr.as_str(), &options).await {
-                    Ok(c) => Some(c),
-                    // A node that runs no shard (a spare, or one that left
-                    // the cluster and stopped) need not answer.
-                    Err(_) if !layout.node_of.contains(&(node as u16)) => None,
-                    Err(e) => return Err(again(format!("cannot connect to node {node} at {addr}: {e}"))),
+                let shardless = !layout.node_of.contains(&(node as u16));
+                let conn = if shardless && left.contains(&(node as u16)) {
+                    None
+                } else {
+                    match Connection::connect(addr.as_str(), &options).await {
+                        Ok(c) => Some(c),
+                        // A node that runs no shard (a spare, or one that
+                        // left the cluster and stopped) need not answer.
+                        Err(_) if shardless => None,
+                        Err(e) => return Err(again(format!("cannot connect to node {node} at {addr}: {e}"))),
+                    }
                 };
                 slots.push(Slot {
                     node,
