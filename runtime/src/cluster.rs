@@ -701,14 +701,16 @@ impl Run {
     /// (`HANDED`), tells every node it holds them (`RECEIVED`, its last
     /// frame on this run's connections), waits until every node does, and
     /// returns those sent to this node. The hand-offs cross the control
-    /// connections in pieces; a node failing meanwhile, or `timeout`
-    /// passing, is an error (the run is in memory only: its shards are
-    /// lost with it).
+    /// connections in pieces; a node failing meanwhile, `timeout`
+    /// passing, or `stop` being set (SIGTERM: a durable cluster makes the
+    /// handover again from its logs) is an error (the run is in memory
+    /// only: its shards are lost with it).
     pub fn hand_over(
         &self,
         epoch: Epoch,
         outgoing: Vec<(u16, ShardId, Vec<u8>)>,
         timeout: Duration,
+        stop: &AtomicBool,
     ) -> Result<Vec<Vec<u8>>, String> {
         let mut mine = Vec::new();
         for (node, shard, bytes) in outgoing {
@@ -740,7 +742,7 @@ impl Run {
         let me = usize::from(self.node);
         self.state.handed[me].store(epoch, Ordering::SeqCst);
         self.tell_all(&control_frame(HANDED, &epoch));
-        self.wait_all(&self.state.handed, epoch, timeout, "the hand-offs")?;
+        self.wait_all(&self.state.handed, epoch, timeout, stop, "the hand-offs")?;
         {
             let mut incoming = self.state.incoming.lock().expect("incoming lock");
             if let Some((node, shard)) = incoming.partial.keys().next() {
@@ -754,12 +756,20 @@ impl Run {
         // still reads what it needs when they close.
         self.state.received[me].store(epoch, Ordering::SeqCst);
         self.tell_all_last(&control_frame(RECEIVED, &epoch));
-        self.wait_all(&self.state.received, epoch, timeout, "the nodes' receipts")?;
+        self.wait_all(&self.state.received, epoch, timeout, stop, "the nodes' receipts")?;
         Ok(mine)
     }
 
-    /// Waits until every node reported `epoch` in `per_node`.
-    fn wait_all(&self, per_node: &[AtomicU64], epoch: Epoch, timeout: Duration, what: &str) -> Result<(), String> {
+    /// Waits until every node reported `epoch` in `per_node` (not past
+    /// `timeout`, nor once `stop` is set).
+    fn wait_all(
+        &self,
+        per_node: &[AtomicU64],
+        epoch: Epoch,
+        timeout: Duration,
+        stop: &AtomicBool,
+        what: &str,
+    ) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         loop {
             let seen: Vec<Epoch> = self.of_members(per_node).map(|h| h.load(Ordering::SeqCst)).collect();
@@ -777,6 +787,9 @@ impl Run {
             }
             if Instant::now() > deadline {
                 return Err(format!("{what} of epoch {epoch} did not arrive within {timeout:?}"));
+            }
+            if stop.load(Ordering::Relaxed) {
+                return Err(format!("stopped while waiting for {what} of epoch {epoch}"));
             }
             std::thread::sleep(Duration::from_micros(200));
         }
@@ -2453,6 +2466,42 @@ mod tests {
         assert!(matches!(c.check_peer(&me, &h, Some(1)), Err(Refused::Peer(_))));
     }
 
+    /// SIGTERM during a handover: a node whose peer never sends its
+    /// hand-offs stops waiting once told to stop, not at the timeout.
+    #[test]
+    fn a_handover_stops_waiting_when_the_node_is_told_to_stop() {
+        let spec = loopback_spec(27_100, &[1, 1], Duration::from_millis(5), Duration::from_secs(5));
+        let threads: Vec<_> = (0..2u16)
+            .map(|i| {
+                let spec = spec.clone();
+                std::thread::spawn(move || {
+                    let mut c = Control::start(spec.clone(), i, 42).unwrap();
+                    let stop = Arc::new(AtomicBool::new(false));
+                    let run = c.join(survey(&[], 0), &spec.layout(), &stop).unwrap().unwrap();
+                    if i == 1 {
+                        // Alive (its heartbeats go on), handing nothing over.
+                        std::thread::sleep(Duration::from_secs(2));
+                        return None;
+                    }
+                    let signal = stop.clone();
+                    std::thread::spawn(move || {
+                        std::thread::sleep(Duration::from_millis(300));
+                        signal.store(true, Ordering::Relaxed);
+                    });
+                    let began = Instant::now();
+                    let e = run
+                        .hand_over(7, Vec::new(), Duration::from_secs(60), &stop)
+                        .unwrap_err();
+                    Some((e, began.elapsed()))
+                })
+            })
+            .collect();
+        let results: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        let (e, took) = results[0].clone().expect("node 0's handover");
+        assert!(e.contains("stopped while waiting for the hand-offs of epoch 7"), "{e}");
+        assert!(took < Duration::from_secs(5), "stopped after {took:?}");
+    }
+
     /// A spare's rounds: it ends a handover with the node that has the
     /// shard (the layout from its `ENDED`), learns that a run finished
     /// rather than failed, and an `ENDED` missing a row of the sender's
@@ -2481,7 +2530,7 @@ mod tests {
                         assert!(Instant::now() < deadline, "node {i}: the spare never ended");
                         std::thread::sleep(Duration::from_millis(1));
                     }
-                    run.hand_over(7, Vec::new(), Duration::from_secs(10)).unwrap();
+                    run.hand_over(7, Vec::new(), Duration::from_secs(10), &stop).unwrap();
                     drop(run);
                     // Round 2: node 0 is the spare; node 1's run finishes.
                     let run = join(&mut c, &moved);
@@ -2563,7 +2612,12 @@ mod tests {
                         // as shard 0; each keeps nothing.
                         let (to, shard, len) = if i == 0 { (1, 1, 24 << 20) } else { (0, 0, 3 << 20) };
                         let incoming = run
-                            .hand_over(round, vec![(to, shard, blob(shard, len))], Duration::from_secs(30))
+                            .hand_over(
+                                round,
+                                vec![(to, shard, blob(shard, len))],
+                                Duration::from_secs(30),
+                                &stop,
+                            )
                             .unwrap_or_else(|e| panic!("node {i}, round {round}: {e}"));
                         assert!(!run.failure.is_failed(), "node {i}: {:?}", run.failure.reason());
                         got.push(incoming);

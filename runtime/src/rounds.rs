@@ -328,7 +328,7 @@ where
             kept.sort_unstable();
             (epoch, next, ended, outgoing, sent, kept, round.checkpoints)
         };
-        let arrived = match run.hand_over(epoch, outgoing, timeout) {
+        let arrived = match run.hand_over(epoch, outgoing, timeout, stop) {
             Ok(arrived) => arrived,
             // Durable, every shard's log holds the handover's epoch: the
             // cluster recovers from the disks and makes it again.

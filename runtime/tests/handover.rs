@@ -437,7 +437,7 @@ fn handed_over(threads: usize, named: bool) {
                         .map(|h| (next.node_of(h.shard()), h.shard(), h.encode()))
                         .collect();
                     let incoming = cluster
-                        .hand_over(epoch, outgoing, Duration::from_secs(30))
+                        .hand_over(epoch, outgoing, Duration::from_secs(30), &stop)
                         .unwrap_or_else(|e| panic!("node {node}: {e}"));
                     resume = incoming
                         .iter()
