@@ -800,6 +800,23 @@ fn a_spare_daemon_is_handed_shards_and_a_drained_one_becomes_a_spare() {
     verify("after a restart of every node");
 }
 
+/// Three daemons preloaded with 300 YCSB-T accounts, running: nodes 0
+/// and 1 with two shards each, node 2 a spare; and the daemon's binary.
+fn two_nodes_and_a_spare(name: &str) -> (Vec<Node>, &'static Path) {
+    let (_, mut nodes) = cluster_placed(
+        &data_dir(name),
+        &["--preload", "ycsbt", "--keys", "300"],
+        &["2", "2", "0"],
+        4,
+    );
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    await_layout(&nodes, &[0, 0, 1, 1], "the cluster file's layout");
+    (nodes, bin)
+}
+
 /// Nodes leave a running cluster for good (`styx node remove`): under an
 /// exactly-once load the spare, node 2, leaves, then node 1 is drained
 /// and leaves; each daemon stops on its own, exit code 0. Node 0 serves
@@ -809,14 +826,8 @@ fn a_spare_daemon_is_handed_shards_and_a_drained_one_becomes_a_spare() {
 /// bench's invariants, `styx verify`).
 #[test]
 fn drained_daemons_leave_and_the_cluster_runs_without_them() {
-    let root = data_dir("cluster-leave");
     let knobs = ["--keys", "300"];
-    let (_, mut nodes) = cluster_placed(&root, &["--preload", "ycsbt", "--keys", "300"], &["2", "2", "0"], 4);
-    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
-    for n in &mut nodes {
-        n.spawn(bin);
-    }
-    await_layout(&nodes, &[0, 0, 1, 1], "the cluster file's layout");
+    let (mut nodes, bin) = two_nodes_and_a_spare("cluster-leave");
     let (code, text) = styx(&["node", "remove", "--connect", &nodes[0].client, "1"]);
     assert!(
         code != 0 && text.contains("node 1 runs shards [2, 3]") && text.contains("styx node drain 1"),
@@ -873,14 +884,8 @@ fn drained_daemons_leave_and_the_cluster_runs_without_them() {
 /// money is conserved.
 #[test]
 fn a_kill_9_in_the_middle_of_a_leave_recovers_and_the_node_stays_out() {
-    let root = data_dir("cluster-leave-kill");
     let knobs = ["--keys", "300"];
-    let (_, mut nodes) = cluster_placed(&root, &["--preload", "ycsbt", "--keys", "300"], &["2", "2", "0"], 4);
-    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
-    for n in &mut nodes {
-        n.spawn(bin);
-    }
-    await_layout(&nodes, &[0, 0, 1, 1], "the cluster file's layout");
+    let (mut nodes, bin) = two_nodes_and_a_spare("cluster-leave-kill");
     let addrs = format!("{},{}", nodes[0].client, nodes[1].client);
     let bench = exactly_once_ycsbt(&addrs, &knobs);
     std::thread::sleep(Duration::from_millis(500));
