@@ -756,7 +756,10 @@ impl Run {
         // still reads what it needs when they close.
         self.state.received[me].store(epoch, Ordering::SeqCst);
         self.tell_all_last(&control_frame(RECEIVED, &epoch));
-        self.wait_all(&self.state.received, epoch, timeout, stop, "the nodes' receipts")?;
+        // Every hand-off is here: a stop now would only make the cluster
+        // recover to make the handover again.
+        let finish = AtomicBool::new(false);
+        self.wait_all(&self.state.received, epoch, timeout, &finish, "the nodes' receipts")?;
         Ok(mine)
     }
 
@@ -1275,7 +1278,6 @@ impl Control {
             .map(|(node, inc, _)| (*node, *inc))
             .collect();
         learned.extend(placed.left().iter().copied());
-        self.greeter.lock().expect("greeter lock").gone = learned.clone();
         let layout = placed;
         Ok(Some(Run {
             local: layout.shards_of(self.node).collect(),
@@ -1337,11 +1339,25 @@ impl Control {
             return Ok(());
         }
         match self.greet(s, me, None) {
+            // A peer's dial answered after it gave up waiting (a dial of
+            // ours held the join past its `HELLO_TIMEOUT`) is dropped: its
+            // peer dials again. (A greeting of this node as gone is one
+            // hello and a close, and counts.)
+            Ok((s, h)) if !h.left.contains(&self.node) && hung_up(&s) => {
+                tracing::debug!(peer = h.node, "a peer's dial answered after it hung up");
+            }
             Ok((s, h)) => met.push((s, h, false)),
             Err(Refused::Peer(e)) => tracing::warn!("a peer's hello: {e}"),
             Err(Refused::Restarted(p)) => return Err(restarted(p)),
         }
         Ok(())
+    }
+
+    /// After a join, once its record of nodes gone is on disk (a greeting
+    /// tells a node that left that this node recorded it): the nodes this
+    /// node greets as gone from now on.
+    pub fn greet_as_gone(&self, gone: &[u16]) {
+        self.greeter.lock().expect("greeter lock").gone = gone.iter().copied().collect();
     }
 
     /// Exchanges hellos on a fresh connection (`dialed`: the node we
@@ -1458,6 +1474,15 @@ fn greet_gone(spec: &Spec, node: u16, greeter: &Mutex<Greeter>) {
             }
         }
     }
+}
+
+/// Whether the peer of `s` closed it (what it sent before is read).
+fn hung_up(s: &TcpStream) -> bool {
+    if s.set_nonblocking(true).is_err() {
+        return true;
+    }
+    let closed = matches!(s.peek(&mut [0u8; 1]), Ok(0));
+    s.set_nonblocking(false).is_err() || closed
 }
 
 fn restarted(node: u16) -> String {
@@ -2270,6 +2295,8 @@ mod tests {
                         .join_placed(joining, &layout, &stop, |_| Ok(layout.clone()))
                         .unwrap()
                         .unwrap();
+                    // As `run_rounds` does once the record is on disk.
+                    c.greet_as_gone(&run.left_nodes());
                     (c, run)
                 })
             })
@@ -2464,6 +2491,55 @@ mod tests {
         };
         c.after_handover = true;
         assert!(matches!(c.check_peer(&me, &h, Some(1)), Err(Refused::Peer(_))));
+    }
+
+    /// A dial whose peer gave up before its hello was answered (the peer
+    /// dials again) does not make a peer of the join: node 1 answers a
+    /// hello from "node 0" whose socket closed, and goes on waiting until
+    /// the real node 0 dials.
+    #[test]
+    fn a_dial_answered_after_its_peer_hung_up_is_no_peer() {
+        let spec = loopback_spec(27_900, &[1, 1], Duration::from_millis(20), Duration::from_millis(400));
+        let layout = spec.layout();
+        let one = {
+            let (spec, layout) = (spec.clone(), layout.clone());
+            std::thread::spawn(move || {
+                let mut c = Control::start(spec, 1, 42).unwrap();
+                let stop = AtomicBool::new(false);
+                c.join(survey(&[], 0), &layout, &stop).unwrap().unwrap()
+            })
+        };
+        // A hello as node 0's, sent and hung up on before any answer.
+        let hello = Hello {
+            fingerprint: spec.fingerprint(),
+            app: 42,
+            node: 0,
+            incarnation: 1,
+            round: 1,
+            survey: survey(&[], 0),
+            layout: layout.placed(),
+            preload: None,
+            placed: placements(&[], &|_| Ok(layout.clone())),
+            left: Vec::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut s = loop {
+            match TcpStream::connect(spec.nodes[1].peer) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => panic!("node 1 never listened: {e}"),
+            }
+        };
+        s.write_all(&raw_control_frame(HELLO, &encode_hello(&hello))).unwrap();
+        drop(s);
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(!one.is_finished(), "node 1 joined with a peer that hung up");
+        let mut c = Control::start(spec, 0, 42).unwrap();
+        let stop = AtomicBool::new(false);
+        let zero = c.join(survey(&[], 0), &layout, &stop).unwrap().unwrap();
+        let one = one.join().unwrap();
+        assert_eq!(zero.id, one.id, "one run");
+        assert!(!one.failure.is_failed() && !zero.failure.is_failed());
     }
 
     /// SIGTERM during a handover: a node whose peer never sends its

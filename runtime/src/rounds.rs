@@ -190,6 +190,9 @@ where
         if let Some(d) = &disk {
             durable::record_left(&d.dir, &run.left_nodes()).map_err(disk_error)?;
         }
+        if !run.has_left() {
+            control.greet_as_gone(&run.left_nodes());
+        }
         if run.has_left() {
             tracing::info!(node = control.node(), "this node left the cluster");
             if let Some(ex) = executors.take() {
