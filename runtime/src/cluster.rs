@@ -658,6 +658,11 @@ impl Run {
         }
     }
 
+    /// Whether node `node` said its run finished (`FINISHED`).
+    pub fn has_finished(&self, node: u16) -> bool {
+        self.state.finished[usize::from(node)].load(Ordering::SeqCst)
+    }
+
     /// Whether this node's shards all stopped for a handover.
     pub fn is_ending(&self) -> bool {
         self.state.ended[usize::from(self.node)].load(Ordering::SeqCst) != 0

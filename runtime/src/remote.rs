@@ -40,6 +40,9 @@ pub const FRAME_BYTES_MAX: usize = 256 << 20;
 const OUTGOING_BYTES_MAX: usize = 64 << 20;
 /// A link closed between frames (its peer ended its run, or failed).
 const CLOSED: &str = "connection closed";
+/// A link reset between frames: its peer closed it with bytes unread (it
+/// finished its run, or failed).
+const RESET: &str = "connection reset";
 /// The longest wait between two dials of a peer shard not listening yet.
 const DIAL_RETRY_MAX: Duration = Duration::from_millis(20);
 /// How long the shards of a run may take to connect to each other.
@@ -300,6 +303,7 @@ async fn read_loop(
             let mut head = [0u8; 8];
             reader.read_exact(&mut head).await.map_err(|e| match e.kind() {
                 std::io::ErrorKind::UnexpectedEof => CLOSED.to_string(),
+                std::io::ErrorKind::ConnectionReset => RESET.to_string(),
                 _ => e.to_string(),
             })?;
             let len = u32::from_le_bytes(head[0..4].try_into().expect("4")) as usize;
@@ -335,12 +339,35 @@ async fn read_loop(
     if let Err(e) = result {
         // Once this node's shards all stopped for a handover, links close
         // as every node moves on: a clean end is no failure (a reset, which
-        // means bytes went unread, or a bad frame still is).
-        if !(run.is_ending() && e.starts_with(CLOSED)) {
+        // means bytes went unread, or a bad frame still is). Nor is a
+        // peer's close as its run finished, reset or not (whatever it left
+        // unread, it needed no more): it closes its links, then says
+        // FINISHED on its control connection, which may come a moment
+        // later (a crashed peer says nothing: its control connection fails
+        // the run meanwhile).
+        let clean =
+            (e == CLOSED && run.is_ending()) || ((e == CLOSED || e == RESET) && finished_soon(&run, peer).await);
+        if !clean {
             run.failure.fail(format!("link from shard {peer} to shard {me}: {e}"));
         }
     }
     wake(&waiter);
+}
+
+/// Whether the node running shard `peer` says, within the cluster's
+/// failure timeout, that its run finished.
+async fn finished_soon(run: &Run, peer: ShardId) -> bool {
+    let node = run.layout().node_of(peer);
+    let deadline = Instant::now() + run.spec.failure_timeout;
+    loop {
+        if run.has_finished(node) {
+            return true;
+        }
+        if run.failure.is_failed() || Instant::now() >= deadline {
+            return false;
+        }
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
 }
 
 async fn write_loop(

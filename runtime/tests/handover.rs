@@ -697,7 +697,7 @@ fn scratch(name: &str) -> std::path::PathBuf {
 type NodeRun = (u16, Result<(Vec<Seen>, Vec<styx_runtime::RoundChange>), String>);
 
 /// One run of a durable two-node cluster on `dirs`: each node's outputs
-/// and round changes, or its error. `clients` holds each shard's client
+/// and round changes, or its error (a run that failed is one). `clients` holds each shard's client
 /// (kept across runs); `finished` starts at what the clients counted
 /// already; shards are quiet only at layout version `settle_at`; `fail`:
 /// that node fails at its checkpoint with that number, before committing
@@ -782,7 +782,13 @@ fn durable_run(
                     // The others would wait for this node at their next join.
                     stop.store(true, Ordering::SeqCst);
                 }
-                (node, rounds.map(|r| (r.outputs, r.changes)).map_err(|e| e.to_string()))
+                // A run that failed quietly (a peer lost: `Rounds::failed`)
+                // is an error here: these runs end well or crash loudly.
+                let ran = rounds.map_err(|e| e.to_string()).and_then(|r| match r.failed {
+                    Some(f) => Err(format!("the run failed: {f}")),
+                    None => Ok((r.outputs, r.changes)),
+                });
+                (node, ran)
             })
         })
         .collect();
