@@ -69,6 +69,10 @@ const FAREWELL_WAIT: Duration = Duration::from_secs(10);
 /// again waits at its first join for the nodes below it to dial, and
 /// nodes that run on dial no one else (`Control::greet_gone`).
 const GONE_GREETING_EVERY: Duration = Duration::from_secs(1);
+/// Each node gone is greeted again after twice the pause before, up to
+/// this: a node long gone (its address maybe another program's now) is
+/// said hello to once a minute, not every second.
+const GONE_GREETING_MAX: Duration = Duration::from_secs(64);
 /// Version of the control protocol (3: a hello carries the layout; 4:
 /// `ENDED` carries the layout the shards stopped for, `FINISHED`; 5: a
 /// hello carries the preload and the layout of each kept snapshot; 6: a
@@ -1442,13 +1446,17 @@ impl Control {
     }
 }
 
-/// The farewell thread of node `node`: every [`GONE_GREETING_EVERY`],
-/// says hello to each node the greeter names gone (unless this node is
-/// one), and reads its answer, until the control plane is dropped. The
-/// answer is not checked: a node that left takes the hello's record and
-/// goes (it greets as at any first join, so it may first wait
-/// `HELLO_TIMEOUT` on a dial of its own), anything else is left alone.
+/// The farewell thread of node `node`: says hello to each node the
+/// greeter names gone (unless this node is one), [`GONE_GREETING_EVERY`]
+/// after it is named, then after pauses doubling up to
+/// [`GONE_GREETING_MAX`], and reads its answer, until the control plane is
+/// dropped. The answer is not checked: a node that left takes the
+/// hello's record and goes (it greets as at any first join, so it may
+/// first wait `HELLO_TIMEOUT` on a dial of its own), anything else is
+/// left alone.
 fn greet_gone(spec: &Spec, node: u16, greeter: &Mutex<Greeter>) {
+    // Per node gone: when it is greeted next, and the pause after that.
+    let mut due: BTreeMap<u16, (Instant, Duration)> = BTreeMap::new();
     loop {
         std::thread::sleep(GONE_GREETING_EVERY);
         let (hello, gone) = {
@@ -1466,7 +1474,17 @@ fn greet_gone(spec: &Spec, node: u16, greeter: &Mutex<Greeter>) {
             ..hello
         };
         let frame = raw_control_frame(HELLO, &encode_hello(&hello));
+        let now = Instant::now();
+        for id in &gone {
+            due.entry(*id).or_insert((now, GONE_GREETING_EVERY));
+        }
         for peer in spec.nodes.iter().filter(|p| gone.contains(&p.id)) {
+            let (next, pause) = due.get_mut(&peer.id).expect("due for every node gone");
+            if *next > Instant::now() {
+                continue;
+            }
+            *next = Instant::now() + *pause;
+            *pause = (*pause * 2).min(GONE_GREETING_MAX);
             let Ok(mut s) = TcpStream::connect_timeout(&peer.peer, DIAL_RETRY) else {
                 continue;
             };
