@@ -549,16 +549,15 @@ fn app_fingerprint(app: &App) -> u64 {
 }
 
 /// What LAYOUT and MEMBERS answer in `run`: which node runs each shard,
-/// and the nodes gone from the cluster (the layout's, and those the join
-/// learned from the nodes' records).
+/// and the nodes gone from the cluster (the join's: the layout's, and
+/// those the nodes' records name; ascending).
 fn wire_layout(run: &Run) -> (styx_net::Layout, Vec<u16>) {
     let layout = run.layout();
     let wire = styx_net::Layout {
         version: layout.version(),
         node_of: (0..layout.n_shards()).map(|s| layout.node_of(s)).collect(),
     };
-    let left: std::collections::BTreeSet<u16> = layout.left().iter().copied().chain(run.left_nodes()).collect();
-    (wire, left.into_iter().collect())
+    (wire, run.left_nodes())
 }
 
 /// What MAP answers on `node` of `spec`: its nodes' ranges number the

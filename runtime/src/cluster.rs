@@ -1166,9 +1166,7 @@ impl Control {
                 // runs on (the join of a node that left and does not know
                 // it) waits `HELLO_TIMEOUT`, while the running nodes'
                 // greetings wait for an answer.
-                while let Ok((at, s)) = self.accepted.try_recv() {
-                    self.answer_dial(at, s, &me, began, &mut met)?;
-                }
+                self.answer_dials(&me, began, &mut met)?;
                 if let Ok(s) = TcpStream::connect_timeout(&peer.peer, DIAL_RETRY) {
                     match self.greet(s, &me, Some(peer.id)) {
                         Ok((s, h)) => met.push((s, h, true)),
@@ -1180,9 +1178,7 @@ impl Control {
             match self.accepted.recv_timeout(wait) {
                 Ok((at, s)) => {
                     self.answer_dial(at, s, &me, began, &mut met)?;
-                    while let Ok((at, s)) = self.accepted.try_recv() {
-                        self.answer_dial(at, s, &me, began, &mut met)?;
-                    }
+                    self.answer_dials(&me, began, &mut met)?;
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Err("the control listener stopped".into()),
@@ -1358,6 +1354,14 @@ impl Control {
             Ok((s, h)) => met.push((s, h, false)),
             Err(Refused::Peer(e)) => tracing::warn!("a peer's hello: {e}"),
             Err(Refused::Restarted(p)) => return Err(restarted(p)),
+        }
+        Ok(())
+    }
+
+    /// [`Control::answer_dial`] of every dial accepted and not answered yet.
+    fn answer_dials(&self, me: &Hello, began: Instant, met: &mut Vec<(TcpStream, Hello, bool)>) -> Result<(), String> {
+        while let Ok((at, s)) = self.accepted.try_recv() {
+            self.answer_dial(at, s, me, began, met)?;
         }
         Ok(())
     }

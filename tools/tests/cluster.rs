@@ -525,12 +525,17 @@ fn a_cluster_placed_by_its_file_rides_out_kill_9_of_nodes() {
     );
 }
 
-/// Which node runs each shard, as the node at `addr` answers LAYOUT.
-fn layout_at(addr: &str) -> Option<Vec<u16>> {
+/// The node at `addr`'s answer to `body`, on a connection of its own.
+fn ask(addr: &str, body: Body) -> Option<Body> {
     let mut c = connect(addr, Duration::from_secs(5))?;
     c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    c.send(Body::Layout);
-    match c.try_recv()?.body {
+    c.send(body);
+    Some(c.try_recv()?.body)
+}
+
+/// Which node runs each shard, as the node at `addr` answers LAYOUT.
+fn layout_at(addr: &str) -> Option<Vec<u16>> {
+    match ask(addr, Body::Layout)? {
         Body::LayoutReply(l) => Some(l.node_of),
         _ => None,
     }
@@ -538,10 +543,7 @@ fn layout_at(addr: &str) -> Option<Vec<u16>> {
 
 /// The nodes that left the cluster, as the node at `addr` answers MEMBERS.
 fn members_at(addr: &str) -> Option<Vec<u16>> {
-    let mut c = connect(addr, Duration::from_secs(5))?;
-    c.stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    c.send(Body::Members);
-    match c.try_recv()?.body {
+    match ask(addr, Body::Members)? {
         Body::MembersReply(m) => Some(m.left),
         _ => None,
     }
