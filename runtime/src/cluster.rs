@@ -1503,12 +1503,16 @@ fn greet_gone(spec: &Spec, node: u16, greeter: &Mutex<Greeter>) {
     }
 }
 
-/// Whether the peer of `s` closed it (what it sent before is read).
+/// Whether the peer of `s` closed it: an end of stream, or a reset (our
+/// hello written to a socket its peer closed draws one).
 fn hung_up(s: &TcpStream) -> bool {
     if s.set_nonblocking(true).is_err() {
         return true;
     }
-    let closed = matches!(s.peek(&mut [0u8; 1]), Ok(0));
+    let closed = match s.peek(&mut [0u8; 1]) {
+        Ok(n) => n == 0,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::Interrupted,
+    };
     s.set_nonblocking(false).is_err() || closed
 }
 
