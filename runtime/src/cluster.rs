@@ -423,6 +423,21 @@ impl RunState {
         self.changed.notify_all();
     }
 
+    /// Whether node `peer` says within `timeout` that its run finished
+    /// (or this node's did, `me`), unless the run fails meanwhile.
+    fn finished_soon(&self, peer: usize, me: usize, timeout: Duration, failure: &Failure) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.finished[peer].load(Ordering::SeqCst) || self.finished[me].load(Ordering::SeqCst) {
+                return true;
+            }
+            if failure.is_failed() || Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn new(nodes: usize, n_shards: usize, members: &BTreeSet<u16>) -> RunState {
         let zeros = |k: usize| (0..k).map(|_| AtomicU64::new(0)).collect();
         RunState {
@@ -1539,6 +1554,7 @@ fn watch(
     let mut reader = s;
     let _ = reader.set_read_timeout(Some(spec.failure_timeout));
     let f = failure.clone();
+    let beats = state.clone();
     std::thread::Builder::new()
         .name(format!("styx-watch-{peer}"))
         .spawn(move || {
@@ -1633,22 +1649,29 @@ fn watch(
             }
         })
         .expect("control thread");
-    let heartbeat = spec.heartbeat;
+    let (heartbeat, failure_timeout) = (spec.heartbeat, spec.failure_timeout);
     let frame = control_frame(HEARTBEAT, &());
     std::thread::Builder::new()
         .name(format!("styx-beat-{peer}"))
         .spawn(move || {
             while !failure.is_failed() {
-                {
+                let wrote = {
                     let mut w = writer.lock().expect("writer lock");
                     // After its last frame (a handover's receipt) or the
                     // run's close, this node writes nothing more.
                     if w.closed {
                         break;
                     }
-                    if let Err(e) = w.write(&frame) {
-                        failure.fail(format!("node {peer}: {e}"));
+                    w.write(&frame)
+                };
+                if let Err(e) = wrote {
+                    // A peer whose run finished closes its connections
+                    // right after its FINISHED, which our reader may not
+                    // have read yet: its end, not a failure.
+                    if beats.finished_soon(usize::from(peer), me, failure_timeout, &failure) {
+                        break;
                     }
+                    failure.fail(format!("node {peer}: {e}"));
                 }
                 std::thread::sleep(heartbeat);
             }
