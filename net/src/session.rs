@@ -208,6 +208,15 @@ impl Session {
     /// (its client half-closed, or sent a fatal frame after requests) waits
     /// for them before its socket closes.
     pub fn awaits_engine(&self) -> bool {
+        !self.is_dropped && self.holds_engine()
+    }
+
+    /// Whether requests of the session are at the engine, which will
+    /// answer them: they hold their memory there whatever became of the
+    /// client, so its connection holds its slot (`connections_max`) until
+    /// they come back, and a client that reconnects in a loop holds no
+    /// more than the limits of its open connections.
+    pub fn holds_engine(&self) -> bool {
         !self.abandoned && !self.at_engine.is_empty()
     }
 
@@ -233,7 +242,6 @@ impl Session {
         self.out_bytes = 0;
         self.is_dropped = true;
         self.closing = true;
-        self.abandoned = true;
     }
 
     /// Frames read whose answers have not been written yet (dropped ones
@@ -1114,7 +1122,14 @@ mod tests {
         s.drop_answers();
         assert!(s.is_dropped() && s.is_closing() && !s.wants_input() && !s.has_output() && !s.awaits_engine());
         assert_eq!(s.owed(), 9, "ten read, one written");
-        s.answer(10 + answered, 1, &big);
+        // Its requests still at the engine hold their memory there (the
+        // server keeps the connection's slot) until they come back.
+        assert!(s.holds_engine());
+        while s.holds_engine() {
+            s.answer(10 + answered, 1, &big);
+            answered += 1;
+        }
+        assert_eq!(answered, 10, "every request read came back");
         assert_eq!(s.owed(), 9);
         assert_eq!(s.write(&mut buf, 1 << 20), 0);
     }

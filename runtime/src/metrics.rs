@@ -211,9 +211,12 @@ impl Metrics {
                 "Requests waiting to be sequenced.",
                 |s| &s.pending,
             ),
-            ("styx_connections", "gauge", "Open client connections.", |s| {
-                &s.connections
-            }),
+            (
+                "styx_connections",
+                "gauge",
+                "Client connections open, or closed with requests still running (each holds a slot of connections_max).",
+                |s| &s.connections,
+            ),
             (
                 "styx_frames_owed",
                 "gauge",

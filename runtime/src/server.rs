@@ -87,7 +87,8 @@ pub struct ServerShared {
     pub metrics: Arc<Metrics>,
     /// Set to stop: new requests get `SHUTTING_DOWN`, in-flight ones finish.
     pub shutdown: Arc<AtomicBool>,
-    /// Open connections, all shards together.
+    /// Connections open, or closed with requests still at the engine
+    /// (they hold their slot until those come back), all shards together.
     pub connections: AtomicUsize,
     /// Shards still loading their snapshot or replaying their log: until
     /// it is 0, `/health` answers 503 "recovering" (connections are
@@ -710,6 +711,7 @@ async fn accept_loop(listener: TcpListener, slot: Slot) {
         let (hub, shared, m) = (hub.clone(), shared.clone(), m.clone());
         glommio::spawn_local(async move {
             serve(id, stream, hub.clone(), shared.clone(), m.clone()).await;
+            released(&hub, id).await;
             if let Some(c) = hub.borrow_mut().conns.remove(&id) {
                 // Answers never written (the connection died) are owed no more.
                 m.frames_owed.fetch_sub(c.session.owed() as u64, Relaxed);
@@ -719,6 +721,30 @@ async fn accept_loop(listener: TcpListener, slot: Slot) {
         })
         .detach();
     }
+}
+
+/// Waits, its socket closed, until none of a connection's requests is at
+/// the engine (or the engine stopped and answers none): they hold their
+/// memory there until they come back, and so the connection holds its
+/// slot. Without it a client that hangs up and dials again in a loop could
+/// hold any number of `in_flight_max` and `input_bytes_max` at the engine.
+/// Their answers are dropped as they come (and stay owed until then).
+async fn released(hub: &Rc<RefCell<Hub>>, id: u64) {
+    if let Some(c) = hub.borrow_mut().conns.get_mut(&id).filter(|c| c.session.holds_engine()) {
+        c.session.drop_answers();
+    }
+    futures_lite::future::poll_fn(|cx| {
+        let mut h = hub.borrow_mut();
+        match h.conns.get_mut(&id) {
+            Some(c) if c.session.holds_engine() => {
+                // Woken by each answer (`Conn::answered`) and by `abandon`.
+                c.writer = Some(cx.waker().clone());
+                Poll::Pending
+            }
+            _ => Poll::Ready(()),
+        }
+    })
+    .await;
 }
 
 async fn refuse(mut stream: TcpStream) {

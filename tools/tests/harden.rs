@@ -687,3 +687,114 @@ fn a_client_that_leaves_too_many_answers_unread_is_closed_alone() {
         "{metrics}"
     );
 }
+
+/// A client that hangs up with requests still running holds its
+/// connection's slot until they end (their answers dropped): one that
+/// hangs up and dials again in a loop holds no more of the server than
+/// one that stays (`connections_max` × its limits).
+#[test]
+fn a_connection_closed_with_requests_running_holds_its_slot_until_they_end() {
+    let dir = data_dir("harden-closed-running");
+    // Two transactions an epoch: an epoch starts at once with two
+    // waiting; one alone waits 1 s for more.
+    let d = Daemon::start(
+        styxd(),
+        &dir,
+        &[
+            "--shards",
+            "1",
+            "--fsync",
+            "epoch",
+            "--preload",
+            "ycsbt",
+            "--keys",
+            "100",
+            "--connections-max",
+            "1",
+            "--epoch-txns-max",
+            "2",
+            "--epoch-gather-us",
+            "1000000",
+        ],
+    );
+    let committed = || -> u64 {
+        d.http_get("/metrics")
+            .lines()
+            .filter(|l| l.starts_with("styx_transactions_committed_total"))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+            .sum()
+    };
+    let before = committed();
+    let mut a = d.connect();
+    let n = 3;
+    for client in 1..=n {
+        a.send(request(
+            client,
+            1,
+            "account",
+            "deposit",
+            Key::from(client),
+            Payload::encode(&5i64),
+        ));
+    }
+    // Hangs up at once with a reset (the server reads what came before
+    // it): the first two requests' answers cannot be written while the
+    // third still waits for its epoch.
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt(2) on the stream's own descriptor with a valid
+    // option value of the size given.
+    let set = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&a.stream),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&raw const linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(set, 0);
+    drop(a);
+    let began = Instant::now();
+    let mut refusals = 0;
+    loop {
+        assert!(began.elapsed() < Duration::from_secs(20), "never served again");
+        let mut s = TcpStream::connect(&d.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut hello = Vec::new();
+        let body = Body::Hello {
+            version_min: 1,
+            version_max: 1,
+            client: "test".into(),
+        };
+        styx_net::encode(&Frame { corr: 1, body }, &mut hello).unwrap();
+        s.write_all(&hello).unwrap();
+        let mut decoder = styx_net::Decoder::new(styx_net::FRAME_LEN_MAX);
+        let mut buf = vec![0u8; 4096];
+        let answer = loop {
+            let n = s.read(&mut buf).expect("an answer to HELLO");
+            assert!(n > 0, "closed without an answer");
+            if let Some(f) = decoder.decode(&mut &buf[..n]) {
+                break f.unwrap();
+            }
+        };
+        match answer.body {
+            Body::Welcome(_) => break,
+            Body::Error { code, .. } if code == styx_net::ErrorCode::TOO_MANY_CONNECTIONS => refusals += 1,
+            other => panic!("{other:?}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Served only once none of the three runs any more.
+    let ran = committed() - before;
+    eprintln!("refused {refusals} times; served after {:?}", began.elapsed());
+    assert!(refusals > 0, "a slot that was free at once");
+    assert_eq!(
+        ran,
+        n,
+        "served again with {} of the hung-up client's requests still running",
+        n - ran
+    );
+}
