@@ -91,6 +91,11 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
         None => (Spec::single(settings.shards, listen), 0),
     };
     let local = spec.shards_of(node);
+    raise_file_limit(
+        settings.limits.connections_max,
+        local.len(),
+        usize::from(spec.n_shards()),
+    );
     let dir = Arc::new(DataDir::open(&settings.data_dir).map_err(|e| e.to_string())?);
     extension.prepare(&Start {
         app: &app,
@@ -140,6 +145,39 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Files a node opens besides its client connections, at most: per local
+/// shard its log segments, snapshot files and a data link to every shard
+/// of the cluster; the HTTP endpoint's connections; listeners, the
+/// control plane's connections, the directory's own.
+fn files_needed(connections_max: usize, local: usize, shards: usize) -> usize {
+    connections_max + styx_runtime::server::HTTP_CONNECTIONS_MAX + local * (16 + 2 * shards) + 256
+}
+
+/// Raises the process's limit on open files to its hard limit (the usual
+/// soft limit, 1 024, is the default `connections_max` alone: clients
+/// that hold them all would leave none for the logs, snapshots and data
+/// links, and a round's links would fail), and warns when even that is
+/// below what `connections_max` and the node's shards may need.
+fn raise_file_limit(connections_max: usize, local: usize, shards: usize) {
+    use rlimit::Resource;
+    let Ok((mut soft, hard)) = rlimit::getrlimit(Resource::NOFILE) else {
+        return;
+    };
+    if soft < hard && rlimit::setrlimit(Resource::NOFILE, hard, hard).is_ok() {
+        tracing::debug!(from = soft, to = hard, "raised the limit on open files");
+        soft = hard;
+    }
+    let needed = files_needed(connections_max, local, shards);
+    if soft < needed as u64 {
+        tracing::warn!(
+            open_files_max = soft,
+            needed,
+            connections_max,
+            "the process may open fewer files than connections_max and this node's shards may need: clients holding every connection would fail the node's logs, snapshots and links; raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower connections_max"
+        );
+    }
 }
 
 /// A daemon without a cluster: one node, its shards never change nodes;
