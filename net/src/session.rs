@@ -232,9 +232,9 @@ impl Session {
     }
 
     /// Drops the session, its client having left more than
-    /// `output_bytes_max` unread for too long: its queued answers are
-    /// freed, those still at the engine dropped as they come (all stay
-    /// owed), and it takes no more input.
+    /// `output_bytes_max` unread for too long (or its socket being closed
+    /// already): its queued answers are freed, those still at the engine
+    /// dropped as they come (all stay owed), and it takes no more input.
     pub fn drop_answers(&mut self) {
         self.dropped += self.out.len();
         self.out = VecDeque::new();

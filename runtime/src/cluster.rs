@@ -95,6 +95,9 @@ const RECEIVED: u8 = 7;
 /// The sender's run ended without a failure (its shards finished): it
 /// writes nothing more, and its connections closing is not a failure.
 const FINISHED: u8 = 8;
+/// A wait for a peer's FINISHED that is still heard from ends after this
+/// at the most ([`RunState::waits_for`]).
+const FINISH_WAIT_MAX: Duration = Duration::from_secs(30);
 /// Bytes of a hand-off in one control frame.
 const HANDOFF_CHUNK_BYTES: usize = CONTROL_FRAME_BYTES_MAX - 16;
 /// A hand-off is at most this long (its shard's entities and tables).
@@ -393,6 +396,10 @@ struct RunState {
     next_layout: Mutex<Option<Layout>>,
     /// Nodes whose run ended without a failure (`FINISHED`).
     finished: Vec<AtomicBool>,
+    /// When each peer's last control frame came, in microseconds since
+    /// `began`: a peer still heard is alive, finishing or not.
+    heard: Vec<AtomicU64>,
+    began: Instant,
     /// The nodes of this run (not those gone from the cluster): the
     /// others' entries above stay as they start.
     member: Vec<bool>,
@@ -423,19 +430,40 @@ impl RunState {
         self.changed.notify_all();
     }
 
-    /// Whether node `peer` says within `timeout` that its run finished
-    /// (or this node's did, `me`), unless the run fails meanwhile.
+    /// Whether node `peer` says that its run finished (or this node's
+    /// did, `me`), unless the run fails meanwhile, within the failure
+    /// `timeout` or for as long as the peer is heard ([`RunState::waits_for`]).
     fn finished_soon(&self, peer: usize, me: usize, timeout: Duration, failure: &Failure) -> bool {
-        let deadline = Instant::now() + timeout;
+        let since = Instant::now();
         loop {
             if self.finished[peer].load(Ordering::SeqCst) || self.finished[me].load(Ordering::SeqCst) {
                 return true;
             }
-            if failure.is_failed() || Instant::now() >= deadline {
+            if failure.is_failed() || !self.waits_for(peer, since, timeout) {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
+    }
+
+    /// Whether a wait since `since` for node `peer`'s FINISHED goes on:
+    /// for the failure `timeout`, and beyond it while the peer is heard
+    /// (a node finishing closes its data links as each shard stops, and
+    /// says FINISHED only once all stopped and its logs closed: on a
+    /// loaded machine that may take longer than the timeout, while its
+    /// heartbeats go on), up to `FINISH_WAIT_MAX`.
+    fn waits_for(&self, peer: usize, since: Instant, timeout: Duration) -> bool {
+        let waited = since.elapsed();
+        if waited < timeout {
+            return true;
+        }
+        let heard = Duration::from_micros(self.heard[peer].load(Ordering::SeqCst));
+        waited < FINISH_WAIT_MAX && self.began.elapsed().saturating_sub(heard) < timeout
+    }
+
+    /// Notes a control frame from node `peer` now.
+    fn hear(&self, peer: usize) {
+        self.heard[peer].store(self.began.elapsed().as_micros() as u64, Ordering::SeqCst);
     }
 
     fn new(nodes: usize, n_shards: usize, members: &BTreeSet<u16>) -> RunState {
@@ -451,6 +479,8 @@ impl RunState {
             incoming: Mutex::new(Incoming::default()),
             next_layout: Mutex::new(None),
             finished: (0..nodes).map(|_| AtomicBool::new(false)).collect(),
+            heard: zeros(nodes),
+            began: Instant::now(),
             changed: std::sync::Condvar::new(),
         }
     }
@@ -680,6 +710,13 @@ impl Run {
     /// Whether node `node` said its run finished (`FINISHED`).
     pub fn has_finished(&self, node: u16) -> bool {
         self.state.finished[usize::from(node)].load(Ordering::SeqCst)
+    }
+
+    /// Whether a wait since `since` for node `node`'s FINISHED goes on: for
+    /// the failure timeout, and while the node is heard beyond it.
+    pub fn waits_for_finish(&self, node: u16, since: Instant) -> bool {
+        self.state
+            .waits_for(usize::from(node), since, self.spec.failure_timeout)
     }
 
     /// Whether this node's shards all stopped for a handover.
@@ -1391,11 +1428,15 @@ impl Control {
     /// Exchanges hellos on a fresh connection (`dialed`: the node we
     /// called) and checks that the peer runs the same cluster and app.
     fn greet(&self, mut s: TcpStream, me: &Hello, dialed: Option<u16>) -> Result<(TcpStream, Hello), Refused> {
+        // One deadline for the whole exchange, not per read: a connection
+        // trickling a byte every few seconds must not hold the join.
+        let deadline = Instant::now() + HELLO_TIMEOUT;
         s.set_nodelay(true).map_err(|e| e.to_string())?;
-        s.set_read_timeout(Some(HELLO_TIMEOUT)).map_err(|e| e.to_string())?;
+        s.set_write_timeout(Some(HELLO_TIMEOUT)).map_err(|e| e.to_string())?;
         s.write_all(&raw_control_frame(HELLO, &encode_hello(me)))
             .map_err(|e| format!("sending hello: {e}"))?;
-        let (tag, body) = read_control_frame(&mut s)?;
+        let (tag, body) = read_control_frame(&mut By { s: &mut s, deadline })
+            .map_err(|e| format!("no hello within {HELLO_TIMEOUT:?}: {e}"))?;
         if tag != HELLO {
             return Err(format!("expected a hello, got frame {tag}").into());
         }
@@ -1552,7 +1593,12 @@ fn watch(
     state: Arc<RunState>,
 ) {
     let mut reader = s;
-    let _ = reader.set_read_timeout(Some(spec.failure_timeout));
+    // The peer's heartbeats begin once its own join ends, which may be a
+    // while after this node's (it meets the others one by one, on a
+    // loaded machine slowly): its first frame gets a join's timeout, the
+    // next ones the failure timeout.
+    let _ = reader.set_read_timeout(Some(spec.failure_timeout.max(HELLO_TIMEOUT)));
+    let failure_timeout = spec.failure_timeout;
     let f = failure.clone();
     let beats = state.clone();
     std::thread::Builder::new()
@@ -1560,9 +1606,18 @@ fn watch(
         .spawn(move || {
             let p = usize::from(peer);
             let n = state.n_shards;
+            let mut heard = false;
             while !f.is_failed() {
                 let epoch = |body: &[u8]| Payload::from_bytes(body).decode::<Epoch>();
-                match read_control_frame(&mut reader) {
+                let frame = read_control_frame(&mut reader);
+                if frame.is_ok() {
+                    state.hear(p);
+                    if !heard {
+                        heard = true;
+                        let _ = reader.set_read_timeout(Some(failure_timeout));
+                    }
+                }
+                match frame {
                     Ok((HEARTBEAT, _)) => {}
                     Ok((COMMITTED, body)) => match epoch(&body) {
                         Ok(e) => {
@@ -1649,7 +1704,7 @@ fn watch(
             }
         })
         .expect("control thread");
-    let (heartbeat, failure_timeout) = (spec.heartbeat, spec.failure_timeout);
+    let heartbeat = spec.heartbeat;
     let frame = control_frame(HEARTBEAT, &());
     std::thread::Builder::new()
         .name(format!("styx-beat-{peer}"))
@@ -1668,7 +1723,9 @@ fn watch(
                     // A peer whose run finished closes its connections
                     // right after its FINISHED, which our reader may not
                     // have read yet: its end, not a failure.
-                    if beats.finished_soon(usize::from(peer), me, failure_timeout, &failure) {
+                    if beats.finished_soon(usize::from(peer), me, failure_timeout, &failure)
+                        || writer.lock().expect("writer lock").closed
+                    {
                         break;
                     }
                     failure.fail(format!("node {peer}: {e}"));
@@ -1701,7 +1758,25 @@ fn raw_control_frame(tag: u8, body: &[u8]) -> Vec<u8> {
     out
 }
 
-fn read_control_frame(s: &mut TcpStream) -> Result<(u8, Vec<u8>), String> {
+/// A connection read by a deadline: each read waits only for what is
+/// left of it.
+struct By<'a> {
+    s: &'a mut TcpStream,
+    deadline: Instant,
+}
+
+impl Read for By<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        self.s.set_read_timeout(Some(left))?;
+        self.s.read(buf)
+    }
+}
+
+fn read_control_frame(s: &mut impl Read) -> Result<(u8, Vec<u8>), String> {
     let mut head = [0u8; 9];
     s.read_exact(&mut head).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => "silent past the failure timeout".to_string(),
@@ -2228,8 +2303,11 @@ mod tests {
         std::thread::sleep(Duration::from_millis(100));
         assert_eq!(runs[0].1.complete_epoch(), 0);
         runs[2].1.committed_locally(7);
-        std::thread::sleep(Duration::from_millis(100));
-        assert!(runs.iter().all(|(_, r)| r.complete_epoch() == 7));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !runs.iter().all(|(_, r)| r.complete_epoch() == 7) {
+            assert!(Instant::now() < deadline, "a commit notice never arrived");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         // Node 2 goes away: the others fail their run within the timeout.
         let (_, gone) = runs.pop().unwrap();
         gone.failure.fail("test: node 2 stops");
@@ -2594,6 +2672,68 @@ mod tests {
         let one = one.join().unwrap();
         assert_eq!(zero.id, one.id, "one run");
         assert!(!one.failure.is_failed() && !zero.failure.is_failed());
+    }
+
+    /// A connection to the control port that trickles a byte every
+    /// second (a port scanner, a misdirected client) holds a join for at
+    /// most `HELLO_TIMEOUT`, not for as long as it trickles: the hello has
+    /// one deadline, not a timeout per read.
+    #[test]
+    fn a_connection_trickling_bytes_does_not_hold_a_join() {
+        let spec = loopback_spec(24_700, &[1, 1], Duration::from_millis(20), Duration::from_millis(400));
+        let layout = spec.layout();
+        let one = {
+            let (spec, layout) = (spec.clone(), layout.clone());
+            std::thread::spawn(move || {
+                let mut c = Control::start(spec, 1, 42).unwrap();
+                let stop = AtomicBool::new(false);
+                c.join(survey(&[], 0), &layout, &stop).unwrap().unwrap()
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut s = loop {
+            match TcpStream::connect(spec.nodes[1].peer) {
+                Ok(s) => break s,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => panic!("node 1 never listened: {e}"),
+            }
+        };
+        // A header announcing 1 000 bytes, then a byte a second.
+        let frame = raw_control_frame(HELLO, &[7u8; 1000]);
+        s.write_all(&frame[..9]).unwrap();
+        let trickled = Arc::new(AtomicBool::new(false));
+        let trickling = {
+            let done = trickled.clone();
+            std::thread::spawn(move || {
+                for b in &frame[9..] {
+                    if done.load(Ordering::Relaxed) || s.write_all(&[*b]).is_err() {
+                        return;
+                    }
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(200));
+        let began = Instant::now();
+        let zero = {
+            let (spec, layout) = (spec.clone(), layout.clone());
+            std::thread::spawn(move || {
+                let mut c = Control::start(spec, 0, 42).unwrap();
+                let stop = AtomicBool::new(false);
+                c.join(survey(&[], 0), &layout, &stop).unwrap().unwrap()
+            })
+        };
+        while !(zero.is_finished() && one.is_finished()) {
+            assert!(
+                began.elapsed() < Duration::from_secs(30),
+                "the join waited on the trickle for 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        trickled.store(true, Ordering::Relaxed);
+        let (zero, one) = (zero.join().unwrap(), one.join().unwrap());
+        assert_eq!(zero.id, one.id, "one run");
+        trickling.join().unwrap();
     }
 
     /// SIGTERM during a handover: a node whose peer never sends its

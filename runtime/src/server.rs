@@ -478,9 +478,12 @@ impl TcpFrontend {
             hub: frontend.hub.clone(),
             metrics: frontend.metrics.clone(),
         };
-        frontend.slots.push(attach(listen, false, &target)?);
+        // A listener that cannot start: the connections taken up from the
+        // last round are answered no more (and let go of their slots).
+        let attached = |addr, http| attach(addr, http, &target).inspect_err(|_| abandon(&frontend.hub));
+        frontend.slots.push(attached(listen, false)?);
         match http {
-            Some(addr) => frontend.slots.push(attach(addr, true, &target)?),
+            Some(addr) => frontend.slots.push(attached(addr, true)?),
             // This executor's shard that served the node's HTTP endpoint
             // is no longer the node's first (a shard with a lower id
             // arrived elsewhere) but stayed: its listener serves this

@@ -104,7 +104,7 @@ fn cluster_placed(root: &Path, preload: &[&str], shards: &[&str; NODES], total: 
     // unless a test turns it on).
     let stride = 3 + total;
     let base = free_port_block(NODES as u16 * stride);
-    let mut file = String::from("heartbeat_ms = 50\nfailure_timeout_ms = 400\n");
+    let mut file = String::from("heartbeat_ms = 50\nfailure_timeout_ms = 1000\n");
     let mut nodes = Vec::new();
     for i in 0..NODES as u16 {
         let peer = base + i * stride;

@@ -121,7 +121,20 @@ fn a_corrupt_snapshot_file_stops_start_up() {
     for k in 0..50u64 {
         c.call(1, k + 1, "account", "deposit", Key::from(k), Payload::encode(&10i64));
     }
+    // A snapshot every 20 ms: some after the deposits by now, and at
+    // least one complete however late a loaded machine ran them.
     std::thread::sleep(std::time::Duration::from_millis(300));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while styx_storage::snapshot::complete_manifests(&dir.join("snapshot"))
+        .unwrap()
+        .is_empty()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no snapshot committed within 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     drop(c);
     assert!(d.terminate().success());
     // The newest file of the latest complete snapshot: files written after

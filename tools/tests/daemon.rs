@@ -863,7 +863,7 @@ fn rebalance_auto_moves_load_off_the_busy_shard() {
     }
     let before = balances(&d, keys);
     // The counts are published every 100 ms.
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(1000));
     let metrics = d.metrics.clone().expect("a metrics address");
     let auto = |extra: &[&str]| {
         let mut args = vec![
@@ -892,7 +892,7 @@ fn rebalance_auto_moves_load_off_the_busy_shard() {
     assert!(out.contains("moved partition") && out.contains("to shard 1"), "{out}");
     // Counted since the start, the load now sits on both shards: nothing
     // more to move.
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(1000));
     let (code, out) = auto(&["--dry-run"]);
     assert_eq!(code, 0, "{out}");
     assert!(out.contains(": 0 moves"), "{out}");

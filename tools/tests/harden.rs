@@ -28,8 +28,14 @@ struct Piped {
 impl Piped {
     /// Starts `styxd ARGS` and waits for its "listening" line.
     fn start(args: &[&str]) -> Piped {
-        let mut child = Command::new(styxd())
-            .args(args)
+        let mut command = Command::new(styxd());
+        command.args(args);
+        Piped::spawn(command)
+    }
+
+    /// Starts `command` (a `styxd`) and waits for its "listening" line.
+    fn spawn(mut command: Command) -> Piped {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -311,11 +317,19 @@ fn the_metrics_endpoint_caps_its_connections_and_closes_idle_ones() {
     let idle: Vec<TcpStream> = (0..styx_runtime::server::HTTP_CONNECTIONS_MAX)
         .map(|_| TcpStream::connect(&metrics).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
-    let began = Instant::now();
-    let busy = http(&metrics, "/health");
-    assert!(busy.starts_with("HTTP/1.1 503"), "{busy}");
-    assert!(began.elapsed() < Duration::from_secs(2));
+    // Once the server has taken them all (on a loaded machine that may
+    // take a while), one more is answered 503 at once.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let began = Instant::now();
+        let busy = http(&metrics, "/health");
+        if busy.starts_with("HTTP/1.1 503") {
+            assert!(began.elapsed() < Duration::from_secs(2));
+            break;
+        }
+        assert!(Instant::now() < deadline, "never refused: {busy}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(idle);
     // Once the server has seen them close (its thread may be parked, and
     // the machine busy), /health answers again.
@@ -485,15 +499,20 @@ fn status_rates_cover_the_last_second() {
     let busy = status(&mut c);
     assert!(busy.committed >= n, "{busy:?}");
     assert!(busy.committed_per_s > 0 && busy.epochs_per_s > 0, "{busy:?}");
-    // Quiet for more than a second: nothing happened in the last one.
+    // Quiet for more than a second: nothing happened in the last one
+    // (averages since the start would never come to 0). Polled: the
+    // samples are taken by a task a loaded machine may run late.
     std::thread::sleep(Duration::from_millis(1500));
-    let quiet = status(&mut c);
-    assert!(quiet.committed >= n, "{quiet:?}");
-    assert_eq!(
-        (quiet.committed_per_s, quiet.aborted_per_s, quiet.epochs_per_s),
-        (0, 0, 0),
-        "{quiet:?}"
-    );
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let quiet = status(&mut c);
+        assert!(quiet.committed >= n, "{quiet:?}");
+        if (quiet.committed_per_s, quiet.aborted_per_s, quiet.epochs_per_s) == (0, 0, 0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "rates after 6.5 s of quiet: {quiet:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -602,7 +621,7 @@ fn a_shard_the_machine_did_not_run_warns_that_it_woke_late() {
     unsafe { libc::kill(pid, libc::SIGCONT) };
     // Its parked shards wake ≥ 0.4 s after their timers (a quiet park is
     // at most 0.2 s) and warn as soon as they run again.
-    std::thread::sleep(Duration::from_millis(500));
+    std::thread::sleep(Duration::from_millis(1000));
     let (_, stderr) = d.stop();
     assert!(
         stderr.contains("woke") && stderr.contains("after its timer"),
@@ -726,20 +745,8 @@ fn a_connection_closed_with_requests_running_holds_its_slot_until_they_end() {
     };
     let before = committed();
     let mut a = d.connect();
-    let n = 3;
-    for client in 1..=n {
-        a.send(request(
-            client,
-            1,
-            "account",
-            "deposit",
-            Key::from(client),
-            Payload::encode(&5i64),
-        ));
-    }
-    // Hangs up at once with a reset (the server reads what came before
-    // it): the first two requests' answers cannot be written while the
-    // third still waits for its epoch.
+    // The client hangs up with a reset (the server reads what came
+    // before it).
     let linger = libc::linger {
         l_onoff: 1,
         l_linger: 0,
@@ -756,6 +763,33 @@ fn a_connection_closed_with_requests_running_holds_its_slot_until_they_end() {
         )
     };
     assert_eq!(set, 0);
+    // An epoch starts now: the next one alone waits a second from now.
+    let f = a.call(9, 1, "account", "deposit", Key::from(9u64), Payload::encode(&5i64));
+    assert!(matches!(outcome(&f).1, Outcome::Committed(_)), "{f:?}");
+    // Three requests in one write, then the reset at once: the first two
+    // run in an epoch at once and their answers cannot be written, while
+    // the third waits for the next epoch.
+    let n = 3;
+    let mut wire = Vec::new();
+    for client in 1..=n {
+        let body = request(
+            client,
+            1,
+            "account",
+            "deposit",
+            Key::from(client),
+            Payload::encode(&5i64),
+        );
+        styx_net::encode(
+            &Frame {
+                corr: 100 + client as u32,
+                body,
+            },
+            &mut wire,
+        )
+        .unwrap();
+    }
+    a.stream.write_all(&wire).unwrap();
     drop(a);
     let began = Instant::now();
     let mut refusals = 0;
@@ -788,7 +822,7 @@ fn a_connection_closed_with_requests_running_holds_its_slot_until_they_end() {
         std::thread::sleep(Duration::from_millis(50));
     }
     // Served only once none of the three runs any more.
-    let ran = committed() - before;
+    let ran = committed() - before - 1;
     eprintln!("refused {refusals} times; served after {:?}", began.elapsed());
     assert!(refusals > 0, "a slot that was free at once");
     assert_eq!(
@@ -797,4 +831,64 @@ fn a_connection_closed_with_requests_running_holds_its_slot_until_they_end() {
         "served again with {} of the hung-up client's requests still running",
         n - ran
     );
+}
+
+/// The usual soft limit on open files, 1 024, is the default
+/// `connections_max` alone: clients holding every connection would leave
+/// the node no file for its logs, snapshots and links. `styxd` raises its
+/// limit to the hard limit, and warns when even that is too low.
+#[test]
+fn styxd_raises_its_open_file_limit_and_warns_when_it_is_too_low() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit(2) with a valid resource and a live rlimit.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) }, 0);
+    let hard = limit.rlim_max;
+    // (A machine whose hard limit is below what styxd needs by default
+    // only checks the warning.)
+    for (case, hard) in [("ample", hard), ("low", 512)] {
+        if case == "ample" && hard < 4096 {
+            continue;
+        }
+        let dir = data_dir(&format!("harden-nofile-{case}"));
+        let mut command = Command::new(styxd());
+        command.args([
+            "--data-dir",
+            dir.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics",
+            "off",
+            "--shards",
+            "1",
+            "--log",
+            "warn",
+        ]);
+        let lowered = libc::rlimit {
+            rlim_cur: 256,
+            rlim_max: hard,
+        };
+        // SAFETY: setrlimit(2) between fork and exec: async-signal-safe,
+        // touching only a value copied into the closure.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, move || {
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &lowered) == 0 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        let d = Piped::spawn(command);
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", d.child.id())).unwrap();
+        let line = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+        let soft: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+        assert_eq!(soft, [hard.to_string(), hard.to_string()], "{case}: {line}");
+        let (status, stderr) = d.stop();
+        assert!(status.success(), "{stderr}");
+        let warned = stderr.contains("may open fewer files than connections_max");
+        assert_eq!(warned, case == "low", "{case}: {stderr}");
+    }
 }
