@@ -59,6 +59,11 @@ const DIAL_RETRY_MIN: Duration = Duration::from_micros(200);
 const EARLY_CONNECTION_KEPT: Duration = Duration::from_secs(1);
 /// A connection that says nothing for this long during the join is dropped.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// A dial answered more than `HELLO_TIMEOUT` after it was accepted gets
+/// this long for its hello (which a real peer sent as it connected).
+const ACCEPTED_HELLO_GRACE: Duration = Duration::from_millis(100);
+/// A refused hello on the control port is logged at most this often.
+const REFUSED_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a node that left, started again, tries to greet the others
 /// (a node that restarted before it recorded the leave waits for its
 /// hello) and waits for their greetings (running ones greet it every
@@ -907,6 +912,8 @@ pub struct Control {
     after_handover: bool,
     /// What the thread greeting the nodes gone says, and to whom.
     greeter: Arc<Mutex<Greeter>>,
+    /// Refused hellos: when one was last logged, and how many since.
+    refused: std::cell::Cell<(Option<Instant>, u64)>,
 }
 
 /// What a node says to the nodes gone from the cluster while it runs:
@@ -1050,6 +1057,7 @@ impl Control {
             met: BTreeMap::new(),
             after_handover: false,
             greeter,
+            refused: std::cell::Cell::new((None, 0)),
         })
     }
 
@@ -1220,7 +1228,7 @@ impl Control {
                 // greetings wait for an answer.
                 self.answer_dials(&me, began, &mut met)?;
                 if let Ok(s) = TcpStream::connect_timeout(&peer.peer, DIAL_RETRY) {
-                    match self.greet(s, &me, Some(peer.id)) {
+                    match self.greet(s, &me, Some(peer.id), Instant::now() + HELLO_TIMEOUT) {
                         Ok((s, h)) => met.push((s, h, true)),
                         Err(Refused::Peer(e)) => tracing::warn!("joining node {}: {e}", peer.id),
                         Err(Refused::Restarted(p)) => return Err(restarted(p)),
@@ -1395,7 +1403,12 @@ impl Control {
         if at < began && at.elapsed() > EARLY_CONNECTION_KEPT {
             return Ok(());
         }
-        match self.greet(s, me, None) {
+        // A dialer says its hello as it connects: by `HELLO_TIMEOUT` after
+        // the accept it has (or gave up), so a dial answered later gets
+        // only a moment to show what it sent — a flood of connections
+        // that say nothing costs the join that long in all, not each.
+        let by = (at + HELLO_TIMEOUT).max(Instant::now() + ACCEPTED_HELLO_GRACE);
+        match self.greet(s, me, None, by) {
             // A peer's dial answered after it gave up waiting (a dial of
             // ours held the join past its `HELLO_TIMEOUT`) is dropped: its
             // peer dials again. (A greeting of this node as gone is one
@@ -1404,7 +1417,17 @@ impl Control {
                 tracing::debug!(peer = h.node, "a peer's dial answered after it hung up");
             }
             Ok((s, h)) => met.push((s, h, false)),
-            Err(Refused::Peer(e)) => tracing::warn!("a peer's hello: {e}"),
+            Err(Refused::Peer(e)) => {
+                // At most once a second: a flood of connections that are
+                // no peer's would flood the log.
+                let (logged, since) = self.refused.get();
+                if logged.is_none_or(|t| t.elapsed() >= REFUSED_LOG_INTERVAL) {
+                    tracing::warn!(refused_since_last = since, "a connection to the control port: {e}");
+                    self.refused.set((Some(Instant::now()), 0));
+                } else {
+                    self.refused.set((logged, since + 1));
+                }
+            }
             Err(Refused::Restarted(p)) => return Err(restarted(p)),
         }
         Ok(())
@@ -1427,16 +1450,22 @@ impl Control {
 
     /// Exchanges hellos on a fresh connection (`dialed`: the node we
     /// called) and checks that the peer runs the same cluster and app.
-    fn greet(&self, mut s: TcpStream, me: &Hello, dialed: Option<u16>) -> Result<(TcpStream, Hello), Refused> {
-        // One deadline for the whole exchange, not per read: a connection
-        // trickling a byte every few seconds must not hold the join.
-        let deadline = Instant::now() + HELLO_TIMEOUT;
+    /// The peer's hello must have come by `deadline` — one deadline for
+    /// the whole exchange, not a timeout per read: a connection trickling
+    /// a byte every few seconds must not hold the join.
+    fn greet(
+        &self,
+        mut s: TcpStream,
+        me: &Hello,
+        dialed: Option<u16>,
+        deadline: Instant,
+    ) -> Result<(TcpStream, Hello), Refused> {
         s.set_nodelay(true).map_err(|e| e.to_string())?;
         s.set_write_timeout(Some(HELLO_TIMEOUT)).map_err(|e| e.to_string())?;
         s.write_all(&raw_control_frame(HELLO, &encode_hello(me)))
             .map_err(|e| format!("sending hello: {e}"))?;
         let (tag, body) = read_control_frame(&mut By { s: &mut s, deadline })
-            .map_err(|e| format!("no hello within {HELLO_TIMEOUT:?}: {e}"))?;
+            .map_err(|e| format!("no hello by its deadline: {e}"))?;
         if tag != HELLO {
             return Err(format!("expected a hello, got frame {tag}").into());
         }
@@ -2674,12 +2703,12 @@ mod tests {
         assert!(!one.failure.is_failed() && !zero.failure.is_failed());
     }
 
-    /// A connection to the control port that trickles a byte every
-    /// second (a port scanner, a misdirected client) holds a join for at
-    /// most `HELLO_TIMEOUT`, not for as long as it trickles: the hello has
-    /// one deadline, not a timeout per read.
+    /// Connections to the control port that say nothing, or trickle a
+    /// byte every second (a port scanner, a misdirected client), hold a
+    /// join for about `HELLO_TIMEOUT` in all: a hello has one deadline,
+    /// not a timeout per read, counted from the connection's accept.
     #[test]
-    fn a_connection_trickling_bytes_does_not_hold_a_join() {
+    fn connections_that_say_nothing_or_trickle_do_not_hold_a_join() {
         let spec = loopback_spec(24_700, &[1, 1], Duration::from_millis(20), Duration::from_millis(400));
         let layout = spec.layout();
         let one = {
@@ -2698,7 +2727,11 @@ mod tests {
                 Err(e) => panic!("node 1 never listened: {e}"),
             }
         };
-        // A header announcing 1 000 bytes, then a byte a second.
+        // Forty that say nothing (5 s each, one after the other, before).
+        let silent: Vec<TcpStream> = (0..40)
+            .map(|_| TcpStream::connect(spec.nodes[1].peer).unwrap())
+            .collect();
+        // One with a header announcing 1 000 bytes, then a byte a second.
         let frame = raw_control_frame(HELLO, &[7u8; 1000]);
         s.write_all(&frame[..9]).unwrap();
         let trickled = Arc::new(AtomicBool::new(false));
@@ -2726,11 +2759,13 @@ mod tests {
         while !(zero.is_finished() && one.is_finished()) {
             assert!(
                 began.elapsed() < Duration::from_secs(30),
-                "the join waited on the trickle for 30 s"
+                "the join waited on the connections for 30 s"
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+        eprintln!("joined {:?} after the other node began", began.elapsed());
         trickled.store(true, Ordering::Relaxed);
+        drop(silent);
         let (zero, one) = (zero.join().unwrap(), one.join().unwrap());
         assert_eq!(zero.id, one.id, "one run");
         trickling.join().unwrap();

@@ -100,6 +100,7 @@ impl Remote {
         }
         if let Some(listener) = listener {
             let mut waiting = lower.clone();
+            let mut accept_failed = false;
             while !waiting.is_empty() {
                 let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
                     glommio::timer::sleep(deadline.saturating_duration_since(Instant::now())).await;
@@ -113,7 +114,13 @@ impl Remote {
                         ));
                     }
                     Some(Err(e)) => {
-                        tracing::warn!(shard = me, "accepting a peer shard: {e}");
+                        // (Out of file descriptors, say: it usually lasts,
+                        // and retrying at once would spin the core.)
+                        if !accept_failed {
+                            tracing::warn!(shard = me, "accepting a peer shard: {e}; retrying every 10 ms");
+                            accept_failed = true;
+                        }
+                        glommio::timer::sleep(Duration::from_millis(10)).await;
                         continue;
                     }
                     Some(Ok(s)) => s,
