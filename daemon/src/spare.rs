@@ -31,8 +31,7 @@ use styx_net::{ErrorCode, Limits, Received, Session, error_frame};
 use styx_runtime::Metrics;
 use styx_runtime::server::{HANDSHAKE_TIMEOUT, HTTP_CONNECTIONS_MAX, HTTP_REQUEST_TIMEOUT, http_response};
 
-/// How often a connection's thread looks at the stop flag while its client
-/// is silent.
+/// How long a busy metrics exchange waits to write its 503.
 const TICK: Duration = Duration::from_millis(50);
 /// Bytes read from a socket, and answers written to it, at a time.
 const CHUNK_BYTES: usize = 64 << 10;
@@ -141,6 +140,16 @@ pub(crate) struct SpareFront {
     server: Arc<Mutex<Arc<SpareServer>>>,
     stop: Arc<AtomicBool>,
     acceptors: Vec<Acceptor>,
+    /// The client connections open, each a handle to shut it down with at
+    /// the stop (their threads block on them, never polling).
+    open: Arc<Mutex<Open>>,
+}
+
+/// Client connections by a number of their own.
+#[derive(Default)]
+struct Open {
+    next: u64,
+    streams: std::collections::HashMap<u64, TcpStream>,
 }
 
 impl SpareFront {
@@ -154,10 +163,12 @@ impl SpareFront {
     ) -> std::io::Result<SpareFront> {
         let server = Arc::new(Mutex::new(server));
         let stop = Arc::new(AtomicBool::new(false));
+        let open = Arc::new(Mutex::new(Open::default()));
         let mut front = SpareFront {
             server: server.clone(),
             stop: stop.clone(),
             acceptors: Vec::new(),
+            open: open.clone(),
         };
         let (s, st) = (server.clone(), stop.clone());
         front.acceptors.push(Acceptor::start("styx-spare", addr, move |stream| {
@@ -165,15 +176,28 @@ impl SpareFront {
                 refuse(stream);
                 return;
             }
-            let (server, stop, limits) = (s.clone(), st.clone(), limits.clone());
+            let Ok(handle) = stream.try_clone() else {
+                return;
+            };
+            let id = {
+                let mut o = open.lock().expect("open connections");
+                o.next += 1;
+                let id = o.next;
+                o.streams.insert(id, handle);
+                id
+            };
+            let (server, stop, limits, open) = (s.clone(), st.clone(), limits.clone(), open.clone());
             let counted = Counted::new();
-            let spawned = std::thread::Builder::new()
-                .name("styx-spare-conn".into())
-                .spawn(move || {
+            let spawned = std::thread::Builder::new().name("styx-spare-conn".into()).spawn({
+                let open = open.clone();
+                move || {
                     let _counted = counted;
                     serve(stream, &server, &stop, &limits);
-                });
+                    open.lock().expect("open connections").streams.remove(&id);
+                }
+            });
             if let Err(e) = spawned {
+                open.lock().expect("open connections").streams.remove(&id);
                 tracing::warn!("a spare cannot serve a connection: {e}");
             }
         })?);
@@ -225,9 +249,8 @@ impl SpareFront {
         *self.server.lock().expect("spare server") = server;
     }
 
-    /// Closes the listeners; each connection's thread sees the stop within
-    /// [`TICK`] (or, writing to a client that does not read, within
-    /// `OUTPUT_STALL`) and closes its connection.
+    /// Closes the listeners and shuts every client connection down: its
+    /// thread, blocked reading or writing it, ends at once.
     pub fn stop(mut self) {
         self.close();
     }
@@ -238,6 +261,10 @@ impl SpareFront {
             a.stop();
         }
         self.acceptors.clear();
+        // No connection is accepted any more: every one is listed here.
+        for s in self.open.lock().expect("open connections").streams.values() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
     }
 }
 
@@ -334,11 +361,15 @@ fn serve(mut stream: TcpStream, server: &Mutex<Arc<SpareServer>>, stop: &AtomicB
     let _ = stream.set_nodelay(true);
     // A client that does not read holds its thread this long at most.
     let _ = stream.set_write_timeout(Some(styx_runtime::server::OUTPUT_STALL));
-    if stream.set_read_timeout(Some(TICK)).is_err() {
-        return;
-    }
     let mut session = Session::new(limits);
     let handshake_by = Instant::now() + HANDSHAKE_TIMEOUT;
+    // Reads block (no wake-ups while the client is silent): until the
+    // handshake's deadline, then for as long as it takes; the stop shuts
+    // the connection down, which ends them.
+    let mut welcomed = false;
+    if stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).is_err() {
+        return;
+    }
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut out = Vec::with_capacity(CHUNK_BYTES);
     loop {
@@ -348,8 +379,16 @@ fn serve(mut stream: TcpStream, server: &Mutex<Arc<SpareServer>>, stop: &AtomicB
         if session.is_closing() || stop.load(Ordering::SeqCst) {
             return;
         }
-        if !session.is_welcomed() && Instant::now() >= handshake_by {
-            return;
+        if session.is_welcomed() {
+            if !welcomed && stream.set_read_timeout(None).is_err() {
+                return;
+            }
+            welcomed = true;
+        } else {
+            let left = handshake_by.saturating_duration_since(Instant::now());
+            if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+                return;
+            }
         }
         let n = match stream.read(&mut buf) {
             Ok(0) => return,
@@ -440,6 +479,91 @@ mod tests {
     use super::*;
     use styx_net::{Body, Decoder, Frame, VERSION_MAX, VERSION_MIN};
 
+    /// The spare tests one at a time: they count the process's spare
+    /// connections and their threads.
+    static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+    fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+        ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The voluntary context switches of this process's threads named
+    /// `name`, summed, and how many there are.
+    fn switches_of(name: &str) -> (u64, usize) {
+        let (mut switches, mut threads) = (0, 0);
+        for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+            let path = task.path();
+            let Ok(comm) = std::fs::read_to_string(path.join("comm")) else {
+                continue;
+            };
+            if comm.trim_end() != name {
+                continue;
+            }
+            let Ok(status) = std::fs::read_to_string(path.join("status")) else {
+                continue;
+            };
+            if let Some(n) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|n| n.trim().parse::<u64>().ok())
+            {
+                switches += n;
+                threads += 1;
+            }
+        }
+        (switches, threads)
+    }
+
+    /// Idle clients of a spare cost it nothing: their threads block on
+    /// their sockets (they polled a stop flag every 50 ms: 20 wake-ups a
+    /// second each, 20 000 for the default `connections_max`), and the
+    /// stop still ends them at once, shutting their connections down.
+    #[test]
+    fn idle_clients_of_a_spare_wake_it_never_and_the_stop_ends_them() {
+        let _one = one_at_a_time();
+        let front = SpareFront::start("127.0.0.1:0".parse().unwrap(), None, server(), Limits::default()).unwrap();
+        let addr = front.addr_of(0);
+        let mut hello = Vec::new();
+        let body = Body::Hello {
+            version_min: VERSION_MIN,
+            version_max: VERSION_MAX,
+            client: "idle".into(),
+        };
+        styx_net::encode(&Frame { corr: 1, body }, &mut hello).unwrap();
+        let mut clients: Vec<TcpStream> = (0..20)
+            .map(|_| {
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                c.write_all(&hello).unwrap();
+                let mut buf = [0u8; 4096];
+                assert!(c.read(&mut buf).unwrap() > 0, "a WELCOME");
+                c
+            })
+            .collect();
+        let (before, threads) = switches_of("styx-spare-conn");
+        assert_eq!(threads, 20);
+        std::thread::sleep(Duration::from_secs(1));
+        let (after, _) = switches_of("styx-spare-conn");
+        assert!(
+            after - before <= 20,
+            "{} wake-ups of 20 idle connections in 1 s",
+            after - before
+        );
+        let stopping = Instant::now();
+        front.stop();
+        for c in &mut clients {
+            let mut buf = [0u8; 16];
+            assert_eq!(c.read(&mut buf).expect("closed by the spare"), 0);
+        }
+        while switches_of("styx-spare-conn").1 > 0 || CONNECTIONS.load(Ordering::Relaxed) > 0 {
+            assert!(
+                stopping.elapsed() < Duration::from_secs(5),
+                "connection threads left after the stop"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn server() -> Arc<SpareServer> {
         let mut app = App::new("bank");
         app.operator("account", 4);
@@ -467,6 +591,7 @@ mod tests {
     /// front then stops, closing its port.
     #[test]
     fn a_spare_answers_a_pipeline_past_its_limit_and_stops() {
+        let _one = one_at_a_time();
         let limits = Limits {
             in_flight_max: 4,
             ..Limits::default()
@@ -548,6 +673,7 @@ mod tests {
     /// nothing holds an exchange, and stopping does not wait for it.
     #[test]
     fn a_spare_answers_health_beside_a_silent_client_and_stops_at_once() {
+        let _one = one_at_a_time();
         let front = SpareFront::start(
             "127.0.0.1:0".parse().unwrap(),
             Some("127.0.0.1:0".parse().unwrap()),
