@@ -147,12 +147,13 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
     Ok(())
 }
 
-/// Files a node opens besides its client connections, at most: per local
-/// shard its log segments, snapshot files and a data link to every shard
-/// of the cluster; the HTTP endpoint's connections; listeners, the
-/// control plane's connections, the directory's own.
+/// Files a node may open: its client connections (two each on a spare,
+/// which keeps a handle to shut each down), and per local shard its log
+/// segments, snapshot files and a data link to every shard of the
+/// cluster; the HTTP endpoint's connections; listeners, the control
+/// plane's connections, the directory's own.
 fn files_needed(connections_max: usize, local: usize, shards: usize) -> usize {
-    connections_max + styx_runtime::server::HTTP_CONNECTIONS_MAX + local * (16 + 2 * shards) + 256
+    2 * connections_max + styx_runtime::server::HTTP_CONNECTIONS_MAX + local * (16 + 2 * shards) + 256
 }
 
 /// Raises the process's limit on open files to its hard limit (the usual
@@ -311,10 +312,17 @@ fn serve_in_rounds(daemon: &Arc<Daemon>, dir: Arc<DataDir>, wal: wal::Options) -
 /// replay) does not spin it through recoveries; the first recovers at once.
 const QUICK_FAILURE: Duration = Duration::from_secs(10);
 const RETRY_PAUSE_MIN: Duration = Duration::from_millis(100);
-const RETRY_PAUSE_MAX: Duration = Duration::from_secs(5);
+/// The longest pause. Nodes count their quick failures apart (one started
+/// again counts none), so they pause for different times and join apart
+/// by as much: a node whose join ended waits for its peers' (their first
+/// heartbeat, 5 s; their data links, 10 s), and with pauses of up to 5 s
+/// a loaded cluster failed every run for that, pausing again each time
+/// (seen: 35 recoveries in a row, never serving). A second keeps the
+/// nodes within reach of each other and still stops a spin.
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
 
 /// The pause after `quick_failures` quick failures in a row: none for the
-/// first, then 100 ms doubling up to 5 s.
+/// first, then 100 ms doubling up to 1 s.
 fn retry_pause(quick_failures: u32) -> Option<Duration> {
     let doublings = quick_failures.checked_sub(2)?;
     Some(
@@ -641,13 +649,13 @@ mod tests {
                 ms(200),
                 ms(400),
                 ms(800),
-                ms(1600),
-                ms(3200),
-                ms(5000),
-                ms(5000)
+                ms(1000),
+                ms(1000),
+                ms(1000),
+                ms(1000)
             ]
         );
-        assert_eq!(retry_pause(u32::MAX), ms(5000));
+        assert_eq!(retry_pause(u32::MAX), ms(1000));
     }
 
     #[test]

@@ -15,8 +15,8 @@
 //! executor to serve them on.
 //!
 //! When a round gives the node shards, [`SpareFront::stop`] closes the
-//! listener before the shards' frontends bind the port; each connection's
-//! thread sees the stop within [`TICK`] and closes it, and its client
+//! listener before the shards' frontends bind the port and shuts each
+//! connection down (its thread, blocked on it, ends at once); its client
 //! dials again and reaches an engine.
 
 use std::io::{ErrorKind, Read, Write};
@@ -152,6 +152,20 @@ struct Open {
     streams: std::collections::HashMap<u64, TcpStream>,
 }
 
+/// A connection listed in [`Open`] while its thread lives.
+struct Listed {
+    open: Arc<Mutex<Open>>,
+    id: u64,
+}
+
+impl Drop for Listed {
+    fn drop(&mut self) {
+        if let Ok(mut o) = self.open.lock() {
+            o.streams.remove(&self.id);
+        }
+    }
+}
+
 impl SpareFront {
     /// Listens on `addr` (the node's client port) and `metrics` (its
     /// metrics port, if any) and serves `server`.
@@ -192,8 +206,10 @@ impl SpareFront {
                 let open = open.clone();
                 move || {
                     let _counted = counted;
+                    // Unlisted however the thread ends (a panic included):
+                    // its handle closes the socket too.
+                    let _listed = Listed { open, id };
                     serve(stream, &server, &stop, &limits);
-                    open.lock().expect("open connections").streams.remove(&id);
                 }
             });
             if let Err(e) = spawned {
@@ -521,6 +537,15 @@ mod tests {
     #[test]
     fn idle_clients_of_a_spare_wake_it_never_and_the_stop_ends_them() {
         let _one = one_at_a_time();
+        // The connections of the spare tests before, ending.
+        let began = Instant::now();
+        while switches_of("styx-spare-conn").1 > 0 || CONNECTIONS.load(Ordering::Relaxed) > 0 {
+            assert!(
+                began.elapsed() < Duration::from_secs(5),
+                "an earlier test's connections stay"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let front = SpareFront::start("127.0.0.1:0".parse().unwrap(), None, server(), Limits::default()).unwrap();
         let addr = front.addr_of(0);
         let mut hello = Vec::new();

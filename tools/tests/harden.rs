@@ -848,7 +848,7 @@ fn styxd_raises_its_open_file_limit_and_warns_when_it_is_too_low() {
     let hard = limit.rlim_max;
     // (A machine whose hard limit is below what styxd needs by default
     // only checks the warning.)
-    for (case, hard) in [("ample", hard), ("low", 512)] {
+    for (case, hard) in [("ample", hard), ("low", hard.min(512))] {
         if case == "ample" && hard < 4096 {
             continue;
         }
