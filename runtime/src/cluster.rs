@@ -2667,6 +2667,28 @@ mod tests {
         assert!(matches!(c.check_peer(&me, &h, Some(1)), Err(Refused::Peer(_))));
     }
 
+    /// Node `node` of `spec` joining on a thread of its own (a first join).
+    fn joining(spec: &Spec, node: u16) -> std::thread::JoinHandle<Run> {
+        let (spec, layout) = (spec.clone(), spec.layout());
+        std::thread::spawn(move || {
+            let mut c = Control::start(spec, node, 42).unwrap();
+            let stop = AtomicBool::new(false);
+            c.join(survey(&[], 0), &layout, &stop).unwrap().unwrap()
+        })
+    }
+
+    /// A connection to `addr` once something listens there.
+    fn dial_when_listening(addr: SocketAddr) -> TcpStream {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match TcpStream::connect(addr) {
+                Ok(s) => return s,
+                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+                Err(e) => panic!("nothing listened on {addr}: {e}"),
+            }
+        }
+    }
+
     /// A dial whose peer gave up before its hello was answered (the peer
     /// dials again) does not make a peer of the join: node 1 answers a
     /// hello from "node 0" whose socket closed, and goes on waiting until
@@ -2691,14 +2713,7 @@ mod tests {
             placed: placements(&[], &|_| Ok(layout.clone())),
             left: Vec::new(),
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut s = loop {
-            match TcpStream::connect(spec.nodes[1].peer) {
-                Ok(s) => break s,
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => panic!("node 1 never listened: {e}"),
-            }
-        };
+        let mut s = dial_when_listening(spec.nodes[1].peer);
         s.write_all(&raw_control_frame(HELLO, &encode_hello(&hello))).unwrap();
         drop(s);
         // (Within `EARLY_CONNECTION_KEPT`: the join answers it.)
@@ -2727,23 +2742,8 @@ mod tests {
     #[test]
     fn connections_that_say_nothing_or_trickle_do_not_hold_a_join() {
         let spec = loopback_spec(24_700, &[1, 1], Duration::from_millis(20), Duration::from_millis(400));
-        let layout = spec.layout();
-        let one = {
-            let (spec, layout) = (spec.clone(), layout.clone());
-            std::thread::spawn(move || {
-                let mut c = Control::start(spec, 1, 42).unwrap();
-                let stop = AtomicBool::new(false);
-                c.join(survey(&[], 0), &layout, &stop).unwrap().unwrap()
-            })
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut s = loop {
-            match TcpStream::connect(spec.nodes[1].peer) {
-                Ok(s) => break s,
-                Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
-                Err(e) => panic!("node 1 never listened: {e}"),
-            }
-        };
+        let one = joining(&spec, 1);
+        let mut s = dial_when_listening(spec.nodes[1].peer);
         // Forty that say nothing (5 s each, one after the other, before).
         let silent: Vec<TcpStream> = (0..40)
             .map(|_| TcpStream::connect(spec.nodes[1].peer).unwrap())
@@ -2765,14 +2765,7 @@ mod tests {
         };
         std::thread::sleep(Duration::from_millis(200));
         let began = Instant::now();
-        let zero = {
-            let (spec, layout) = (spec.clone(), layout.clone());
-            std::thread::spawn(move || {
-                let mut c = Control::start(spec, 0, 42).unwrap();
-                let stop = AtomicBool::new(false);
-                c.join(survey(&[], 0), &layout, &stop).unwrap().unwrap()
-            })
-        };
+        let zero = joining(&spec, 0);
         while !(zero.is_finished() && one.is_finished()) {
             assert!(
                 began.elapsed() < Duration::from_secs(30),
