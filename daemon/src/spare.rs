@@ -200,7 +200,7 @@ impl SpareFront {
                 o.streams.insert(id, handle);
                 id
             };
-            let (server, stop, limits, open) = (s.clone(), st.clone(), limits.clone(), open.clone());
+            let (server, stop, limits) = (s.clone(), st.clone(), limits.clone());
             let counted = Counted::new();
             let spawned = std::thread::Builder::new().name("styx-spare-conn".into()).spawn({
                 let open = open.clone();
@@ -383,9 +383,6 @@ fn serve(mut stream: TcpStream, server: &Mutex<Arc<SpareServer>>, stop: &AtomicB
     // handshake's deadline, then for as long as it takes; the stop shuts
     // the connection down, which ends them.
     let mut welcomed = false;
-    if stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).is_err() {
-        return;
-    }
     let mut buf = vec![0u8; CHUNK_BYTES];
     let mut out = Vec::with_capacity(CHUNK_BYTES);
     loop {

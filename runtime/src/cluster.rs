@@ -1593,14 +1593,18 @@ fn greet_gone(spec: &Spec, node: u16, greeter: &Mutex<Greeter>) {
 /// Whether the peer of `s` closed it: an end of stream, or a reset (our
 /// hello written to a socket its peer closed draws one).
 fn hung_up(s: &TcpStream) -> bool {
-    if s.set_nonblocking(true).is_err() {
-        return true;
-    }
-    let closed = match s.peek(&mut [0u8; 1]) {
+    match without_waiting(s, |s| s.peek(&mut [0u8; 1])) {
         Ok(n) => n == 0,
         Err(e) => e.kind() != std::io::ErrorKind::WouldBlock && e.kind() != std::io::ErrorKind::Interrupted,
-    };
-    s.set_nonblocking(false).is_err() || closed
+    }
+}
+
+/// `f` on `s` in non-blocking mode (what has arrived, or `WouldBlock`).
+fn without_waiting<T>(s: &TcpStream, f: impl FnOnce(&TcpStream) -> std::io::Result<T>) -> std::io::Result<T> {
+    s.set_nonblocking(true)?;
+    let done = f(s);
+    s.set_nonblocking(false)?;
+    done
 }
 
 fn restarted(node: u16) -> String {
@@ -1802,10 +1806,7 @@ impl Read for By<'_> {
         let left = self.deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             // Past it: what has arrived, without waiting.
-            self.s.set_nonblocking(true)?;
-            let read = self.s.read(buf);
-            self.s.set_nonblocking(false)?;
-            return read.map_err(|e| {
+            return without_waiting(self.s, |mut s| s.read(buf)).map_err(|e| {
                 if e.kind() == std::io::ErrorKind::WouldBlock {
                     std::io::ErrorKind::TimedOut.into()
                 } else {
