@@ -28,6 +28,12 @@
 //! every shard stops at it as at a handover), and no shard is handed to it
 //! after. A leave of a node that runs a shard when it is decided is skipped
 //! (so is one of a node that left), and a handover to a node that left.
+//! A node may also be listed before it **joins**: such a node is *absent*
+//! (the driver gives the set, `Layout::with_absent`), runs no shard and is
+//! handed none, until a handover of [`JOIN`] to it (`Handover::join`),
+//! decided the same way, makes it a member (a version of its own); a join
+//! of a node that is no longer absent is skipped, as are a handover to and
+//! a leave of an absent node.
 //!
 //! A shard decided to go from node A to node B at the end of epoch E runs
 //! on B from E + 1 on: its log's batches of epochs up to E are on A's disk,
@@ -62,8 +68,14 @@ pub const LEAVE: ShardId = ShardId::MAX;
 
 const _: () = assert!((LEAVE as usize) >= SHARDS_MAX);
 
+/// The shard a handover names to make an absent node a member
+/// ([`Handover::join`]): no shard has this id.
+pub const JOIN: ShardId = ShardId::MAX - 1;
+
+const _: () = assert!((JOIN as usize) >= SHARDS_MAX);
+
 /// A handover: shard `shard` goes to node `node` (or, `shard` being
-/// [`LEAVE`], node `node` leaves the cluster).
+/// [`LEAVE`], node `node` leaves the cluster; [`JOIN`], it joins).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Handover {
     pub shard: ShardId,
@@ -80,6 +92,23 @@ impl Handover {
     /// Whether this asks its node to leave rather than moves a shard.
     pub fn is_leave(self) -> bool {
         self.shard == LEAVE
+    }
+
+    /// Node `node`, absent (listed, not yet a member), joins the cluster:
+    /// decided like a handover, applied if it is still absent then.
+    pub fn join(node: u16) -> Handover {
+        Handover { shard: JOIN, node }
+    }
+
+    /// Whether this asks its node to join rather than moves a shard.
+    pub fn is_join(self) -> bool {
+        self.shard == JOIN
+    }
+
+    /// Whether this changes who the members are (a leave or a join)
+    /// rather than moves a shard.
+    pub fn is_membership(self) -> bool {
+        self.is_leave() || self.is_join()
     }
 
     /// The request that asks for this handover, sequenced, logged and
@@ -113,7 +142,7 @@ impl Handover {
 
     /// Checks the handover against the shard and node counts.
     pub fn check(self, n_shards: u16, n_nodes: u16) -> Result<Handover, String> {
-        if self.shard >= n_shards && !self.is_leave() {
+        if self.shard >= n_shards && !self.is_membership() {
             return Err(format!("no shard {} (there are {n_shards})", self.shard));
         }
         if self.node >= n_nodes {
@@ -124,7 +153,7 @@ impl Handover {
 }
 
 /// A shard handed over at an epoch's end (`shard` [`LEAVE`]: node `from`,
-/// `to` the same, left the cluster).
+/// `to` the same, left the cluster; [`JOIN`]: joined it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Switched {
     /// The layout's version after it.
@@ -138,14 +167,22 @@ pub struct Switched {
 }
 
 /// A layout as a snapshot keeps it: version, node count, each shard's
-/// node, the handovers queued `(tid, shard, node)`, the nodes that left.
-pub(crate) type LayoutMeta = (u64, u16, Vec<u16>, Vec<(Tid, u16, u16)>, Vec<u16>);
+/// node, the handovers queued `(tid, shard, node)`, the nodes that left,
+/// the nodes absent (not yet joined).
+pub(crate) type LayoutMeta = (u64, u16, Vec<u16>, Vec<(Tid, u16, u16)>, Vec<u16>, Vec<u16>);
+/// The same before nodes could join.
+pub(crate) type LayoutMetaNoAbsent = (u64, u16, Vec<u16>, Vec<(Tid, u16, u16)>, Vec<u16>);
 /// The same before nodes could leave.
 pub(crate) type LayoutMetaNoLeft = (u64, u16, Vec<u16>, Vec<(Tid, u16, u16)>);
 
-/// A layout kept before nodes could leave: none had.
+/// A layout kept before nodes could join: none was absent.
+pub(crate) fn meta_of_no_absent((version, nodes, node_of, queued, left): LayoutMetaNoAbsent) -> LayoutMeta {
+    (version, nodes, node_of, queued, left, Vec::new())
+}
+
+/// A layout kept before nodes could leave: none had, none was absent.
 pub(crate) fn meta_of_no_left((version, nodes, node_of, queued): LayoutMetaNoLeft) -> LayoutMeta {
-    (version, nodes, node_of, queued, Vec::new())
+    (version, nodes, node_of, queued, Vec::new(), Vec::new())
 }
 
 /// Each shard's node, the node count and how many handovers changed it.
@@ -158,6 +195,8 @@ pub struct Layout {
     queued: Vec<(Tid, Handover)>,
     /// The nodes that left the cluster, ascending.
     left: Vec<u16>,
+    /// The nodes listed that have not joined yet, ascending.
+    absent: Vec<u16>,
 }
 
 impl Layout {
@@ -190,6 +229,7 @@ impl Layout {
             node_of,
             queued: Vec::new(),
             left: Vec::new(),
+            absent: Vec::new(),
         }
     }
 
@@ -211,6 +251,7 @@ impl Layout {
             node_of,
             queued: Vec::new(),
             left: Vec::new(),
+            absent: Vec::new(),
         })
     }
 
@@ -231,11 +272,37 @@ impl Layout {
         if let Some(n) = left.iter().find(|n| self.node_of.contains(n)) {
             return Err(format!("node {n} left and runs shard {:?}", self.shards_of(*n).next()));
         }
+        if let Some(n) = left.iter().find(|n| self.absent.contains(n)) {
+            return Err(format!("node {n} left and never joined"));
+        }
         self.left = left;
         Ok(self)
     }
 
-    /// How many handovers (and leaves) changed it.
+    /// This placement with `absent` the nodes that have not joined yet (as
+    /// a cluster file lists them, or a peer described them); refused if
+    /// one runs a shard, left or is no node. Every node must be given the
+    /// same set.
+    pub fn with_absent(mut self, mut absent: Vec<u16>) -> Result<Layout, String> {
+        absent.sort_unstable();
+        absent.dedup();
+        if let Some(n) = absent.iter().find(|n| **n >= self.nodes) {
+            return Err(format!("node {n} absent, of {}", self.nodes));
+        }
+        if let Some(n) = absent.iter().find(|n| self.node_of.contains(n)) {
+            return Err(format!(
+                "node {n} absent and runs shard {:?}",
+                self.shards_of(*n).next()
+            ));
+        }
+        if let Some(n) = absent.iter().find(|n| self.left.contains(n)) {
+            return Err(format!("node {n} absent and left"));
+        }
+        self.absent = absent;
+        Ok(self)
+    }
+
+    /// How many handovers (and leaves and joins) changed it.
     pub fn version(&self) -> u64 {
         self.version
     }
@@ -248,6 +315,21 @@ impl Layout {
     /// Whether `node` left the cluster.
     pub fn has_left(&self, node: u16) -> bool {
         self.left.binary_search(&node).is_ok()
+    }
+
+    /// The nodes listed that have not joined the cluster yet, ascending.
+    pub fn absent(&self) -> &[u16] {
+        &self.absent
+    }
+
+    /// Whether `node` has not joined the cluster yet.
+    pub fn is_absent(&self, node: u16) -> bool {
+        self.absent.binary_search(&node).is_ok()
+    }
+
+    /// Whether `node` is a member: listed, joined and not left.
+    pub fn is_member(&self, node: u16) -> bool {
+        node < self.nodes && !self.has_left(node) && !self.is_absent(node)
     }
 
     /// How many nodes there are (some may run no shard).
@@ -297,8 +379,9 @@ impl Layout {
     /// passed [`Handover::check`]. Unless `spares`, a handover that would
     /// leave its node without shards is skipped (a no-op, like one to the
     /// node that runs it: a runtime that runs no spare node), and so is
-    /// every leave. A leave of a node that runs a shard or left already,
-    /// and a handover to a node that left, are skipped too.
+    /// every leave and join. A leave of a node that runs a shard or left
+    /// already, a join of a node not absent, and a handover to (or leave
+    /// of) a node that left or is absent, are skipped too.
     pub fn decide(
         &mut self,
         epoch: Epoch,
@@ -315,6 +398,23 @@ impl Layout {
         for (_, h) in std::mem::take(&mut self.queued) {
             assert!(h.node < self.nodes, "handover to node {} of {}", h.node, self.nodes);
             if self.has_left(h.node) {
+                continue;
+            }
+            if h.is_join() {
+                if spares && self.is_absent(h.node) {
+                    self.absent.retain(|n| *n != h.node);
+                    self.version += 1;
+                    out.push(Switched {
+                        version: self.version,
+                        epoch,
+                        shard: JOIN,
+                        from: h.node,
+                        to: h.node,
+                    });
+                }
+                continue;
+            }
+            if self.is_absent(h.node) {
                 continue;
             }
             if h.is_leave() {
@@ -361,7 +461,10 @@ impl Layout {
             "layout switch {s:?} after version {}",
             self.version
         );
-        if s.shard == LEAVE {
+        if s.shard == JOIN {
+            assert!(self.is_absent(s.from), "layout switch {s:?}");
+            self.absent.retain(|n| *n != s.from);
+        } else if s.shard == LEAVE {
             assert!(
                 !self.node_of.contains(&s.from) && !self.has_left(s.from),
                 "layout switch {s:?}"
@@ -383,12 +486,13 @@ impl Layout {
             self.node_of.clone(),
             queued,
             self.left.clone(),
+            self.absent.clone(),
         )
     }
 
     /// The layout a snapshot kept; an error names what does not fit `n_shards`.
     pub(crate) fn from_meta(n_shards: u16, meta: &LayoutMeta) -> Result<Layout, String> {
-        let (version, nodes, node_of, queued, left) = meta;
+        let (version, nodes, node_of, queued, left, absent) = meta;
         if node_of.len() != usize::from(n_shards) {
             return Err(format!("a layout of {} shards for {n_shards}", node_of.len()));
         }
@@ -408,8 +512,10 @@ impl Layout {
             node_of: node_of.clone(),
             queued,
             left: Vec::new(),
+            absent: Vec::new(),
         }
-        .with_left(left.clone())
+        .with_left(left.clone())?
+        .with_absent(absent.clone())
     }
 }
 
@@ -475,12 +581,12 @@ mod tests {
         assert_eq!(Layout::from_meta(4, &meta).unwrap(), l);
         assert!(Layout::from_meta(5, &meta).unwrap_err().contains("4 shards"));
         assert!(
-            Layout::from_meta(4, &(1, 2, vec![0, 0, 2, 1], vec![], vec![]))
+            Layout::from_meta(4, &(1, 2, vec![0, 0, 2, 1], vec![], vec![], vec![]))
                 .unwrap_err()
                 .contains("node 2 of 2")
         );
         assert!(
-            Layout::from_meta(4, &(1, 2, vec![0; 4], vec![(3, 0, 2)], vec![]))
+            Layout::from_meta(4, &(1, 2, vec![0; 4], vec![(3, 0, 2)], vec![], vec![]))
                 .unwrap_err()
                 .contains("no node 2")
         );
@@ -518,7 +624,7 @@ mod tests {
         assert_eq!(follower, l);
         assert_eq!(Layout::from_meta(3, &l.to_meta()).unwrap(), l);
         assert!(
-            Layout::from_meta(3, &(1, 2, vec![0, 1, 1], vec![], vec![1]))
+            Layout::from_meta(3, &(1, 2, vec![0, 1, 1], vec![], vec![1], vec![]))
                 .unwrap_err()
                 .contains("node 1 left and runs shard")
         );
@@ -528,6 +634,67 @@ mod tests {
         assert!(l.left().is_empty());
         assert!(Handover::leave(1).check(1, 2).is_ok());
         assert!(Handover::leave(2).check(1, 2).unwrap_err().contains("no node 2"));
+    }
+
+    #[test]
+    fn an_absent_node_joins_and_is_handed_shards_only_after() {
+        let mut l = Layout::contiguous(&[2, 0, 0]).with_absent(vec![2, 1]).unwrap();
+        assert_eq!(l.absent(), &[1, 2]);
+        assert!(!l.is_member(1) && l.is_member(0) && !l.is_member(3));
+        let mut follower = l.clone();
+        // A handover to node 1 before its join (a lower tid) is skipped,
+        // as is a leave of absent node 2; node 1 joins, then is handed
+        // shard 1; a second join of it is skipped.
+        let mut hs = vec![
+            (1, h(0, 1)),
+            (2, Handover::leave(2)),
+            (3, Handover::join(1)),
+            (4, h(1, 1)),
+            (5, Handover::join(1)),
+        ];
+        let switched = l.decide(8, &mut hs, false, true);
+        assert_eq!(
+            switched
+                .iter()
+                .map(|s| (s.version, s.shard, s.from, s.to))
+                .collect::<Vec<_>>(),
+            vec![(1, JOIN, 1, 1), (2, 1, 0, 1)]
+        );
+        assert_eq!(l.absent(), &[2]);
+        assert!(l.left().is_empty() && l.is_member(1));
+        for s in &switched {
+            follower.follow(s);
+        }
+        assert_eq!(follower, l);
+        assert_eq!(Layout::from_meta(2, &l.to_meta()).unwrap(), l);
+        // Node 2 joins, hands nothing, and leaves; then a join of it is
+        // skipped (a node that left stays out).
+        let switched = l.decide(
+            9,
+            &mut [(1, Handover::join(2)), (2, Handover::leave(2)), (3, Handover::join(2))],
+            false,
+            true,
+        );
+        assert_eq!(switched.len(), 2);
+        assert!(l.absent().is_empty() && l.has_left(2));
+        // Refused placements: absent and running a shard, absent and left.
+        assert!(
+            Layout::contiguous(&[1, 1])
+                .with_absent(vec![1])
+                .unwrap_err()
+                .contains("node 1 absent and runs shard")
+        );
+        assert!(
+            Layout::from_meta(2, &(1, 3, vec![0, 0], vec![], vec![2], vec![2]))
+                .unwrap_err()
+                .contains("node 2")
+        );
+        assert!(Layout::contiguous(&[1]).with_absent(vec![1]).is_err());
+        // A runtime without spares makes no join.
+        let mut l = Layout::contiguous(&[1, 0]).with_absent(vec![1]).unwrap();
+        assert!(l.decide(3, &mut [(1, Handover::join(1))], false, false).is_empty());
+        assert!(Handover::join(1).check(1, 2).is_ok());
+        assert!(Handover::join(2).check(1, 2).unwrap_err().contains("no node 2"));
     }
 
     #[test]

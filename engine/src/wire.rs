@@ -485,9 +485,10 @@ impl Decoder {
         let mut out = Vec::with_capacity(count);
         for _ in 0..count {
             let tid = Tid::decode(input)?;
-            // A leave names no shard (`LEAVE`); any other, one of ours.
+            // A leave or join names no shard (`LEAVE`, `JOIN`); any
+            // other, one of ours.
             let shard = match ShardId::decode(input)? {
-                crate::layout::LEAVE => crate::layout::LEAVE,
+                s @ (crate::layout::LEAVE | crate::layout::JOIN) => s,
                 s => self.check_shard(s)?,
             };
             let node = u16::decode(input)?;
@@ -633,7 +634,11 @@ mod tests {
                     ),
                 ],
                 switches: vec![(OpId(1), 4), (OpId(0), 9)],
-                handovers: vec![(23, Handover { shard: 1, node: 3 }), (24, Handover::leave(2))],
+                handovers: vec![
+                    (23, Handover { shard: 1, node: 3 }),
+                    (24, Handover::leave(2)),
+                    (25, Handover::join(4)),
+                ],
             },
             Message::Flags {
                 epoch: 5,

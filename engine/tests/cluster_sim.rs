@@ -110,6 +110,11 @@ const SEEDS_WITH_LEAVES: u64 = 1_000;
 /// away a shard of the node running fewest, or ask it to leave once it
 /// runs none.
 const DRAIN_CHANCE: f64 = 0.6;
+/// With leaves, the share of seeds whose cluster lists one more node,
+/// absent (not joined), and the share of handover requests that ask it
+/// to join while it is absent.
+const ABSENT_CHANCE: f64 = 0.5;
+const JOIN_CHANCE: f64 = 0.15;
 /// Paces of moves `(most, least, per ms)`: a fixed share of one or three
 /// entities, one per logged microsecond from 1 to 64, all in one share.
 const MOVE_SHARES: [(usize, usize, usize); 4] = [(1, 1, 100), (3, 3, 100), (64, 1, 1_000), (4_096, 4_096, 100)];
@@ -227,6 +232,14 @@ struct Counts {
     /// Recoveries that restored a snapshot taken after a leave (its layout
     /// holds the nodes that left).
     restored_leaves: u64,
+    /// Join requests sent (new ones).
+    joins_sent: u64,
+    /// Nodes that joined, in the lineage's final layouts.
+    joins_made: u64,
+    /// Recoveries that replayed the epoch a join was decided at.
+    redecided_joins: u64,
+    /// Recoveries that restored a snapshot taken after a join.
+    restored_joins: u64,
     /// Handovers and leaves refused against the layout (never sequenced).
     refused: u64,
     /// Recoveries whose disks held a shard's log in pieces on two nodes.
@@ -257,6 +270,10 @@ impl Counts {
         self.leaves_made += o.leaves_made;
         self.redecided_leaves += o.redecided_leaves;
         self.restored_leaves += o.restored_leaves;
+        self.joins_sent += o.joins_sent;
+        self.joins_made += o.joins_made;
+        self.redecided_joins += o.redecided_joins;
+        self.restored_joins += o.restored_joins;
         self.refused += o.refused;
         self.recovered_handed += o.recovered_handed;
         self.handoffs += o.handoffs;
@@ -267,7 +284,10 @@ struct Cluster {
     seed: u64,
     app: Arc<App>,
     config: Config,
-    layout: &'static [u16],
+    /// Per node, the shards it runs at the start (node 0 the first ones).
+    layout: Vec<u16>,
+    /// The nodes listed and not joined at the start (they run none).
+    absent: Vec<u16>,
     shards: u16,
     fsync_busy: f64,
     remote_delay_us_max: u64,
@@ -319,8 +339,14 @@ struct Cluster {
 impl Cluster {
     fn new(seed: u64, moves: bool, handovers: bool, leaves: bool) -> Cluster {
         let mut rng = Rng::new(seed);
-        let layout = LAYOUTS[rng.below(LAYOUTS.len() as u64) as usize];
+        let mut layout = LAYOUTS[rng.below(LAYOUTS.len() as u64) as usize].to_vec();
         let shards: u16 = layout.iter().sum();
+        // (No draw without leaves: those seeds run as before.)
+        let mut absent = Vec::new();
+        if leaves && rng.chance(ABSENT_CHANCE) {
+            absent.push(layout.len() as u16);
+            layout.push(0);
+        }
         let app = bank(8);
         let mut config = test_config(8);
         config.snapshot_interval_us = [250, 1_500][rng.below(2) as usize];
@@ -342,16 +368,18 @@ impl Cluster {
         let remote_delay_us_max = [20, 200, 1_000][rng.below(3) as usize];
         let acks = rng.chance(0.5);
         let initial = accounts(ACCOUNTS, START);
+        let disks = Disks::with_absent(&layout, &absent, &initial);
         let mut cluster = Cluster {
             seed,
             app,
             config,
             layout,
+            absent,
             shards,
             fsync_busy,
             remote_delay_us_max,
             rng,
-            disks: Disks::new(layout, &initial),
+            disks,
             run: Run {
                 // Replaced below.
                 sim: Sim::new(bank(1), test_config(1), 1, 0),
@@ -390,12 +418,21 @@ impl Cluster {
         cluster
     }
 
+    /// The layout the cluster starts with: its nodes in order, those
+    /// absent not joined.
+    fn first_layout(&self) -> Layout {
+        Layout::contiguous(&self.layout)
+            .with_absent(self.absent.clone())
+            .expect("absent nodes run none")
+    }
+
     fn describe(&self) -> String {
         format!(
-            "seed {} (nodes {:?}, snapshot every {} µs, fsync busy {}, remote delay ≤ {} µs, step_messages_max {}, \
+            "seed {} (nodes {:?}, absent {:?}, snapshot every {} µs, fsync busy {}, remote delay ≤ {} µs, step_messages_max {}, \
              acks {}, pause at handovers {}), run {}, step {}, crashes {:?}",
             self.seed,
             self.layout,
+            self.absent,
             self.config.snapshot_interval_us,
             self.fsync_busy,
             self.remote_delay_us_max,
@@ -437,7 +474,7 @@ impl Cluster {
             n,
             mix64(self.seed ^ (self.runs << 48)),
         );
-        sim.set_nodes(self.layout);
+        sim.set_layout(self.first_layout());
         sim.set_fsync_busy(self.fsync_busy);
         sim.set_remote_delay_us_max(self.remote_delay_us_max);
         if let Some(now_us) = now_us {
@@ -517,17 +554,22 @@ impl Cluster {
             }
             .request()
         } else if self.handovers && rng.chance(HANDOVER_CHANCE) {
-            let drain = match self.leaves && rng.chance(DRAIN_CHANCE) {
-                true => drain_step(self.run.sim.layout(), rng),
-                false => None,
+            let layout = self.run.sim.layout();
+            let drain = if self.leaves && !layout.absent().is_empty() && rng.chance(JOIN_CHANCE) {
+                Some(Handover::join(layout.absent()[0]))
+            } else if self.leaves && rng.chance(DRAIN_CHANCE) {
+                drain_step(layout, rng)
+            } else {
+                None
             };
             let h = drain.unwrap_or_else(|| Handover {
                 shard: rng.below(u64::from(self.shards)) as ShardId,
                 node: rng.below(self.layout.len() as u64) as u16,
             });
-            match h.is_leave() {
-                true => self.counts.leaves_sent += 1,
-                false => self.counts.handovers += 1,
+            match (h.is_leave(), h.is_join()) {
+                (true, _) => self.counts.leaves_sent += 1,
+                (_, true) => self.counts.joins_sent += 1,
+                _ => self.counts.handovers += 1,
             }
             h.request()
         } else {
@@ -812,19 +854,29 @@ impl Cluster {
         if self.leaves {
             // A leave the recovery restores with a snapshot or decides again.
             let lineage: Vec<_> = (0..self.shards).flat_map(|s| self.disks.log(s).to_vec()).collect();
-            let layouts = layouts_of_log(&Layout::contiguous(self.layout), &lineage);
+            let layouts = layouts_of_log(&self.first_layout(), &lineage);
             // Each decided at the end of the epoch before the first it
             // applies to.
-            let decided: Vec<Epoch> = layouts
-                .windows(2)
-                .filter(|w| w[1].1.left().len() > w[0].1.left().len())
-                .map(|w| w[1].0 - 1)
-                .collect();
-            if decided.iter().any(|e| *e > snapshot) {
+            let decided = |changed: fn(&Layout, &Layout) -> bool| -> Vec<Epoch> {
+                layouts
+                    .windows(2)
+                    .filter(|w| changed(&w[0].1, &w[1].1))
+                    .map(|w| w[1].0 - 1)
+                    .collect()
+            };
+            let leaves = decided(|a, b| b.left().len() > a.left().len());
+            if leaves.iter().any(|e| *e > snapshot) {
                 self.counts.redecided_leaves += 1;
             }
-            if decided.iter().any(|e| *e <= snapshot) {
+            if leaves.iter().any(|e| *e <= snapshot) {
                 self.counts.restored_leaves += 1;
+            }
+            let joins = decided(|a, b| b.absent().len() < a.absent().len());
+            if joins.iter().any(|e| *e > snapshot) {
+                self.counts.redecided_joins += 1;
+            }
+            if joins.iter().any(|e| *e <= snapshot) {
+                self.counts.restored_joins += 1;
             }
         }
         self.history.split_off(&(snapshot + 1));
@@ -948,8 +1000,27 @@ impl Cluster {
         let lineage: Vec<_> = (0..n).flat_map(|s| self.disks.log(s).to_vec()).collect();
         assert_placed(&self.run.sim, &map_of_log(&self.app, n, &lineage), "the final state");
         // So is the layout, on every shard and in the simulator.
-        let layouts = layouts_of_log(&Layout::contiguous(self.layout), &lineage);
+        let layouts = layouts_of_log(&self.first_layout(), &lineage);
         let layout = &layouts.last().expect("the first layout").1;
+        // A node that joined stays a member (or leaves); a node runs no
+        // shard while absent.
+        for w in layouts.windows(2) {
+            assert!(
+                w[1].1.absent().iter().all(|n| w[0].1.is_absent(*n)),
+                "a node that joined is absent again at epoch {}",
+                w[1].0
+            );
+        }
+        for (epoch, l) in &layouts {
+            for n in l.absent() {
+                assert_eq!(
+                    l.shards_of(*n).count(),
+                    0,
+                    "node {n} runs a shard from epoch {epoch} before it joined"
+                );
+            }
+        }
+        self.counts.joins_made += (self.absent.len() - layout.absent().len()) as u64;
         // A node that left stays out and runs no shard.
         for w in layouts.windows(2) {
             assert!(
@@ -1174,8 +1245,8 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool, leaves: bool) {
          past a node's newer snapshot, {} with a partial epoch), {} epochs, {} replies checked ({} repeat answers, \
          {} forgotten), {} released by survivors after a crash, {} batches in flight lost, {} client-less requests \
          abandoned, {} moves sent, {} handovers sent ({} shards rebuilt from their hand-off), {} recoveries from logs in \
-         pieces; {} leaves sent, {} made, {} recoveries deciding one again, {} restoring one; {} handovers and leaves \
-         refused",
+         pieces; {} leaves sent, {} made, {} recoveries deciding one again, {} restoring one; {} joins sent, {} made, {} \
+         recoveries deciding one again, {} restoring one; {} handovers and leaves refused",
         c.seeds,
         started.elapsed(),
         c.crashes,
@@ -1199,6 +1270,10 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool, leaves: bool) {
         c.leaves_made,
         c.redecided_leaves,
         c.restored_leaves,
+        c.joins_sent,
+        c.joins_made,
+        c.redecided_joins,
+        c.restored_joins,
         c.refused,
     );
     if moves {
@@ -1213,6 +1288,9 @@ fn crash_swarm(default_seeds: u64, moves: bool, handovers: bool, leaves: bool) {
         assert!(c.leaves_made > 0, "no node left");
         assert!(c.redecided_leaves > 0, "no leave decided again by a replay");
         assert!(c.restored_leaves > 0, "no leave restored with a snapshot");
+        assert!(c.joins_made > 0, "no node joined");
+        assert!(c.redecided_joins > 0, "no join decided again by a replay");
+        assert!(c.restored_joins > 0, "no join restored with a snapshot");
         assert!(c.refused > 0, "no handover refused against the layout");
     }
     if seeds.len() as u64 >= default_seeds && !moves {

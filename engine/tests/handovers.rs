@@ -647,6 +647,72 @@ fn a_node_without_shards_leaves_and_replay_agrees() {
     assert_eq!(fresh.layout(), sim.layout());
 }
 
+/// A node listed but absent joins: a handover to it, or a leave of it, is
+/// refused at submit until its join is decided at an epoch's end (a
+/// version of the layout); then it is handed shards like any spare, a
+/// second join is refused, transfers run on, and a replay of the logs
+/// (from the same absent set) reaches the same state and layout.
+#[test]
+fn an_absent_node_joins_is_handed_shards_and_replay_agrees() {
+    let app = bank(PARTITIONS);
+    let start = || Layout::contiguous(&[2, 2, 0, 0]).with_absent(vec![2, 3]).unwrap();
+    let mut sim = Sim::new(app.clone(), test_config(8), 4, 11);
+    sim.set_layout(start());
+    let initial = accounts(ACCOUNTS, START_BALANCE);
+    for (op, k, v) in &initial {
+        sim.load(*op, k, Some(v.clone()));
+    }
+    let join = |node| styx_engine::Handover::join(node).request();
+    let leave = |node| styx_engine::Handover::leave(node).request();
+    let refused = sim.submit(0, 1, hand(0, 2)).unwrap_err();
+    assert!(
+        refused.message().contains("node 2 has not joined the cluster"),
+        "{refused:?}"
+    );
+    let refused = sim.submit(1, 2, leave(3)).unwrap_err();
+    assert!(refused.message().contains("it cannot leave"), "{refused:?}");
+    let refused = sim.submit(1, 3, join(1)).unwrap_err();
+    assert!(refused.message().contains("node 1 is a member already"), "{refused:?}");
+    sim.submit(0, 4, join(2)).unwrap();
+    sim.submit(1, 5, transfer(&app, 1, 2, 5)).unwrap();
+    sim.run();
+    assert_eq!(sim.take_replies().len(), 2);
+    assert_eq!(sim.layout().absent(), &[3]);
+    assert!(sim.layout().is_member(2));
+    assert_eq!(sim.layout().version(), 1);
+    let refused = sim.submit(2, 6, join(2)).unwrap_err();
+    assert!(refused.message().contains("node 2 is a member already"), "{refused:?}");
+    // The new node is handed two shards, one from each node.
+    sim.submit(0, 7, hand(0, 2)).unwrap();
+    sim.submit(3, 8, hand(3, 2)).unwrap();
+    sim.submit(2, 9, transfer(&app, 3, 4, 7)).unwrap();
+    sim.run();
+    assert_eq!(sim.take_replies().len(), 3);
+    assert_eq!(sim.layout().shards_of(2).collect::<Vec<_>>(), vec![0, 3]);
+    assert_eq!(
+        sim.handovers()
+            .iter()
+            .map(|s| (s.shard, s.from, s.to))
+            .collect::<Vec<_>>(),
+        vec![(styx_engine::layout::JOIN, 2, 2), (0, 0, 2), (3, 1, 2)]
+    );
+    assert_conserved(
+        &sim.state(),
+        ACCOUNTS,
+        ACCOUNTS as i64 * START_BALANCE,
+        "after the join",
+    );
+    let mut fresh = Sim::new(app.clone(), test_config(8), 4, 12);
+    fresh.set_layout(start());
+    for (op, k, v) in &initial {
+        fresh.load(*op, k, Some(v.clone()));
+    }
+    fresh.replay(sim.logs());
+    fresh.run();
+    assert_eq!(fresh.state(), sim.state());
+    assert_eq!(fresh.layout(), sim.layout());
+}
+
 /// A retry of a handover already made gets its first answer, though its
 /// node drained and left since (a new handover to it is refused): the
 /// check against the layout applies to new requests, after the client

@@ -554,11 +554,14 @@ impl Shard {
                 h.node
             )));
         }
-        if h.is_leave() && queued.iter().any(|(_, q)| !q.is_leave() && q.node == h.node) {
+        if h.is_leave() && queued.iter().any(|(_, q)| !q.is_membership() && q.node == h.node) {
             return Err(Abort::unknown(format!(
                 "a handover to node {} waits for a partition move: it would run a shard",
                 h.node
             )));
+        }
+        if h.is_join() || self.layout.is_absent(h.node) {
+            return self.check_join_now(h);
         }
         if !h.is_leave() {
             return match self.config.spare_nodes {
@@ -581,9 +584,39 @@ impl Shard {
         Ok(())
     }
 
+    /// A join, or a handover or leave naming a node not yet joined.
+    fn check_join_now(&self, h: Handover) -> Result<(), Abort> {
+        if !self.config.spare_nodes {
+            return Err(Abort::unknown(
+                "a node joins only a cluster that runs spare nodes (this runtime does not)",
+            ));
+        }
+        let absent = self.layout.is_absent(h.node);
+        let joining = self
+            .layout
+            .queued()
+            .iter()
+            .any(|(_, q)| q.is_join() && q.node == h.node);
+        match (h.is_join(), h.is_leave()) {
+            (true, _) if absent => Ok(()),
+            (true, _) => Err(Abort::unknown(format!("node {} is a member already", h.node))),
+            // Queued behind its join (a partition move under way), it
+            // applies after it.
+            (false, false) if joining => Ok(()),
+            (false, false) => Err(Abort::unknown(format!(
+                "node {} has not joined the cluster: add it first (styx node add {})",
+                h.node, h.node
+            ))),
+            (false, true) => Err(Abort::unknown(format!(
+                "node {} has not joined the cluster: it cannot leave",
+                h.node
+            ))),
+        }
+    }
+
     fn check_leaves_no_node_empty(&self, h: Handover) -> Result<(), Abort> {
         let mut node_of: Vec<u16> = (0..self.exec.n_shards).map(|s| self.layout.node_of(s)).collect();
-        for (_, q) in self.layout.queued().iter().filter(|(_, q)| !q.is_leave()) {
+        for (_, q) in self.layout.queued().iter().filter(|(_, q)| !q.is_membership()) {
             node_of[usize::from(q.shard)] = q.node;
         }
         let from = node_of[usize::from(h.shard)];

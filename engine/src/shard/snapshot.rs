@@ -24,7 +24,7 @@ use crate::codec::Payload;
 use crate::config::SnapshotChunk;
 use crate::ids::{Epoch, OpId, ShardId};
 use crate::key::{Key, partition_of};
-use crate::layout::{Layout, LayoutMeta, LayoutMetaNoLeft, meta_of_no_left};
+use crate::layout::{Layout, LayoutMeta, LayoutMetaNoAbsent, LayoutMetaNoLeft, meta_of_no_absent, meta_of_no_left};
 use crate::partition_map::{MapMeta, MapMetaNoShare, PartitionMap, meta_of_no_share};
 use crate::value::Value;
 
@@ -46,8 +46,10 @@ type SnapshotEntry = (crate::OpId, Key, Option<Value>);
 /// partition map, 4 its queued moves, 5 the layout (shard → node), 6 the
 /// logged time the snapshot was agreed at (the next vote counts from it),
 /// 7 each queued move's pace, 8 the logged snapshot interval, 9 the nodes
-/// that left.
-const META_VERSION: u8 = 9;
+/// that left, 10 the nodes absent (not yet joined).
+const META_VERSION: u8 = 10;
+/// The version before nodes could join: none was absent.
+const META_VERSION_NO_ABSENT: u8 = 9;
 /// The version before nodes could leave: none had.
 const META_VERSION_NO_LEFT: u8 = 8;
 /// The version before the logged interval: the restoring shard's
@@ -349,7 +351,7 @@ impl Shard {
         }
     }
 
-    /// Decodes a snapshot's machine state, of this version or the six
+    /// Decodes a snapshot's machine state, of this version or the eight
     /// before.
     fn decode_meta(meta: &[u8]) -> Result<Meta, crate::DecodeError> {
         type MetaNoLayout = (u8, Epoch, u64, Vec<ClientMeta>, MapMetaNoShare);
@@ -362,6 +364,29 @@ impl Shard {
                 .decode::<(u8, Epoch, u64, Vec<ClientMeta>, MapMeta, LayoutMeta, u64, Option<u64>)>()
                 .map(|(v, epoch, lc, clients, map, layout, voted_us, interval_us)| {
                     (v, epoch, lc, clients, map, Some(layout), voted_us, interval_us)
+                }),
+            META_VERSION_NO_ABSENT => payload
+                .decode::<(
+                    u8,
+                    Epoch,
+                    u64,
+                    Vec<ClientMeta>,
+                    MapMeta,
+                    LayoutMetaNoAbsent,
+                    u64,
+                    Option<u64>,
+                )>()
+                .map(|(v, epoch, lc, clients, map, layout, voted_us, interval_us)| {
+                    (
+                        v,
+                        epoch,
+                        lc,
+                        clients,
+                        map,
+                        Some(meta_of_no_absent(layout)),
+                        voted_us,
+                        interval_us,
+                    )
                 }),
             META_VERSION_NO_LEFT => payload
                 .decode::<(
@@ -544,11 +569,12 @@ impl Shard {
 mod tests {
     use super::*;
 
-    /// Snapshots of the six versions before still restore: without a
+    /// Snapshots of the eight versions before still restore: without a
     /// map (the default one), without queued moves (none queued), without
     /// a layout (the driver's holds), without the queued moves' pace
-    /// (the restoring shard's settings), and without the logged interval
-    /// (the restoring shard's).
+    /// (the restoring shard's settings), without the logged interval
+    /// (the restoring shard's), without the nodes that left (none had) and
+    /// without the nodes absent (none was).
     #[test]
     fn metas_of_earlier_versions_decode() {
         let clients: Vec<ClientMeta> = vec![(7, 3, 2, vec![])];
@@ -591,7 +617,7 @@ mod tests {
         );
         let old_layout: LayoutMetaNoLeft = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)]);
         // A layout of a snapshot before nodes could leave: none had.
-        let layout: LayoutMeta = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)], vec![]);
+        let layout: LayoutMeta = (3, 2, vec![1, 1, 0], vec![(17, 2, 0)], vec![], vec![]);
         let v5 = bytes(Payload::encode(&(
             META_VERSION_NO_VOTE_TIME,
             9u64,
@@ -672,22 +698,39 @@ mod tests {
                 Some(250_000)
             )
         );
-        let left: LayoutMeta = (4, 3, vec![1, 1, 0], vec![], vec![2]);
+        let left_before: LayoutMetaNoAbsent = (4, 3, vec![1, 1, 0], vec![], vec![2]);
         let v9 = bytes(Payload::encode(&(
+            META_VERSION_NO_ABSENT,
+            9u64,
+            40u64,
+            clients.clone(),
+            map.clone(),
+            left_before,
+            1_234u64,
+            Some(250_000u64),
+        )));
+        // A layout of a snapshot before nodes could join: none absent.
+        let left: LayoutMeta = (4, 3, vec![1, 1, 0], vec![], vec![2], vec![]);
+        assert_eq!(
+            Shard::decode_meta(&v9).unwrap(),
+            (9, 9, 40, clients.clone(), map.clone(), Some(left), 1_234, Some(250_000))
+        );
+        let absent: LayoutMeta = (4, 4, vec![1, 1, 0], vec![], vec![2], vec![3]);
+        let v10 = bytes(Payload::encode(&(
             META_VERSION,
             9u64,
             40u64,
             clients.clone(),
             map.clone(),
-            left.clone(),
+            absent.clone(),
             1_234u64,
             Some(250_000u64),
         )));
         assert_eq!(
-            Shard::decode_meta(&v9).unwrap(),
-            (META_VERSION, 9, 40, clients, map, Some(left), 1_234, Some(250_000))
+            Shard::decode_meta(&v10).unwrap(),
+            (META_VERSION, 9, 40, clients, map, Some(absent), 1_234, Some(250_000))
         );
-        assert!(matches!(Shard::decode_meta(&[10]), Err(crate::DecodeError::Tag(10))));
+        assert!(matches!(Shard::decode_meta(&[11]), Err(crate::DecodeError::Tag(11))));
         assert!(Shard::decode_meta(&[]).is_err());
         assert!(Shard::decode_meta(&v3[..v3.len() - 1]).is_err(), "a torn meta");
     }

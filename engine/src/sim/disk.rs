@@ -52,6 +52,8 @@ struct File {
 pub struct Disks {
     /// Per node, how many shards it runs (node 0 the first ones).
     nodes: Vec<u16>,
+    /// The nodes listed that had not joined at the start (they run none).
+    absent: Vec<u16>,
     /// What the first run was loaded with.
     initial: Vec<(OpId, Key, Value)>,
     /// Per node, per shard, the durable pieces of its log the node wrote:
@@ -113,9 +115,24 @@ impl Disks {
     /// runs that start from `initial` ([`Sim::load`]ed before anything ran).
     pub fn new(nodes: &[u16], initial: &[(OpId, Key, Value)]) -> Disks {
         assert!(!nodes.is_empty() && nodes.iter().all(|n| *n > 0), "nodes {nodes:?}");
+        Disks::with_absent(nodes, &[], initial)
+    }
+
+    /// [`Disks::new`] of a cluster that lists nodes `absent` besides, not
+    /// yet joined (`Layout::with_absent`): each runs no shard.
+    pub fn with_absent(nodes: &[u16], absent: &[u16], initial: &[(OpId, Key, Value)]) -> Disks {
         let n: usize = nodes.iter().map(|n| usize::from(*n)).sum();
+        assert!(n > 0, "nodes {nodes:?}");
+        assert!(
+            nodes
+                .iter()
+                .enumerate()
+                .all(|(i, c)| (*c == 0) == absent.contains(&(i as u16))),
+            "nodes {nodes:?}, absent {absent:?}: the absent ones, and only they, run none"
+        );
         Disks {
             nodes: nodes.to_vec(),
+            absent: absent.to_vec(),
             initial: initial.to_vec(),
             logs: vec![vec![Vec::new(); n]; nodes.len()],
             logged: vec![0; n],
@@ -351,7 +368,9 @@ impl Disks {
         assert_eq!(sim.n_shards(), self.n_shards(), "a restart into another layout");
         assert_eq!(
             sim.layout(),
-            &crate::layout::Layout::contiguous(&self.nodes),
+            &crate::layout::Layout::contiguous(&self.nodes)
+                .with_absent(self.absent.clone())
+                .expect("absent nodes run none"),
             "a restart into another layout"
         );
         let nodes = self.nodes.len() as u16;
