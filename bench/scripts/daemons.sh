@@ -29,7 +29,8 @@ stop_all() {
 }
 
 # Writes to $1 the cluster file of $2 nodes of $3 shards each on loopback
-# (and, with $5, one more node of $5 shards: 0 makes it a spare): node i's
+# (and, with $5, one more node of $5 shards: 0 makes it a spare; with $6
+# "later" too, it joins later: `styx node add`): node i's
 # peer port is BASE + 10 + 10 i, the data-link ports of the cluster's
 # shards follow it, and its client port is $4 above the peer port
 # (heartbeat 100 ms, failure after 500 ms).
@@ -52,6 +53,7 @@ cluster_file() {
             echo "peer = \"127.0.0.1:$peer\""
             echo "client = \"127.0.0.1:$((peer + $4))\""
             echo "shards = $5"
+            [ "${6:-}" = later ] && echo "joins_later = true"
         fi
     } >"$1"
 }

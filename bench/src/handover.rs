@@ -298,6 +298,7 @@ pub fn run(params: Params) -> Report {
         heartbeat: Duration::from_millis(100),
         failure_timeout: Duration::from_secs(5),
         placement: None,
+        absent: Vec::new(),
     };
     let origin = Instant::now();
     let duration_us = (params.handovers as u64 + 1) * params.every.as_micros() as u64;

@@ -23,7 +23,10 @@ use styx_runtime::cluster::{Node, Spec};
 /// so on); lists place them, every shard of `0..total` on exactly one
 /// node. Either every node gives a count or every node gives a list. A
 /// node may run none (`shards = 0` or `[]`): a spare, which takes part in
-/// the cluster and may be handed shards (`styx handover`).
+/// the cluster and may be handed shards (`styx handover`). A node with
+/// `joins_later = true` (and no shard) is listed ahead of its start: the
+/// others run without it until `styx node add N` makes it a member
+/// (docs/nodes.md, "Membership"); give every node the same file.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ClusterFile {
@@ -39,6 +42,10 @@ pub struct ClusterNode {
     pub peer: String,
     pub client: String,
     pub shards: Shards,
+    /// The node joins the cluster later (`styx node add`): until then no
+    /// node waits for it.
+    #[serde(default)]
+    pub joins_later: bool,
 }
 
 /// A node's shards in the file: how many, or which.
@@ -79,11 +86,14 @@ impl ClusterFile {
             });
         }
         let placement = placement(&file.nodes).map_err(|e| format!("{}: {e}", path.display()))?;
+        let mut absent: Vec<u16> = file.nodes.iter().filter(|n| n.joins_later).map(|n| n.id).collect();
+        absent.sort_unstable();
         let spec = Spec {
             nodes,
             heartbeat: Duration::from_millis(file.heartbeat_ms.unwrap_or(100)),
             failure_timeout: Duration::from_millis(file.failure_timeout_ms.unwrap_or(500)),
             placement,
+            absent,
         };
         spec.validate().map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(spec)
@@ -197,6 +207,35 @@ mod tests {
             spec.fingerprint(),
             ClusterFile::load(&file(&["2", "2"])).unwrap().fingerprint()
         );
+    }
+
+    #[test]
+    fn a_node_that_joins_later_is_absent_from_the_first_layout_and_runs_none() {
+        let with = |last: &str| {
+            let dir =
+                std::env::temp_dir().join(format!("styx-cluster-file-{}-later-{}", std::process::id(), last.len()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let path = dir.join("cluster.toml");
+            let mut text = String::new();
+            for (i, s) in ["shards = 2", "shards = 1", last].iter().enumerate() {
+                text.push_str(&format!(
+                    "[[nodes]]\nid = {i}\npeer = \"127.0.0.1:{}\"\nclient = \"127.0.0.1:{}\"\n{s}\n",
+                    23_000 + 10 * i,
+                    24_000 + i
+                ));
+            }
+            std::fs::write(&path, text).unwrap();
+            ClusterFile::load(&path)
+        };
+        let spec = with("shards = 0\njoins_later = true").unwrap();
+        assert_eq!(spec.absent, [2]);
+        assert!(spec.joins_later(2) && !spec.joins_later(1));
+        assert_eq!(spec.layout().absent(), &[2]);
+        assert!(spec.layout().is_member(1) && !spec.layout().is_member(2));
+        // Another cluster than the one whose node 2 is a spare from the start.
+        assert_ne!(spec.fingerprint(), with("shards = 0").unwrap().fingerprint());
+        let err = with("shards = 1\njoins_later = true").unwrap_err();
+        assert!(err.contains("node 2 joins later and runs 1 shards"), "{err}");
     }
 
     #[test]

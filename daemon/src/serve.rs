@@ -97,12 +97,19 @@ pub fn run<E: Extension>(program: &Program, app: Arc<App>, settings: Settings, e
         usize::from(spec.n_shards()),
     );
     let dir = Arc::new(DataDir::open(&settings.data_dir).map_err(|e| e.to_string())?);
-    extension.prepare(&Start {
-        app: &app,
-        dir: &dir,
-        shards: spec.n_shards(),
-        local: local.clone(),
-    })?;
+    if spec.joins_later(node) {
+        // Its directory holds nothing until it joins (a preload there
+        // would be a snapshot the others no longer keep): its shards come
+        // from the others, handed over.
+        tracing::info!(node, "this node joins the cluster later: nothing is preloaded here");
+    } else {
+        extension.prepare(&Start {
+            app: &app,
+            dir: &dir,
+            shards: spec.n_shards(),
+            local: local.clone(),
+        })?;
+    }
     let fsync = match settings.fsync {
         Fsync::Epoch => FsyncMode::Epoch,
         Fsync::None => FsyncMode::None,

@@ -381,7 +381,9 @@ impl Layout {
     /// node that runs it: a runtime that runs no spare node), and so is
     /// every leave and join. A leave of a node that runs a shard or left
     /// already, a join of a node not absent, and a handover to (or leave
-    /// of) a node that left or is absent, are skipped too.
+    /// of) a node that left or is absent, are skipped too. A join made
+    /// ends the decision: the handovers after it stay queued for the next
+    /// epoch's end (a change of its own).
     pub fn decide(
         &mut self,
         epoch: Epoch,
@@ -395,7 +397,8 @@ impl Layout {
         if hold {
             return out;
         }
-        for (_, h) in std::mem::take(&mut self.queued) {
+        let queued = std::mem::take(&mut self.queued);
+        for (i, (_, h)) in queued.iter().copied().enumerate() {
             assert!(h.node < self.nodes, "handover to node {} of {}", h.node, self.nodes);
             if self.has_left(h.node) {
                 continue;
@@ -411,6 +414,13 @@ impl Layout {
                         from: h.node,
                         to: h.node,
                     });
+                    // A join made ends the decision: the handovers after
+                    // it wait for the next epoch's end, so that the node
+                    // joins at a round change of its own (the members
+                    // greet it before any shard goes to it, and two nodes
+                    // never join at once).
+                    self.queued = queued[i + 1..].to_vec();
+                    return out;
                 }
                 continue;
             }
@@ -652,13 +662,19 @@ mod tests {
             (4, h(1, 1)),
             (5, Handover::join(1)),
         ];
-        let switched = l.decide(8, &mut hs, false, true);
+        let mut switched = l.decide(8, &mut hs, false, true);
+        // The join ends the decision: the rest waits for the next epoch's
+        // end, where the handover to the new node is made.
+        assert_eq!(switched.len(), 1);
+        assert_eq!(l.queued(), &[(4, h(1, 1)), (5, Handover::join(1))]);
+        switched.extend(l.decide(9, &mut [], false, true));
+        assert!(l.queued().is_empty());
         assert_eq!(
             switched
                 .iter()
-                .map(|s| (s.version, s.shard, s.from, s.to))
+                .map(|s| (s.version, s.epoch, s.shard, s.from, s.to))
                 .collect::<Vec<_>>(),
-            vec![(1, JOIN, 1, 1), (2, 1, 0, 1)]
+            vec![(1, 8, JOIN, 1, 1), (2, 9, 1, 0, 1)]
         );
         assert_eq!(l.absent(), &[2]);
         assert!(l.left().is_empty() && l.is_member(1));
@@ -669,12 +685,13 @@ mod tests {
         assert_eq!(Layout::from_meta(2, &l.to_meta()).unwrap(), l);
         // Node 2 joins, hands nothing, and leaves; then a join of it is
         // skipped (a node that left stays out).
-        let switched = l.decide(
-            9,
+        let mut switched = l.decide(
+            10,
             &mut [(1, Handover::join(2)), (2, Handover::leave(2)), (3, Handover::join(2))],
             false,
             true,
         );
+        switched.extend(l.decide(11, &mut [], false, true));
         assert_eq!(switched.len(), 2);
         assert!(l.absent().is_empty() && l.has_left(2));
         // Refused placements: absent and running a shard, absent and left.

@@ -82,8 +82,9 @@ const GONE_GREETING_MAX: Duration = Duration::from_secs(64);
 /// Version of the control protocol (3: a hello carries the layout; 4:
 /// `ENDED` carries the layout the shards stopped for, `FINISHED`; 5: a
 /// hello carries the preload and the layout of each kept snapshot; 6: a
-/// hello and `ENDED` carry the nodes gone from the cluster).
-const CONTROL_VERSION: u16 = 6;
+/// hello and `ENDED` carry the nodes gone from the cluster; 7: and the
+/// nodes not joined yet, a hello the nodes its directory records joined).
+const CONTROL_VERSION: u16 = 7;
 const CONTROL_MAGIC: u64 = 0x5354_5958_4354_524c; // "STYXCTRL"
 
 const HELLO: u8 = 1;
@@ -134,6 +135,10 @@ pub struct Spec {
     /// numbered in order (node 0 runs the first `nodes[0].shards`, and so
     /// on). Either way `nodes[n].shards` counts node `n`'s.
     pub placement: Option<Vec<u16>>,
+    /// The nodes listed that join later (`styx node add`), ascending: each
+    /// starts with no shard, and no join waits for one until a record says
+    /// it joined (docs/nodes.md, "Membership").
+    pub absent: Vec<u16>,
 }
 
 impl Spec {
@@ -149,6 +154,7 @@ impl Spec {
             heartbeat: Duration::from_millis(100),
             failure_timeout: Duration::from_millis(500),
             placement: None,
+            absent: Vec::new(),
         }
     }
 
@@ -210,6 +216,21 @@ impl Spec {
                 return Err(format!("a shard placed on node {p}, of {} nodes", self.nodes.len()));
             }
         }
+        if self.absent.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(format!("nodes joining later {:?}: ascending, each once", self.absent));
+        }
+        for a in &self.absent {
+            match self.nodes.get(usize::from(*a)) {
+                None => return Err(format!("node {a} joins later, of {} nodes", self.nodes.len())),
+                Some(n) if n.shards > 0 => {
+                    return Err(format!(
+                        "node {a} joins later and runs {} shards: it starts with none",
+                        n.shards
+                    ));
+                }
+                Some(_) => {}
+            }
+        }
         if self.failure_timeout <= self.heartbeat {
             return Err(format!(
                 "failure_timeout ({:?}) must exceed heartbeat ({:?})",
@@ -258,12 +279,20 @@ impl Spec {
     }
 
     /// The cluster file's layout: its placement, or node 0 running the
-    /// first shards, and so on.
+    /// first shards, and so on; the nodes that join later absent.
     pub fn layout(&self) -> Layout {
         match &self.placement {
             Some(p) => Layout::placed_on(self.nodes.len() as u16, p.clone()).expect("a validated placement"),
             None => Layout::contiguous(&self.nodes.iter().map(|n| n.shards).collect::<Vec<_>>()),
         }
+        .with_absent(self.absent.clone())
+        .expect("validated: nodes that join later run none")
+    }
+
+    /// Whether `node` is listed as joining later (it may have joined since:
+    /// the records say).
+    pub fn joins_later(&self, node: u16) -> bool {
+        self.absent.binary_search(&node).is_ok()
     }
 
     /// A hash of the layout every node must agree on.
@@ -275,6 +304,10 @@ impl Spec {
         }
         if let Some(p) = &self.placement {
             let text = format!("placed {p:?}");
+            h = styx_engine::mix64(h ^ styx_engine::stable_hash(text.as_bytes()));
+        }
+        if !self.absent.is_empty() {
+            let text = format!("absent {:?}", self.absent);
             h = styx_engine::mix64(h ^ styx_engine::stable_hash(text.as_bytes()));
         }
         h
@@ -357,6 +390,9 @@ pub struct Run {
     told: bool,
     /// The nodes gone from the cluster as the join learned them, to record.
     left: Vec<u16>,
+    /// The nodes listed as joining later that joined, as the join learned
+    /// them, to record.
+    joined: Vec<u16>,
 }
 
 /// The writing side of a control connection. Every frame is written whole
@@ -511,6 +547,7 @@ impl Run {
             gone: false,
             told: false,
             left: Vec::new(),
+            joined: Vec::new(),
         }
     }
 
@@ -530,6 +567,12 @@ impl Run {
             .copied()
             .filter(|n| *n != self.node || self.told)
             .collect()
+    }
+
+    /// The nodes listed as joining later that joined, as the join learned
+    /// them (records, and the layout's), for this node to record.
+    pub fn joined_nodes(&self) -> &[u16] {
+        &self.joined
     }
 
     /// Per member of this run, the value of its entry in `per_node`.
@@ -639,7 +682,13 @@ impl Run {
             .collect();
         self.state
             .stopped_for(usize::from(self.node), epoch, next.placed(), &self.failure);
-        let next = (next.version(), next.nodes(), placement(next), next.left().to_vec());
+        let next = (
+            next.version(),
+            next.nodes(),
+            placement(next),
+            next.left().to_vec(),
+            next.absent().to_vec(),
+        );
         self.tell_all(&control_frame(ENDED, &(epoch, rows, next)));
     }
 
@@ -981,6 +1030,9 @@ struct Hello {
     placed: Vec<(Epoch, Option<Layout>)>,
     /// The nodes it knows left the cluster (its directory's record).
     left: Vec<u16>,
+    /// The nodes listed as joining later that it knows joined (its
+    /// directory's record).
+    joined: Vec<u16>,
 }
 
 /// What a node's data directory holds, as it joins: its survey, and what
@@ -994,6 +1046,9 @@ pub struct Joining {
     /// one perhaps among them (`Layout::left`, recorded as each leave was
     /// made): the join does not wait for them.
     pub left: Vec<u16>,
+    /// The nodes listed as joining later that its directory records as
+    /// joined, this one perhaps among them: the join waits for them.
+    pub joined: Vec<u16>,
 }
 
 impl From<Survey> for Joining {
@@ -1002,6 +1057,7 @@ impl From<Survey> for Joining {
             survey,
             preload: None,
             left: Vec::new(),
+            joined: Vec::new(),
         }
     }
 }
@@ -1068,6 +1124,16 @@ impl Control {
         self.node
     }
 
+    /// The nodes listed as joining later that are members of `layout`.
+    pub fn joined_in(&self, layout: &Layout) -> Vec<u16> {
+        self.spec
+            .absent
+            .iter()
+            .copied()
+            .filter(|n| layout.is_member(*n))
+            .collect()
+    }
+
     /// Joins the cluster with what this node's disk holds and the layout
     /// it runs (the cluster file's numbering, [`Spec::layout`], or a
     /// placement given whole): waits until every other node said hello
@@ -1114,10 +1180,22 @@ impl Control {
     ) -> Result<Option<Run>, String> {
         check_layout(&self.spec, layout)?;
         self.round += 1;
-        let Joining { survey, preload, left } = joining;
+        let Joining {
+            survey,
+            preload,
+            left,
+            joined,
+        } = joining;
         // The nodes gone from the cluster, as this node knows: its record,
         // the layout's, and (at a first join) every hello's.
         let mut learned: BTreeSet<u16> = left.iter().chain(layout.left()).copied().collect();
+        // The nodes listed as joining later that joined, the same way (a
+        // layout past the file's says so of those no longer absent).
+        let mut joined: BTreeSet<u16> = joined
+            .iter()
+            .copied()
+            .chain(self.spec.absent.iter().copied().filter(|n| !layout.is_absent(*n)))
+            .collect();
         let placed = placements(&survey.snapshots, &place);
         let me = Hello {
             layout: layout.placed(),
@@ -1130,6 +1208,7 @@ impl Control {
             preload,
             placed,
             left: learned.iter().copied().collect(),
+            joined: joined.iter().copied().collect(),
         };
         if !self.after_handover {
             self.greeter.lock().expect("greeter lock").hello = Some(me.clone());
@@ -1141,11 +1220,19 @@ impl Control {
         // it goes); at a first join, for every node no directory records
         // as gone — records grow only as leaves are made, so every
         // node learns the same from the hellos it waits for.
+        // A node that joined at that handover is waited for too.
         let previous: Option<BTreeSet<u16>> = self.after_handover.then(|| {
             self.met
                 .keys()
                 .copied()
                 .filter(|p| *p != self.node && !layout.has_left(*p))
+                .chain(
+                    self.spec
+                        .absent
+                        .iter()
+                        .copied()
+                        .filter(|p| *p != self.node && layout.is_member(*p)),
+                )
                 .collect()
         });
         // Nodes to greet once though not waited for: at a first join those
@@ -1167,12 +1254,19 @@ impl Control {
         let began = Instant::now();
         let mut last_log = Instant::now();
         let mut wait = DIAL_RETRY_MIN;
+        // A node listed as joining later waits until the others' hellos
+        // say it joined (their records, or the layout after its join).
+        let is_member = |i: u16, learned: &BTreeSet<u16>, joined: &BTreeSet<u16>| {
+            !learned.contains(&i) && (!self.spec.joins_later(i) || joined.contains(&i))
+        };
+        let mut last_unjoined_log: Option<Instant> = None;
         loop {
             let leaving = learned.contains(&self.node);
+            let unjoined = !is_member(self.node, &learned, &joined) && !leaving;
             let waited: BTreeSet<u16> = match &previous {
                 Some(p) => p.clone(),
                 None => (0..n as u16)
-                    .filter(|i| *i != self.node && !learned.contains(i))
+                    .filter(|i| *i != self.node && is_member(*i, &learned, &joined))
                     .collect(),
             };
             if leaving && waited.is_subset(&greeted) {
@@ -1202,8 +1296,20 @@ impl Control {
                     .all(|p| greeted.contains(p)),
                 None => true,
             };
-            if !leaving && waited.iter().all(|p| peers.contains_key(p)) && (owed || began.elapsed() > FAREWELL_WAIT) {
+            if !leaving
+                && !unjoined
+                && waited.iter().all(|p| peers.contains_key(p))
+                && (owed || began.elapsed() > FAREWELL_WAIT)
+            {
                 break;
+            }
+            if unjoined && last_unjoined_log.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                tracing::info!(
+                    node = self.node,
+                    "this node joins the cluster later: waiting to be added (styx node add {})",
+                    self.node
+                );
+                last_unjoined_log = Some(Instant::now());
             }
             if stop.load(Ordering::Relaxed) {
                 return Ok(None);
@@ -1249,10 +1355,18 @@ impl Control {
                 greeted.insert(h.node);
                 if previous.is_none() {
                     learned.extend(h.left.iter().copied());
+                    // (A node's word that nodes joined counts once it is a
+                    // member itself: one not added says nothing of joins.)
+                    if is_member(h.node, &learned, &joined) {
+                        joined.extend(h.joined.iter().copied());
+                    }
+                    // A layout past the file's (a peer after the round
+                    // change that made this node a member) says so too.
+                    joined.extend(self.spec.absent.iter().copied().filter(|n| h.layout.is_member(*n)));
                 }
                 let expected = match &previous {
                     Some(p) => p.contains(&h.node),
-                    None => !learned.contains(&h.node),
+                    None => is_member(h.node, &learned, &joined),
                 };
                 if !expected {
                     // A node gone from the cluster saying goodbye (it has
@@ -1268,7 +1382,16 @@ impl Control {
                 }
                 peers.insert(h.node, (s, h));
             }
-            peers.retain(|p, _| !learned.contains(p) || previous.is_some());
+            peers.retain(|p, _| is_member(*p, &learned, &joined) || previous.is_some());
+            // A node listed as joining later keeps only the hellos that say
+            // it joined (a record, or the layout after its join): those of
+            // nodes at a first join while it waits to be added are no run
+            // it joins, and a connection kept would stop it dialing them
+            // again at the round change that adds it.
+            if previous.is_none() && self.spec.joins_later(self.node) {
+                let me = self.node;
+                peers.retain(|_, (_, h)| h.joined.contains(&me) || h.layout.is_member(me));
+            }
             wait = if greeted.len() > before {
                 DIAL_RETRY_MIN
             } else {
@@ -1285,27 +1408,91 @@ impl Control {
                         ?missing,
                         "this node left the cluster; waiting to say so to the other nodes (once they run, they know: it may be stopped)"
                     );
-                } else {
+                } else if !unjoined {
                     tracing::info!(?missing, "waiting for the cluster's other nodes");
                 }
                 last_log = Instant::now();
             }
         }
-        let mut surveys = vec![me.survey.clone()];
-        let mut parts = vec![(me.node, me.incarnation, me.round)];
-        for (_, h) in peers.values() {
-            surveys.push(h.survey.clone());
-            parts.push((h.node, h.incarnation, h.round));
-        }
         // Every node must list the surveys in the same order.
-        let mut order: Vec<usize> = (0..surveys.len()).collect();
-        order.sort_by_key(|&i| parts[i].0);
-        let surveys: Vec<Survey> = order.iter().map(|&i| surveys[i].clone()).collect();
+        let mut hellos: Vec<&Hello> = peers.values().map(|(_, h)| h).chain(std::iter::once(&me)).collect();
+        hellos.sort_by_key(|h| h.node);
+        let mut parts: Vec<(u16, u64, u64)> = hellos.iter().map(|h| (h.node, h.incarnation, h.round)).collect();
         parts.sort_unstable();
+        // The layout after the round change that made this node a member,
+        // as the others greeted it (it was told only the file's).
+        let adopted = match self.spec.joins_later(self.node) && !self.after_handover {
+            true => peers.values().map(|(_, h)| &h.layout).find(|l| **l != me.layout),
+            false => None,
+        };
+        if let Some(l) = adopted
+            && peers.values().any(|(_, h)| h.layout != *l)
+        {
+            return Err(format!(
+                "node {}: the nodes greeted it, joining, with different layouts: {:?}",
+                self.node,
+                peers
+                    .values()
+                    .map(|(_, h)| (h.node, h.layout.version(), placement(&h.layout)))
+                    .collect::<Vec<_>>()
+            ));
+        }
+        // After a handover, the nodes that joined at it greet with what
+        // they were told (the file's layout): their disks hold nothing to
+        // agree on (`check_peer`).
+        let newcomers: BTreeSet<u16> = match self.after_handover {
+            true => hellos
+                .iter()
+                .map(|h| h.node)
+                .filter(|n| *n != self.node && self.spec.joins_later(*n) && !self.met.contains_key(n))
+                .filter(|n| layout.is_member(*n))
+                .collect(),
+            false => BTreeSet::new(),
+        };
+        // At a first join from the disks, a node listed as joining later
+        // whose directory holds nothing (it never ran) is no part of the
+        // plan: it runs no shard at the snapshot the others restore
+        // (checked below) and takes its layout from them. (One that ran and
+        // lost its directory is refused there if it runs a shard then; a
+        // shard it ran and handed away before that snapshot needs nothing
+        // of its disk.) After a handover every survey is empty.
+        let fresh: BTreeSet<u16> = match self.after_handover || adopted.is_some() {
+            true => BTreeSet::new(),
+            false => hellos
+                .iter()
+                .filter(|h| self.spec.joins_later(h.node) && h.survey == Survey::default())
+                .map(|h| h.node)
+                .collect(),
+        };
+        let counted: Vec<&Hello> = match hellos.iter().all(|h| fresh.contains(&h.node)) {
+            true => hellos.clone(),
+            false => hellos.iter().copied().filter(|h| !fresh.contains(&h.node)).collect(),
+        };
+        let surveys: Vec<Survey> = counted.iter().map(|h| h.survey.clone()).collect();
         let plan = Plan::of(&surveys)?;
-        let placed = place(&plan)?;
+        check_disks_agree(
+            &plan,
+            counted
+                .iter()
+                .copied()
+                .filter(|h| !(newcomers.contains(&h.node) || adopted.is_some() && h.node == self.node)),
+        )?;
+        let placed = match (adopted, plan.snapshot) {
+            (Some(l), _) => l.clone(),
+            (None, Some(at)) if fresh.contains(&self.node) => counted
+                .first()
+                .and_then(|h| placed_at(&h.placed, at))
+                .cloned()
+                .ok_or_else(|| format!("no node places the snapshot of epoch {at}"))?,
+            _ => place(&plan)?,
+        };
         check_layout(&self.spec, &placed)?;
-        check_disks_agree(&plan, &me, peers.values().map(|(_, h)| h))?;
+        if let Some(n) = fresh.iter().find(|n| placed.shards_of(**n).next().is_some()) {
+            return Err(format!(
+                "node {n} holds nothing (a node joining later that never ran), but the snapshot the cluster restores places shards {:?} on it: its data directory is lost; restore it",
+                placed.shards_of(*n).collect::<Vec<_>>()
+            ));
+        }
         let id = parts.iter().fold(0x5255_4e49_4400_0000u64, |h, (node, inc, round)| {
             styx_engine::mix64(h ^ styx_engine::mix64(u64::from(*node) ^ inc.rotate_left(16) ^ round.rotate_left(40)))
         });
@@ -1351,6 +1538,7 @@ impl Control {
             gone: layout.has_left(self.node),
             told: false,
             left: learned.into_iter().collect(),
+            joined: joined.into_iter().collect(),
             layout,
             spec: self.spec.clone(),
             node: self.node,
@@ -1371,6 +1559,7 @@ impl Control {
             gone: true,
             told,
             left: left.into_iter().collect(),
+            joined: Vec::new(),
             layout: layout.placed(),
             spec: self.spec.clone(),
             node: self.node,
@@ -1491,6 +1680,22 @@ impl Control {
             && h.fingerprint == me.fingerprint
         {
             return Err(Refused::Restarted(h.node));
+        }
+        // A node joining at the round change the others just made, which
+        // never ran, greets with the cluster file's layout (all it knows)
+        // and they with the layout after its join: each takes the other's
+        // hello, and the joining node takes their layout.
+        let joining = |n: u16| self.spec.joins_later(n) && h.survey == Survey::default();
+        if self.after_handover && joining(h.node) && !self.met.contains_key(&h.node) && me.layout.is_member(h.node) {
+            return Ok(self.check_same_cluster(me, h, dialed)?);
+        }
+        if !self.after_handover
+            && self.spec.joins_later(self.node)
+            && me.survey == Survey::default()
+            && h.layout.is_member(self.node)
+            && me.layout.is_absent(self.node)
+        {
+            return Ok(self.check_same_cluster(me, h, dialed)?);
         }
         Ok(self.check_hello(me, h, dialed)?)
     }
@@ -1664,12 +1869,12 @@ fn watch(
                         match Payload::from_bytes(&body).decode::<(
                             Epoch,
                             Vec<(ShardId, Vec<u64>)>,
-                            (u64, u16, Vec<u16>, Vec<u16>),
+                            (u64, u16, Vec<u16>, Vec<u16>, Vec<u16>),
                         )>() {
                             // A row for each of the sender's shards, in order (a
                             // spare sends none), and a layout of this cluster
                             // past this run's.
-                            Ok((e, rows, (version, nodes, node_of, left)))
+                            Ok((e, rows, (version, nodes, node_of, left, absent)))
                                 if e > 0
                                     && rows.iter().map(|(s, _)| *s).eq(layout.shards_of(peer))
                                     && rows.iter().all(|(_, row)| row.len() == n)
@@ -1677,7 +1882,8 @@ fn watch(
                                     && node_of.len() == n
                                     && version > layout.version()
                                     && let Ok(next) = Layout::placed_on(nodes, node_of.clone())
-                                        .and_then(|l| l.with_version(version).with_left(left.clone())) =>
+                                        .and_then(|l| l.with_version(version).with_left(left.clone()))
+                                        .and_then(|l| l.with_absent(absent.clone())) =>
                             {
                                 for (shard, row) in rows {
                                     for (to, count) in row.into_iter().enumerate() {
@@ -1875,12 +2081,12 @@ fn placed_at(placed: &[(Epoch, Option<Layout>)], at: Epoch) -> Option<&Layout> {
         .and_then(|(_, l)| l.as_ref())
 }
 
-/// Refuses a plan the nodes' disks (`me` and `peers`, every node once)
-/// do not agree on: a snapshot they place differently, a preload some
+/// Refuses a plan the nodes' disks (their hellos, every node once; a
+/// node joining later that holds nothing left out) do not agree on: a snapshot they place differently, a preload some
 /// hold and the plan would roll back, preloads that differ. Every node
 /// sees every hello, so every node refuses alike.
-fn check_disks_agree<'a>(plan: &Plan, me: &'a Hello, peers: impl Iterator<Item = &'a Hello>) -> Result<(), String> {
-    let mut all: Vec<&Hello> = peers.chain(std::iter::once(me)).collect();
+fn check_disks_agree<'a>(plan: &Plan, hellos: impl Iterator<Item = &'a Hello>) -> Result<(), String> {
+    let mut all: Vec<&Hello> = hellos.collect();
     all.sort_by_key(|h| h.node);
     let at = plan.snapshot.unwrap_or(0);
     let snapshot = plan
@@ -1957,6 +2163,7 @@ fn encode_hello(h: &Hello) -> Vec<u8> {
         (h.survey.snapshots.clone(), h.survey.log_epoch, h.survey.complete),
         (h.layout.version(), h.layout.nodes(), placement(&h.layout)),
         (h.preload.clone(), placed, h.left.clone(), h.layout.left().to_vec()),
+        (h.joined.clone(), h.layout.absent().to_vec()),
     );
     Payload::encode(&fields).as_bytes().to_vec()
 }
@@ -1968,6 +2175,7 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
         (Vec<Epoch>, Epoch, Epoch),
         (u64, u16, Vec<u16>),
         (Option<String>, Vec<(Epoch, Option<WireLayout>)>, Vec<u16>, Vec<u16>),
+        (Vec<u16>, Vec<u16>),
     );
     // The version first: a node of another version is named as such, not
     // as a malformed hello.
@@ -1987,15 +2195,22 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
         (snapshots, log_epoch, complete),
         (layout_version, nodes, node_of),
         (preload, placed, left, layout_left),
+        (joined, layout_absent),
     ) = Fields::decode(&mut &bytes[..]).map_err(|e| format!("a malformed hello: {e}"))?;
     if snapshots.len() > HELLO_SNAPSHOTS_MAX || snapshots.windows(2).any(|w| w[0] >= w[1]) {
         return Err("a hello whose snapshot list is not ascending".into());
     }
     let layout = Layout::placed_on(nodes, node_of)
         .and_then(|l| l.with_version(layout_version).with_left(layout_left))
+        .and_then(|l| l.with_absent(layout_absent))
         .map_err(|e| format!("a hello with a bad layout: {e}"))?;
-    if left.len() > usize::from(nodes) || left.windows(2).any(|w| w[0] >= w[1]) || left.iter().any(|n| *n >= nodes) {
+    let ascending =
+        |v: &[u16]| v.len() <= usize::from(nodes) && v.windows(2).all(|w| w[0] < w[1]) && v.iter().all(|n| *n < nodes);
+    if !ascending(&left) {
         return Err("a hello whose nodes gone are not ascending nodes of its layout".into());
+    }
+    if !ascending(&joined) {
+        return Err("a hello whose nodes joined are not ascending nodes of its layout".into());
     }
     if placed.len() > snapshots.len() + 1 || placed.windows(2).any(|w| w[0].0 >= w[1].0) {
         return Err("a hello whose snapshots' layouts are not ascending".into());
@@ -2025,6 +2240,7 @@ fn decode_hello(bytes: &[u8]) -> Result<Hello, String> {
         preload,
         placed,
         left,
+        joined,
     })
 }
 
@@ -2056,6 +2272,7 @@ mod tests {
             heartbeat,
             failure_timeout,
             placement: None,
+            absent: Vec::new(),
         }
     }
 
@@ -2080,6 +2297,7 @@ mod tests {
             heartbeat: Duration::from_millis(50),
             failure_timeout: Duration::from_millis(300),
             placement: None,
+            absent: Vec::new(),
         };
         spec.validate().unwrap();
         assert_eq!(spec.n_shards(), 6);
@@ -2166,9 +2384,21 @@ mod tests {
             layout: Layout::placed_on(2, vec![0, 1, 1, 0]).unwrap().with_version(7),
             preload: Some("ycsbt keys=10".into()),
             left: Vec::new(),
+            joined: Vec::new(),
             placed: vec![(0, Some(Layout::placed_on(2, vec![0, 0, 1, 1]).unwrap())), (5, None)],
         };
         assert_eq!(decode_hello(&encode_hello(&h)).unwrap(), h);
+        // A node joining later: the layout keeps it absent, the record
+        // names one that joined.
+        let mut joining = h.clone();
+        joining.layout = Layout::placed_on(4, vec![0, 1, 1, 0])
+            .unwrap()
+            .with_absent(vec![3])
+            .unwrap();
+        joining.joined = vec![2];
+        assert_eq!(decode_hello(&encode_hello(&joining)).unwrap(), joining);
+        joining.joined = vec![2, 2];
+        assert!(decode_hello(&encode_hello(&joining)).unwrap_err().contains("joined"));
         let bytes = encode_hello(&h);
         for cut in 0..bytes.len() {
             assert!(decode_hello(&bytes[..cut]).is_err());
@@ -2180,7 +2410,7 @@ mod tests {
         bad.placed.reverse();
         assert!(decode_hello(&encode_hello(&bad)).unwrap_err().contains("ascending"));
         // A layout placing a shard on a node it does not have.
-        let raw = |node_of: Vec<u16>, layout_left: Vec<u16>| {
+        let raw = |node_of: Vec<u16>, layout_left: Vec<u16>, layout_absent: Vec<u16>| {
             let fields = (
                 (CONTROL_MAGIC, CONTROL_VERSION, 1u64, 2u64),
                 (3u16, 4u64, 5u64),
@@ -2192,18 +2422,25 @@ mod tests {
                     Vec::<u16>::new(),
                     layout_left,
                 ),
+                (Vec::<u16>::new(), layout_absent),
             );
             Payload::encode(&fields).as_bytes().to_vec()
         };
-        assert!(decode_hello(&raw(vec![0, 1, 1, 0], vec![])).is_ok());
+        assert!(decode_hello(&raw(vec![0, 1, 1, 0], vec![], vec![])).is_ok());
         assert!(
-            decode_hello(&raw(vec![0, 9, 1, 0], vec![]))
+            decode_hello(&raw(vec![0, 9, 1, 0], vec![], vec![]))
                 .unwrap_err()
                 .contains("layout")
         );
         // A layout where a node that left runs a shard.
         assert!(
-            decode_hello(&raw(vec![0, 1, 1, 0], vec![1]))
+            decode_hello(&raw(vec![0, 1, 1, 0], vec![1], vec![]))
+                .unwrap_err()
+                .contains("layout")
+        );
+        // A layout where a node not joined yet runs a shard.
+        assert!(
+            decode_hello(&raw(vec![0, 1, 1, 0], vec![], vec![1]))
                 .unwrap_err()
                 .contains("layout")
         );
@@ -2224,6 +2461,7 @@ mod tests {
             layout: Layout::placed_on(2, vec![0, 1]).unwrap(),
             preload: preload.map(str::to_string),
             left: Vec::new(),
+            joined: Vec::new(),
             placed: placed
                 .iter()
                 .map(|(e, p)| (*e, Some(Layout::placed_on(2, p.to_vec()).unwrap().with_version(*e))))
@@ -2242,13 +2480,13 @@ mod tests {
         // Both place snapshot 10 alike (node 1 also keeps a later one).
         let a = hello(0, &[10], None, &[(0, split), (10, moved)]);
         let b = hello(1, &[10, 15], None, &[(0, split), (10, moved), (15, split)]);
-        check_disks_agree(&plan(Some(10)), &a, [&b].into_iter()).unwrap();
-        check_disks_agree(&plan(Some(10)), &b, [&a].into_iter()).unwrap();
+        check_disks_agree(&plan(Some(10)), [&a, &b].into_iter()).unwrap();
+        check_disks_agree(&plan(Some(10)), [&b, &a].into_iter()).unwrap();
         // Node 1's directory places it otherwise: both refuse, alike.
         let c = hello(1, &[10], None, &[(0, split)]);
-        let refused = check_disks_agree(&plan(Some(10)), &a, [&c].into_iter()).unwrap_err();
+        let refused = check_disks_agree(&plan(Some(10)), [&a, &c].into_iter()).unwrap_err();
         assert_eq!(
-            check_disks_agree(&plan(Some(10)), &c, [&a].into_iter()).unwrap_err(),
+            check_disks_agree(&plan(Some(10)), [&c, &a].into_iter()).unwrap_err(),
             refused
         );
         assert!(
@@ -2260,7 +2498,7 @@ mod tests {
         let mut d = hello(1, &[10], None, &[]);
         d.placed = vec![(0, None)];
         assert!(
-            check_disks_agree(&plan(Some(10)), &a, [&d].into_iter())
+            check_disks_agree(&plan(Some(10)), [&a, &d].into_iter())
                 .unwrap_err()
                 .contains("node 1 cannot place")
         );
@@ -2268,29 +2506,28 @@ mod tests {
         // A preload the plan would drop: a node holds it, another nothing.
         let loaded = hello(0, &[1], Some("ycsbt keys=10"), &[(0, split)]);
         let empty = hello(1, &[], None, &[(0, split)]);
-        let refused = check_disks_agree(&plan(None), &empty, [&loaded].into_iter()).unwrap_err();
+        let refused = check_disks_agree(&plan(None), [&empty, &loaded].into_iter()).unwrap_err();
         assert!(
             refused.contains("nodes [0] hold the preload \"ycsbt keys=10\" and nodes [1] hold no snapshot"),
             "{refused}"
         );
         assert_eq!(
-            check_disks_agree(&plan(None), &loaded, [&empty].into_iter()).unwrap_err(),
+            check_disks_agree(&plan(None), [&loaded, &empty].into_iter()).unwrap_err(),
             refused
         );
         // Preloaded alike, restored: fine; before any commit (a preload
         // cut short everywhere), nothing is dropped.
         let loaded_too = hello(1, &[1], Some("ycsbt keys=10"), &[(0, split)]);
-        check_disks_agree(&plan(Some(1)), &loaded, [&loaded_too].into_iter()).unwrap();
+        check_disks_agree(&plan(Some(1)), [&loaded, &loaded_too].into_iter()).unwrap();
         let cut_short = hello(1, &[], Some("ycsbt keys=10"), &[(0, split)]);
         check_disks_agree(
             &plan(None),
-            &cut_short,
-            [&hello(0, &[], Some("ycsbt keys=10"), &[(0, split)])].into_iter(),
+            [&cut_short, &hello(0, &[], Some("ycsbt keys=10"), &[(0, split)])].into_iter(),
         )
         .unwrap();
         // Two preloads in one cluster.
         let other = hello(1, &[1], Some("ycsbt keys=20"), &[(0, split)]);
-        let refused = check_disks_agree(&plan(Some(1)), &loaded, [&other].into_iter()).unwrap_err();
+        let refused = check_disks_agree(&plan(Some(1)), [&loaded, &other].into_iter()).unwrap_err();
         assert!(
             refused.contains("node 0 was preloaded with \"ycsbt keys=10\" and node 1 with \"ycsbt keys=20\""),
             "{refused}"
@@ -2391,6 +2628,7 @@ mod tests {
                         survey: survey(&[1], 5),
                         preload: None,
                         left: if i == 1 { vec![] } else { vec![2] },
+                        joined: Vec::new(),
                     };
                     let run = c
                         .join_placed(joining, &layout, &stop, |_| Ok(layout.clone()))
@@ -2464,6 +2702,7 @@ mod tests {
                         survey: survey(&[1], 5),
                         preload: None,
                         left: vec![gone],
+                        joined: Vec::new(),
                     };
                     let stop = AtomicBool::new(false);
                     let run = c
@@ -2537,6 +2776,7 @@ mod tests {
             layout: layout.clone(),
             preload: None,
             left: Vec::new(),
+            joined: Vec::new(),
             placed: vec![(0, Some(layout.clone()))],
         };
         let mut me = hello(&spec.layout(), 0);
@@ -2608,6 +2848,7 @@ mod tests {
             layout: spec.layout(),
             preload: None,
             left: Vec::new(),
+            joined: Vec::new(),
             placed: vec![(0, Some(spec.layout()))],
         };
         let me0 = Hello { node: 0, ..h8.clone() };
@@ -2630,6 +2871,7 @@ mod tests {
                 layout: first,
                 preload: None,
                 left: Vec::new(),
+                joined: Vec::new(),
             };
             s.write_all(&raw_control_frame(HELLO, &encode_hello(&h))).unwrap();
         });
@@ -2657,6 +2899,7 @@ mod tests {
             layout: spec.layout(),
             preload: None,
             left: Vec::new(),
+            joined: Vec::new(),
             placed: vec![(0, Some(spec.layout()))],
         };
         let me = Hello {
@@ -2666,6 +2909,67 @@ mod tests {
         };
         c.after_handover = true;
         assert!(matches!(c.check_peer(&me, &h, Some(1)), Err(Refused::Peer(_))));
+    }
+
+    /// A node listed as joining later (node 1 of shards 0, 1 | none | 2, 3)
+    /// waits at its first join while the others run without it; a node
+    /// above it (node 2) answers its dial at its own first join, with the
+    /// file's layout; at the round change that adds node 1 (the others'
+    /// join after a handover, the layout past its join) node 1 dials node
+    /// 2 again and takes the others' layout, and the run has all three.
+    #[test]
+    fn a_node_joining_later_waits_and_joins_at_the_round_change_that_adds_it() {
+        let mut spec = loopback_spec(20_500, &[2, 0, 2], Duration::from_millis(20), Duration::from_secs(2));
+        spec.absent = vec![1];
+        let mut next = spec.layout();
+        let made = next.decide(3, &mut [(9, styx_engine::Handover::join(1))], false, true);
+        assert_eq!(made.len(), 1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let member = |node: u16| {
+            let (spec, next, stop) = (spec.clone(), next.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut c = Control::start(spec.clone(), node, 42).unwrap();
+                let first = c.join(survey(&[], 0), &spec.layout(), &stop).unwrap().unwrap();
+                let without: Vec<u16> = first.peers.iter().map(|(p, _)| *p).collect();
+                // The round ends (a handover's would) and the next begins.
+                first.finish();
+                drop(first);
+                let run = c.join_next(&next, &stop).unwrap();
+                (without, run)
+            })
+        };
+        let joiner = {
+            let (spec, stop) = (spec.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut c = Control::start(spec.clone(), 1, 42).unwrap();
+                c.join(survey(&[], 0), &spec.layout(), &stop).unwrap()
+            })
+        };
+        // Node 2 waits for node 0 at its first join, answering node 1's
+        // dial meanwhile.
+        let two = member(2);
+        std::thread::sleep(Duration::from_millis(300));
+        let zero = member(0);
+        let stopper = stop.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(20));
+            stopper.store(true, Ordering::Relaxed);
+        });
+        let run1 = joiner.join().unwrap().expect("node 1 joined before the deadline");
+        for (node, t) in [(0u16, zero), (2, two)] {
+            let (without, run) = t.join().unwrap();
+            assert_eq!(without, vec![2 - node], "node {node} ran without node 1 first");
+            let run = run.expect("the join after the round change, before the deadline");
+            let mut peers: Vec<u16> = run.peers.iter().map(|(p, _)| *p).collect();
+            peers.sort_unstable();
+            let mut want = vec![1, 2 - node];
+            want.sort_unstable();
+            assert_eq!(peers, want, "node {node}'s peers");
+            assert_eq!(run.joined_nodes(), &[1]);
+        }
+        assert_eq!(run1.layout(), &next.placed(), "node 1 runs the layout past its join");
+        assert_eq!(run1.joined_nodes(), &[1]);
+        assert!(run1.local_shards().is_empty());
     }
 
     /// Node `node` of `spec` joining on a thread of its own (a first join).
@@ -2713,6 +3017,7 @@ mod tests {
             preload: None,
             placed: placements(&[], &|_| Ok(layout.clone())),
             left: Vec::new(),
+            joined: Vec::new(),
         };
         let mut s = dial_when_listening(spec.nodes[1].peer);
         s.write_all(&raw_control_frame(HELLO, &encode_hello(&hello))).unwrap();

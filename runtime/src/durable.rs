@@ -29,7 +29,7 @@
 
 mod handed;
 
-pub use handed::{SurveyedHanded, record_left};
+pub use handed::{SurveyedHanded, record_joined, record_left};
 
 use crate::Waiter;
 use crate::cluster::{Run, Spec};

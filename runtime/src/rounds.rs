@@ -189,6 +189,7 @@ where
         // before anything runs: a node that left may be gone for good.
         if let Some(d) = &disk {
             durable::record_left(&d.dir, &run.left_nodes()).map_err(disk_error)?;
+            durable::record_joined(&d.dir, run.joined_nodes()).map_err(disk_error)?;
         }
         if !run.has_left() {
             control.greet_as_gone(&run.left_nodes());
@@ -352,6 +353,9 @@ where
             let me = control.node();
             let others: Vec<u16> = next.left().iter().copied().filter(|n| *n != me).collect();
             durable::record_left(&d.dir, &others).map_err(disk_error)?;
+            // Likewise a node that joined at it: from the next round on
+            // every join waits for it, a restart's included.
+            durable::record_joined(&d.dir, &control.joined_in(&next)).map_err(disk_error)?;
         }
         if let Some(d) = &*durable {
             // The last handover's garbage collection removes files of the

@@ -1219,6 +1219,223 @@ fn drained_nodes_leave_and_the_cluster_restarts_without_them() {
     done.store(true, Ordering::SeqCst);
 }
 
+/// The cluster of three durable nodes whose node 2 joins later.
+fn joining_later() -> styx_runtime::cluster::Spec {
+    let mut spec = local_cluster_of(&[2, 2, 0]);
+    spec.absent = vec![2];
+    spec
+}
+
+/// A node joining later (docs/nodes.md, "Membership"): three durable
+/// nodes, shards 0, 1 | 2, 3 | none, the cluster file listing node 2 as
+/// joining later. Nodes 0 and 1 run without it (no join waits for it)
+/// while it waits at its first join, until shard 0's client asks for its
+/// join: at that round change they record it, and it joins as a spare,
+/// taking the layout they greet it with (it was told only the file's).
+/// Then it is handed node 1's shards under load. Every node restarts from
+/// its directory: node 2 with the shards it ran last, node 1 a spare,
+/// every balance as the run left it.
+#[test]
+fn a_node_joining_later_is_added_under_load_and_handed_shards() {
+    use styx_engine::layout::JOIN;
+    let _one = one_cluster_at_a_time();
+    const PASSES: [(u64, ShardId, u16); 3] = [(200, JOIN, 2), (400, 2, 2), (600, 3, 2)];
+    let done = watchdog("the durable cluster whose node 2 joins later", 240);
+    let spec = joining_later();
+    let n = spec.n_shards();
+    let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("durable-join-{i}"))).collect();
+    let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+    let last: Vec<u16> = vec![0, 0, 2, 2];
+    let first = durable_run("durable-join", &spec, &dirs, &PASSES, &clients, 0, 0, None);
+    let mut seen = Vec::new();
+    for (node, ran) in first {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        let went: Vec<Vec<u16>> = changes
+            .iter()
+            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
+            .collect();
+        // Node 2 takes part from the round after its join on.
+        let expect: Vec<Vec<u16>> = match node {
+            2 => vec![vec![0, 0, 2, 1], last.clone()],
+            _ => vec![vec![0, 0, 1, 1], vec![0, 0, 2, 1], last.clone()],
+        };
+        assert_eq!(went, expect, "node {node}");
+        assert!(changes.iter().all(|c| c.layout.is_member(2)), "node {node}");
+        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
+        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
+        assert_eq!(ran, mine, "node {node}");
+        seen.extend(outputs);
+    }
+    check(&seen, &clients, u64::from(n), PASSES.len());
+    let before = balances(&seen);
+    for (i, d) in dirs.iter().enumerate() {
+        let record = std::fs::read(d.join("cluster-joined"))
+            .unwrap_or_else(|e| panic!("node {i}: a record of the nodes joined: {e}"));
+        assert!(record.len() > 4, "{record:?}");
+    }
+    for c in clients.lock().unwrap().iter_mut().flatten() {
+        c.quiet = false;
+    }
+    // Every node restarts: the records make the others wait for node 2.
+    let second = durable_run(
+        "durable-join",
+        &joining_later(),
+        &dirs,
+        &PASSES,
+        &clients,
+        usize::from(n),
+        0,
+        None,
+    );
+    let after = ran_where_placed(second, &[], &last, "the restart");
+    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    done.store(true, Ordering::SeqCst);
+}
+
+/// A node joined and never handed a shard restarts with the others: it
+/// committed their snapshots as a spare, placed by the layout it took at
+/// its join (its own files knew only the cluster file's). Then the same
+/// node holding nothing at a restart (it joined, then lost everything
+/// before it committed a snapshot — here its directory is emptied): the
+/// others' records name it, so they wait for it; its empty directory is
+/// no part of the plan, it runs no shard at the snapshot they restore, and
+/// it holds that snapshot as one of no shard from then on. Every balance
+/// recovers as the run left it, each time.
+#[test]
+fn a_node_joined_as_a_spare_restarts_with_the_others_even_holding_nothing() {
+    use styx_engine::layout::JOIN;
+    let _one = one_cluster_at_a_time();
+    const PASSES: [(u64, ShardId, u16); 1] = [(200, JOIN, 2)];
+    let done = watchdog("the durable cluster whose joined node holds nothing", 240);
+    let spec = joining_later();
+    let n = spec.n_shards();
+    let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("durable-join-fresh-{i}"))).collect();
+    let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+    let last: Vec<u16> = vec![0, 0, 1, 1];
+    let first = durable_run("durable-join-fresh", &spec, &dirs, &PASSES, &clients, 0, 0, None);
+    let mut seen = Vec::new();
+    for (node, ran) in first {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        // The join is a round change of the nodes that ran before it.
+        let went: Vec<Vec<u16>> = changes
+            .iter()
+            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
+            .collect();
+        let expect = if node == 2 { vec![] } else { vec![last.clone()] };
+        assert_eq!(went, expect, "node {node}");
+        seen.extend(outputs);
+    }
+    check(&seen, &clients, u64::from(n), PASSES.len());
+    let before = balances(&seen);
+    let spare = manifests_in(&dirs[2]);
+    assert!(
+        !spare.is_empty() && spare.iter().all(|(_, s)| s.is_empty()),
+        "node 2 committed snapshots as a spare: {spare:?}"
+    );
+    for c in clients.lock().unwrap().iter_mut().flatten() {
+        c.quiet = false;
+    }
+    let again = durable_run(
+        "durable-join-fresh",
+        &joining_later(),
+        &dirs,
+        &PASSES,
+        &clients,
+        usize::from(n),
+        0,
+        None,
+    );
+    let after = ran_where_placed(again, &[], &last, "the restart");
+    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
+    // Node 2's directory is lost: it restarts holding nothing.
+    std::fs::remove_dir_all(&dirs[2]).unwrap();
+    std::fs::create_dir_all(&dirs[2]).unwrap();
+    for c in clients.lock().unwrap().iter_mut().flatten() {
+        c.quiet = false;
+    }
+    let second = durable_run(
+        "durable-join-fresh",
+        &joining_later(),
+        &dirs,
+        &PASSES,
+        &clients,
+        usize::from(n),
+        0,
+        None,
+    );
+    let after = ran_where_placed(second, &[], &last, "the restart without node 2's directory");
+    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
+    // It holds the snapshot the others restored, of no shard.
+    let held = manifests_in(&dirs[2]);
+    assert!(!held.is_empty() && held.iter().all(|(_, s)| s.is_empty()), "{held:?}");
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    done.store(true, Ordering::SeqCst);
+}
+
+/// A node joining later whose id is below a member's (node 1 of shards
+/// 0, 1 | none | 2, 3): it dials node 2 while it waits (node 2 answers at
+/// its first join, with the file's layout) and must dial it again at the
+/// round change that adds it; it is handed shard 0 right after. Every node
+/// restarts from its directory with the shards it ran last.
+#[test]
+fn a_node_joining_later_below_a_member_is_added() {
+    use styx_engine::layout::JOIN;
+    let _one = one_cluster_at_a_time();
+    const PASSES: [(u64, ShardId, u16); 2] = [(200, JOIN, 1), (400, 0, 1)];
+    let done = watchdog("the durable cluster whose node 1 joins later", 240);
+    let spec_of = || {
+        let mut spec = local_cluster_of(&[2, 0, 2]);
+        spec.absent = vec![1];
+        spec
+    };
+    let spec = spec_of();
+    let n = spec.n_shards();
+    let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("durable-join-below-{i}"))).collect();
+    let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
+    let last: Vec<u16> = vec![1, 0, 2, 2];
+    let first = durable_run("durable-join-below", &spec, &dirs, &PASSES, &clients, 0, 0, None);
+    let mut seen = Vec::new();
+    for (node, ran) in first {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        let went: Vec<Vec<u16>> = changes
+            .iter()
+            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
+            .collect();
+        let expect = match node {
+            1 => vec![last.clone()],
+            _ => vec![vec![0, 0, 2, 2], last.clone()],
+        };
+        assert_eq!(went, expect, "node {node}");
+        seen.extend(outputs);
+    }
+    check(&seen, &clients, u64::from(n), PASSES.len());
+    let before = balances(&seen);
+    for c in clients.lock().unwrap().iter_mut().flatten() {
+        c.quiet = false;
+    }
+    let second = durable_run(
+        "durable-join-below",
+        &spec_of(),
+        &dirs,
+        &PASSES,
+        &clients,
+        usize::from(n),
+        0,
+        None,
+    );
+    let after = ran_where_placed(second, &[], &last, "the restart");
+    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
+    for d in &dirs {
+        let _ = std::fs::remove_dir_all(d);
+    }
+    done.store(true, Ordering::SeqCst);
+}
+
 /// A leave cut short by a crash between a node's checkpoint files and
 /// their commit: of a member (node 0: the restart's plan is the snapshot
 /// before the leave, replay decides it again and the members make it

@@ -645,6 +645,26 @@ pub enum NodeCommand {
     /// first). Decided like a handover; the other nodes record it and no
     /// longer wait for NODE (at rounds or restarts), and its daemon stops.
     Remove(RemoveArgs),
+    /// NODE, listed in the cluster file with `joins_later = true`, joins
+    /// the cluster: start its daemon first. Decided like a handover; at the
+    /// round change it makes, the nodes record it, and from then on every
+    /// join waits for it. It joins as a spare: `styx node fill NODE`.
+    Add(AddArgs),
+}
+
+#[derive(Args)]
+pub struct AddArgs {
+    #[command(flatten)]
+    connect: Connect,
+    /// The node (an index into the cluster file's nodes).
+    node: u16,
+    /// Seconds to wait for the node to serve as a member (its client port
+    /// answers once it joined).
+    #[arg(long, default_value_t = 60.0)]
+    wait_s: f64,
+    /// Return once the join is decided.
+    #[arg(long)]
+    no_wait: bool,
 }
 
 #[derive(Args)]
@@ -686,6 +706,7 @@ pub fn node(what: NodeCommand) -> ExitCode {
         NodeCommand::Drain(a) => (a, true),
         NodeCommand::Fill(a) => (a, false),
         NodeCommand::Remove(a) => return remove_node(a),
+        NodeCommand::Add(a) => return add_node(a),
     };
     if !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
         eprintln!("error: --wait-s must be positive");
@@ -744,6 +765,70 @@ fn answers(node: &styx_net::MapNode, peer: std::net::SocketAddr) -> bool {
         .ok()
         .and_then(|mut a| a.next())
         .is_some_and(|a| std::net::TcpStream::connect_timeout(&a, Duration::from_millis(500)).is_ok())
+}
+
+/// `styx node add NODE`: the join of a node the cluster file lists as
+/// joining later (`__handover` of shard `JOIN`), then, unless `--no-wait`,
+/// waits until the node's client port answers (it joined the run as a
+/// spare). A node that is a member already is said to be one.
+fn add_node(a: AddArgs) -> ExitCode {
+    if !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
+        eprintln!("error: --wait-s must be positive");
+        return ExitCode::from(2);
+    }
+    finish(on_client(move || async move {
+        let (client, operator, map) = cluster_client(&a.connect).await?;
+        let joining = map
+            .nodes
+            .get(usize::from(a.node))
+            .ok_or_else(|| format!("no node {} (the cluster has {})", a.node, map.nodes.len()))?;
+        let start = Instant::now();
+        let tid = match call_builtin(
+            &client,
+            &operator,
+            0,
+            styx_engine::HANDOVER_FUNCTION,
+            Payload::encode(&(styx_engine::layout::JOIN, a.node)),
+            "join",
+        )
+        .await
+        {
+            Ok(tid) => tid,
+            Err(e) if e.contains("is a member already") => {
+                println!("node {} is a member of the cluster already", a.node);
+                return Ok(ExitCode::SUCCESS);
+            }
+            Err(e) => return Err(e),
+        };
+        let decided = start.elapsed();
+        if a.no_wait {
+            println!(
+                "node {} joins the cluster (tid {tid}): decided in {:.1} ms",
+                a.node,
+                ms(decided)
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        let peer = client.connection().await.map_err(|e| e.to_string())?.peer();
+        let deadline = start + Duration::from_secs_f64(a.wait_s);
+        while !answers(joining, peer) {
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "the join is decided (tid {tid}) but node {} does not answer at {} after {} s: is its daemon running? (the others wait for it at their next round)",
+                    a.node, joining.client, a.wait_s
+                ));
+            }
+            glommio::timer::sleep(Duration::from_millis(20)).await;
+        }
+        println!(
+            "node {} joined the cluster (tid {tid}): decided in {:.1} ms, serving as a spare after {:.1} ms (styx node fill {} hands it shards)",
+            a.node,
+            ms(decided),
+            ms(start.elapsed()),
+            a.node
+        );
+        Ok(ExitCode::SUCCESS)
+    }))
 }
 
 /// `styx node remove NODE`: the leave of a node that runs no shard

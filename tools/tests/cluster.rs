@@ -878,6 +878,75 @@ fn drained_daemons_leave_and_the_cluster_runs_without_them() {
     verify_ycsbt(&nodes[0].client, &knobs, "after node 1's goodbye");
 }
 
+/// A node the cluster file lists as joining later (`joins_later = true`)
+/// is added to a running cluster under an exactly-once load: nodes 0 and
+/// 1 start and serve without it; its daemon, started, waits to be added
+/// (its client port stays closed); `styx node add 2` makes it a member
+/// (the command returns once it answers, a spare) and `styx node fill 2`
+/// hands it shards while the load runs on. The bench keeps every answer,
+/// `styx verify` finds the state consistent; a second add says it is a
+/// member. Then every node is killed -9 and started again: they recover
+/// with node 2 a member running its shards (the records make the others
+/// wait for it), and the state is still consistent.
+#[test]
+fn a_daemon_listed_as_joining_later_is_added_and_filled_under_load() {
+    let knobs = ["--keys", "300"];
+    let (_, mut nodes) = cluster_placed(
+        &data_dir("cluster-join"),
+        &["--preload", "ycsbt", "--keys", "300"],
+        &["2", "2", "0\njoins_later = true"],
+        4,
+    );
+    let bin = Path::new(env!("CARGO_BIN_EXE_styxd"));
+    for n in &mut nodes[..2] {
+        n.spawn(bin);
+    }
+    await_layout(&nodes[..2], &[0, 0, 1, 1], "nodes 0 and 1 run without node 2");
+    let (code, text) = styx(&["node", "fill", "--connect", &nodes[0].client, "2", "--wait-s", "5"]);
+    assert!(
+        code != 0 && text.contains("node 2 has not joined the cluster"),
+        "a node not added is handed nothing: {text}"
+    );
+    nodes[2].spawn(bin);
+    let addrs = format!("{},{}", nodes[0].client, nodes[1].client);
+    let bench = exactly_once_ycsbt(&addrs, &knobs);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(layout_at(&nodes[2].client), None, "node 2 serves before it is added");
+    let (code, text) = styx(&["node", "add", "--connect", &nodes[0].client, "2"]);
+    assert!(
+        code == 0 && text.contains("node 2 joined the cluster"),
+        "styx node add 2: {text}"
+    );
+    assert_eq!(
+        layout_at(&nodes[2].client),
+        Some(vec![0, 0, 1, 1]),
+        "node 2 answers as a spare"
+    );
+    let (code, text) = styx(&["node", "fill", "--connect", &nodes[0].client, "2"]);
+    assert_eq!(code, 0, "styx node fill 2: {text}");
+    let filled = layout_at(&nodes[0].client).expect("node 0 answers LAYOUT");
+    assert!(filled.contains(&2), "node 2 runs a shard: {filled:?}");
+    await_layout(&nodes, &filled, "node 2 filled");
+    let out = bench.wait_with_output().expect("styx bench finishes");
+    let report = report_of("ycsbt", &out);
+    assert_eq!(report["invariants_ok"], true, "{}", report["invariant_errors"]);
+    assert!(report["committed"].as_u64().unwrap() > 0, "{report}");
+    verify_ycsbt(&nodes[0].client, &knobs, "after the join");
+    let (code, text) = styx(&["node", "add", "--connect", &nodes[0].client, "2"]);
+    assert!(
+        code == 0 && text.contains("node 2 is a member of the cluster already"),
+        "styx node add 2, again: {text}"
+    );
+    for n in &mut nodes {
+        n.kill9();
+    }
+    for n in &mut nodes {
+        n.spawn(bin);
+    }
+    await_layout(&nodes, &filled, "every node killed -9 and started again");
+    verify_ycsbt(&nodes[2].client, &knobs, "after the restart");
+}
+
 /// A kill -9 in the middle of a leave, of the node leaving and then of the
 /// member that runs every shard, each restarted at once, under an
 /// exactly-once load: the leave is made once (a request cut off with its

@@ -52,6 +52,10 @@ const LAYOUT_FILE: &str = "layout-";
 /// is never rolled back with a checkpoint: a leave was decided in a log
 /// every replay reads, and a node that left may be gone.
 const LEFT_FILE: &str = "cluster-left";
+/// In a data directory's root: the nodes listed as joining later that this
+/// node knows joined the cluster, as [`LEFT_FILE`] (and for the same
+/// reason: a join was decided in a log every replay reads).
+const JOINED_FILE: &str = "cluster-joined";
 
 /// What a data directory holds for a node whose shards may have changed:
 /// every complete snapshot, the log of every shard found, the layouts of
@@ -73,6 +77,8 @@ pub struct SurveyedHanded {
     preload: Option<String>,
     /// The nodes the directory records as gone (`LEFT_FILE`).
     left: Vec<u16>,
+    /// The nodes the directory records as joined (`JOINED_FILE`).
+    joined: Vec<u16>,
 }
 
 impl std::fmt::Debug for SurveyedHanded {
@@ -128,7 +134,8 @@ impl Durable {
         }
         let complete = read_complete(&dir)?;
         let preload = crate::preload::marker(&dir)?;
-        let left = read_left(&dir)?;
+        let left = read_nodes(&dir, LEFT_FILE)?;
+        let joined = read_nodes(&dir, JOINED_FILE)?;
         Ok(SurveyedHanded {
             dir,
             options,
@@ -140,6 +147,7 @@ impl Durable {
             complete,
             preload,
             left,
+            joined,
         })
     }
 
@@ -211,6 +219,13 @@ impl Durable {
         }
         {
             let mut c = self.committer.lock().expect("committer lock");
+            // The layout it runs, where its files do not say it already: a
+            // node that joined at a round change (it took the others'
+            // layout, past its own files') places its snapshots as they do.
+            let layout = as_filed(self.run.layout());
+            if read_layouts(&self.dir)?.range(..=epoch).next_back().map(|(_, l)| l) != Some(&layout) {
+                write_layout(&self.dir, epoch, &layout)?;
+            }
             let manifest = Manifest::snapshot(c.catalog.latest(), epoch, Vec::new())?;
             c.catalog.commit(manifest)?;
         }
@@ -333,6 +348,7 @@ impl SurveyedHanded {
             survey: self.survey(),
             preload: self.preload.clone(),
             left: self.left.clone(),
+            joined: self.joined.clone(),
         }
     }
 
@@ -375,6 +391,25 @@ impl SurveyedHanded {
     /// no shard of this node any more goes.
     pub fn start(mut self, plan: Plan, run: Arc<Run>) -> Result<(Arc<Durable>, Recovered), Error> {
         let shards = run.local_shards().to_vec();
+        if let Some(e) = plan.snapshot
+            && self.manifests.is_empty()
+            && self.logs.is_empty()
+            && shards.is_empty()
+        {
+            // A node joining later that never ran, left out of the plan
+            // (`Control::join_placed`) and running no shard at its
+            // snapshot: it holds that snapshot as a spare would have
+            // committed it, of no shard.
+            let manifest = Manifest::snapshot(None, e, Vec::new())?;
+            write_layout(&self.dir, e, run.layout())?;
+            self.catalog.commit(manifest.clone())?;
+            self.layouts.insert(e, run.layout().clone());
+            self.manifests.push(manifest);
+            tracing::info!(
+                epoch = e,
+                "a node that never ran holds the cluster's snapshot as one of no shard"
+            );
+        }
         let snapshot = match plan.snapshot {
             Some(e) => Some(
                 self.manifests
@@ -692,9 +727,9 @@ fn damaged(path: &Path, why: impl std::fmt::Display) -> Error {
     ))
 }
 
-/// The nodes `dir` records as gone from the cluster ([`LEFT_FILE`]).
-fn read_left(dir: &DataDir) -> Result<Vec<u16>, Error> {
-    let path = dir.root().join(LEFT_FILE);
+/// The nodes `dir` records in `file` ([`LEFT_FILE`], [`JOINED_FILE`]).
+fn read_nodes(dir: &DataDir, file: &str) -> Result<Vec<u16>, Error> {
+    let path = dir.root().join(file);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -712,32 +747,57 @@ fn read_left(dir: &DataDir) -> Result<Vec<u16>, Error> {
 /// Records, atomically and durably, that `nodes` left the cluster, with
 /// those `dir` records already; returns whether the record grew.
 pub fn record_left(dir: &DataDir, nodes: &[u16]) -> Result<bool, Error> {
-    let mut left = read_left(dir)?;
-    let before = left.len();
-    left.extend_from_slice(nodes);
-    left.sort_unstable();
-    left.dedup();
-    if left.len() == before {
+    record_nodes(dir, LEFT_FILE, nodes, "recorded the nodes gone from the cluster")
+}
+
+/// Records, atomically and durably, that `nodes` (listed as joining later)
+/// joined the cluster, with those `dir` records already; returns whether
+/// the record grew.
+pub fn record_joined(dir: &DataDir, nodes: &[u16]) -> Result<bool, Error> {
+    record_nodes(dir, JOINED_FILE, nodes, "recorded the nodes that joined the cluster")
+}
+
+fn record_nodes(dir: &DataDir, file: &str, nodes: &[u16], what: &str) -> Result<bool, Error> {
+    let mut all = read_nodes(dir, file)?;
+    let before = all.len();
+    all.extend_from_slice(nodes);
+    all.sort_unstable();
+    all.dedup();
+    if all.len() == before {
         return Ok(false);
     }
-    let mut bytes = styx_engine::Payload::encode(&left).as_bytes().to_vec();
+    let mut bytes = styx_engine::Payload::encode(&all).as_bytes().to_vec();
     bytes.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
-    fsutil::write_atomic(&dir.root().join(LEFT_FILE), &bytes)?;
-    tracing::info!(?left, "recorded the nodes gone from the cluster");
+    fsutil::write_atomic(&dir.root().join(file), &bytes)?;
+    tracing::info!(nodes = ?all, "{what}");
     Ok(true)
 }
 
 /// Writes the layout that holds after the handover at `epoch`, atomically
-/// and durably: version, node count and each shard's node, then their
-/// crc32c. (Not the nodes that left: the join learns those from the
-/// records, [`LEFT_FILE`].)
+/// and durably: version, node count, each shard's node and the nodes not
+/// joined yet, then their crc32c. (Not the nodes that left: the join
+/// learns those from the records, [`LEFT_FILE`]. The nodes absent are the
+/// engine's to decide a join by, at a start without a snapshot.)
 fn write_layout(dir: &DataDir, epoch: Epoch, layout: &Layout) -> Result<(), Error> {
     let node_of: Vec<u16> = (0..layout.n_shards()).map(|s| layout.node_of(s)).collect();
-    let mut bytes = styx_engine::Payload::encode(&(layout.version(), layout.nodes(), node_of))
-        .as_bytes()
-        .to_vec();
+    let mut bytes =
+        styx_engine::Payload::encode(&(layout.version(), layout.nodes(), node_of, layout.absent().to_vec()))
+            .as_bytes()
+            .to_vec();
     bytes.extend_from_slice(&crc32c::crc32c(&bytes).to_le_bytes());
     fsutil::write_atomic(&layout_path(dir, epoch), &bytes)
+}
+
+/// `layout` as a layout file keeps it (and [`read_layouts`] reads it):
+/// version, placement, the nodes absent.
+fn as_filed(layout: &Layout) -> Layout {
+    Layout::placed_on(
+        layout.nodes(),
+        (0..layout.n_shards()).map(|s| layout.node_of(s)).collect(),
+    )
+    .and_then(|l| l.with_absent(layout.absent().to_vec()))
+    .expect("a layout's own placement")
+    .with_version(layout.version())
 }
 
 /// Every checkpoint's layout in `dir`, by epoch (a half-written one, left
@@ -751,10 +811,17 @@ fn read_layouts(dir: &DataDir) -> Result<BTreeMap<Epoch, Layout>, Error> {
         };
         let path = dir.root().join(&name);
         let bytes = std::fs::read(&path).map_err(io("read", &path))?;
-        let (version, nodes, node_of) = styx_engine::Payload::from_bytes(sealed_body(&path, &bytes)?)
-            .decode::<(u64, u16, Vec<u16>)>()
-            .map_err(|e| damaged(&path, e))?;
+        let body = styx_engine::Payload::from_bytes(sealed_body(&path, &bytes)?);
+        // A file written before nodes could join has no absent set.
+        let (version, nodes, node_of, absent) = match body.decode::<(u64, u16, Vec<u16>, Vec<u16>)>() {
+            Ok(l) => l,
+            Err(_) => body
+                .decode::<(u64, u16, Vec<u16>)>()
+                .map(|(v, n, o)| (v, n, o, Vec::new()))
+                .map_err(|e| damaged(&path, e))?,
+        };
         let layout = Layout::placed_on(nodes, node_of)
+            .and_then(|l| l.with_absent(absent))
             .map_err(|e| damaged(&path, e))?
             .with_version(version);
         out.insert(epoch, layout);
@@ -771,24 +838,44 @@ mod tests {
         let root = std::env::temp_dir().join(format!("styx-left-record-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         let dir = DataDir::open(&root).unwrap();
-        assert!(read_left(&dir).unwrap().is_empty(), "no record: none gone");
+        assert!(read_nodes(&dir, LEFT_FILE).unwrap().is_empty(), "no record: none gone");
         assert!(!record_left(&dir, &[]).unwrap(), "nothing to record");
         assert!(record_left(&dir, &[3, 1]).unwrap());
         assert!(!record_left(&dir, &[1]).unwrap(), "known already");
         assert!(record_left(&dir, &[2]).unwrap());
-        assert_eq!(read_left(&dir).unwrap(), vec![1, 2, 3]);
+        assert_eq!(read_nodes(&dir, LEFT_FILE).unwrap(), vec![1, 2, 3]);
         // A flipped byte: refused by name, not read as another set.
         let path = root.join(LEFT_FILE);
         let mut bytes = std::fs::read(&path).unwrap();
         bytes[0] ^= 1;
         std::fs::write(&path, &bytes).unwrap();
-        let refused = read_left(&dir).unwrap_err().to_string();
+        let refused = read_nodes(&dir, LEFT_FILE).unwrap_err().to_string();
         assert!(
             refused.contains("cluster-left is damaged (wrong checksum)"),
             "{refused}"
         );
         std::fs::write(&path, [1u8, 2]).unwrap();
-        assert!(read_left(&dir).unwrap_err().to_string().contains("2 bytes"));
+        assert!(read_nodes(&dir, LEFT_FILE).unwrap_err().to_string().contains("2 bytes"));
+        // A layout file keeps the nodes absent (the engine decides joins
+        // by them at a start without a snapshot); one written before
+        // nodes could join reads as none absent.
+        let absent = Layout::contiguous(&[2, 0])
+            .with_absent(vec![1])
+            .unwrap()
+            .with_version(3);
+        write_layout(&dir, 7, &absent).unwrap();
+        let node_of: Vec<u16> = vec![0, 0];
+        let mut old = styx_engine::Payload::encode(&(2u64, 2u16, node_of)).as_bytes().to_vec();
+        old.extend_from_slice(&crc32c::crc32c(&old).to_le_bytes());
+        fsutil::write_atomic(&layout_path(&dir, 5), &old).unwrap();
+        let layouts = read_layouts(&dir).unwrap();
+        assert_eq!(layouts[&7], absent);
+        assert_eq!(layouts[&5], Layout::contiguous(&[2, 0]).with_version(2));
+        // The record of nodes joined is another file, kept the same way.
+        assert!(read_nodes(&dir, JOINED_FILE).unwrap().is_empty());
+        assert!(record_joined(&dir, &[4]).unwrap());
+        assert!(!record_joined(&dir, &[4]).unwrap());
+        assert_eq!(read_nodes(&dir, JOINED_FILE).unwrap(), vec![4]);
         let _ = std::fs::remove_dir_all(&root);
     }
 }

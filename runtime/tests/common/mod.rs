@@ -76,6 +76,7 @@ pub fn local_cluster_of(shards: &[u16]) -> styx_runtime::cluster::Spec {
         heartbeat: std::time::Duration::from_millis(50),
         failure_timeout: std::time::Duration::from_secs(5),
         placement: None,
+        absent: Vec::new(),
     }
 }
 
