@@ -1219,11 +1219,60 @@ fn drained_nodes_leave_and_the_cluster_restarts_without_them() {
     done.store(true, Ordering::SeqCst);
 }
 
-/// The cluster of three durable nodes whose node 2 joins later.
-fn joining_later() -> styx_runtime::cluster::Spec {
-    let mut spec = local_cluster_of(&[2, 2, 0]);
-    spec.absent = vec![2];
+/// A cluster of three durable nodes running `counts[i]` shards each at
+/// first, node `later` listed as joining later.
+fn joining_later(counts: &[u16], later: u16) -> styx_runtime::cluster::Spec {
+    let mut spec = local_cluster_of(counts);
+    spec.absent = vec![later];
     spec
+}
+
+/// Each node's outputs of a run that made round changes, checked: node
+/// `node`'s changes went through the layouts `went(node)`, and it ran to
+/// their end the shards `last` gives it.
+fn changed_as(runs: Vec<NodeRun>, last: &[u16], went: impl Fn(u16) -> Vec<Vec<u16>>) -> Vec<Seen> {
+    let n = last.len() as u16;
+    let mut seen = Vec::new();
+    for (node, ran) in runs {
+        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
+        let made: Vec<Vec<u16>> = changes
+            .iter()
+            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
+            .collect();
+        assert_eq!(made, went(node), "node {node}'s round changes");
+        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
+        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
+        assert_eq!(ran, mine, "node {node} runs the shards the layout gives it");
+        seen.extend(outputs);
+    }
+    seen
+}
+
+/// Every node of `spec` restarted from `dirs` with the clients done: no
+/// round change, each runs the shards `last` gives it, and every balance
+/// is `before`.
+#[allow(clippy::too_many_arguments)]
+fn restarted_as(
+    name: &str,
+    spec: &styx_runtime::cluster::Spec,
+    dirs: &[std::path::PathBuf],
+    passes: &'static [(u64, ShardId, u16)],
+    clients: &Clients,
+    last: &[u16],
+    before: &[(u64, i64)],
+    at: &str,
+) {
+    for c in clients.lock().unwrap().iter_mut().flatten() {
+        c.quiet = false;
+    }
+    let n = spec.n_shards();
+    let again = durable_run(name, spec, dirs, passes, clients, usize::from(n), 0, None);
+    let after = ran_where_placed(again, &[], last, at);
+    assert_eq!(
+        balances(&after),
+        before,
+        "{at}: every balance recovered as the run left it"
+    );
 }
 
 /// A node joining later (docs/nodes.md, "Membership"): three durable
@@ -1233,39 +1282,26 @@ fn joining_later() -> styx_runtime::cluster::Spec {
 /// join: at that round change they record it, and it joins as a spare,
 /// taking the layout they greet it with (it was told only the file's).
 /// Then it is handed node 1's shards under load. Every node restarts from
-/// its directory: node 2 with the shards it ran last, node 1 a spare,
-/// every balance as the run left it.
+/// its directory (the records make the others wait for node 2): node 2
+/// with the shards it ran last, node 1 a spare, every balance as the run
+/// left it.
 #[test]
 fn a_node_joining_later_is_added_under_load_and_handed_shards() {
     use styx_engine::layout::JOIN;
     let _one = one_cluster_at_a_time();
     const PASSES: [(u64, ShardId, u16); 3] = [(200, JOIN, 2), (400, 2, 2), (600, 3, 2)];
     let done = watchdog("the durable cluster whose node 2 joins later", 240);
-    let spec = joining_later();
+    let spec = joining_later(&[2, 2, 0], 2);
     let n = spec.n_shards();
     let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("durable-join-{i}"))).collect();
     let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
     let last: Vec<u16> = vec![0, 0, 2, 2];
     let first = durable_run("durable-join", &spec, &dirs, &PASSES, &clients, 0, 0, None);
-    let mut seen = Vec::new();
-    for (node, ran) in first {
-        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
-        let went: Vec<Vec<u16>> = changes
-            .iter()
-            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
-            .collect();
-        // Node 2 takes part from the round after its join on.
-        let expect: Vec<Vec<u16>> = match node {
-            2 => vec![vec![0, 0, 2, 1], last.clone()],
-            _ => vec![vec![0, 0, 1, 1], vec![0, 0, 2, 1], last.clone()],
-        };
-        assert_eq!(went, expect, "node {node}");
-        assert!(changes.iter().all(|c| c.layout.is_member(2)), "node {node}");
-        let ran: Vec<ShardId> = outputs.iter().map(|o| o.shard).collect();
-        let mine: Vec<ShardId> = (0..n).filter(|s| last[usize::from(*s)] == node).collect();
-        assert_eq!(ran, mine, "node {node}");
-        seen.extend(outputs);
-    }
+    // Node 2 takes part from the round after its join on.
+    let seen = changed_as(first, &last, |node| match node {
+        2 => vec![vec![0, 0, 2, 1], last.clone()],
+        _ => vec![vec![0, 0, 1, 1], vec![0, 0, 2, 1], last.clone()],
+    });
     check(&seen, &clients, u64::from(n), PASSES.len());
     let before = balances(&seen);
     for (i, d) in dirs.iter().enumerate() {
@@ -1273,22 +1309,17 @@ fn a_node_joining_later_is_added_under_load_and_handed_shards() {
             .unwrap_or_else(|e| panic!("node {i}: a record of the nodes joined: {e}"));
         assert!(record.len() > 4, "{record:?}");
     }
-    for c in clients.lock().unwrap().iter_mut().flatten() {
-        c.quiet = false;
-    }
-    // Every node restarts: the records make the others wait for node 2.
-    let second = durable_run(
+    let spec = joining_later(&[2, 2, 0], 2);
+    restarted_as(
         "durable-join",
-        &joining_later(),
+        &spec,
         &dirs,
         &PASSES,
         &clients,
-        usize::from(n),
-        0,
-        None,
+        &last,
+        &before,
+        "the restart",
     );
-    let after = ran_where_placed(second, &[], &last, "the restart");
-    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
     for d in &dirs {
         let _ = std::fs::remove_dir_all(d);
     }
@@ -1310,24 +1341,14 @@ fn a_node_joined_as_a_spare_restarts_with_the_others_even_holding_nothing() {
     let _one = one_cluster_at_a_time();
     const PASSES: [(u64, ShardId, u16); 1] = [(200, JOIN, 2)];
     let done = watchdog("the durable cluster whose joined node holds nothing", 240);
-    let spec = joining_later();
+    let spec = joining_later(&[2, 2, 0], 2);
     let n = spec.n_shards();
     let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("durable-join-fresh-{i}"))).collect();
     let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
     let last: Vec<u16> = vec![0, 0, 1, 1];
     let first = durable_run("durable-join-fresh", &spec, &dirs, &PASSES, &clients, 0, 0, None);
-    let mut seen = Vec::new();
-    for (node, ran) in first {
-        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
-        // The join is a round change of the nodes that ran before it.
-        let went: Vec<Vec<u16>> = changes
-            .iter()
-            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
-            .collect();
-        let expect = if node == 2 { vec![] } else { vec![last.clone()] };
-        assert_eq!(went, expect, "node {node}");
-        seen.extend(outputs);
-    }
+    // The join is a round change of the nodes that ran before it.
+    let seen = changed_as(first, &last, |node| if node == 2 { vec![] } else { vec![last.clone()] });
     check(&seen, &clients, u64::from(n), PASSES.len());
     let before = balances(&seen);
     let spare = manifests_in(&dirs[2]);
@@ -1335,39 +1356,31 @@ fn a_node_joined_as_a_spare_restarts_with_the_others_even_holding_nothing() {
         !spare.is_empty() && spare.iter().all(|(_, s)| s.is_empty()),
         "node 2 committed snapshots as a spare: {spare:?}"
     );
-    for c in clients.lock().unwrap().iter_mut().flatten() {
-        c.quiet = false;
-    }
-    let again = durable_run(
+    let spec = joining_later(&[2, 2, 0], 2);
+    restarted_as(
         "durable-join-fresh",
-        &joining_later(),
+        &spec,
         &dirs,
         &PASSES,
         &clients,
-        usize::from(n),
-        0,
-        None,
+        &last,
+        &before,
+        "the restart",
     );
-    let after = ran_where_placed(again, &[], &last, "the restart");
-    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
     // Node 2's directory is lost: it restarts holding nothing.
     std::fs::remove_dir_all(&dirs[2]).unwrap();
     std::fs::create_dir_all(&dirs[2]).unwrap();
-    for c in clients.lock().unwrap().iter_mut().flatten() {
-        c.quiet = false;
-    }
-    let second = durable_run(
+    let spec = joining_later(&[2, 2, 0], 2);
+    restarted_as(
         "durable-join-fresh",
-        &joining_later(),
+        &spec,
         &dirs,
         &PASSES,
         &clients,
-        usize::from(n),
-        0,
-        None,
+        &last,
+        &before,
+        "the restart without node 2's directory",
     );
-    let after = ran_where_placed(second, &[], &last, "the restart without node 2's directory");
-    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
     // It holds the snapshot the others restored, of no shard.
     let held = manifests_in(&dirs[2]);
     assert!(!held.is_empty() && held.iter().all(|(_, s)| s.is_empty()), "{held:?}");
@@ -1378,9 +1391,8 @@ fn a_node_joined_as_a_spare_restarts_with_the_others_even_holding_nothing() {
 }
 
 /// A node joining later whose id is below a member's (node 1 of shards
-/// 0, 1 | none | 2, 3): it dials node 2 while it waits (node 2 answers at
-/// its first join, with the file's layout) and must dial it again at the
-/// round change that adds it; it is handed shard 0 right after. Every node
+/// 0, 1 | none | 2, 3): it is added, then handed shard 0 at once (a round
+/// change after its join's: a join ends its epoch's decision). Every node
 /// restarts from its directory with the shards it ran last.
 #[test]
 fn a_node_joining_later_below_a_member_is_added() {
@@ -1388,48 +1400,29 @@ fn a_node_joining_later_below_a_member_is_added() {
     let _one = one_cluster_at_a_time();
     const PASSES: [(u64, ShardId, u16); 2] = [(200, JOIN, 1), (400, 0, 1)];
     let done = watchdog("the durable cluster whose node 1 joins later", 240);
-    let spec_of = || {
-        let mut spec = local_cluster_of(&[2, 0, 2]);
-        spec.absent = vec![1];
-        spec
-    };
-    let spec = spec_of();
+    let spec = joining_later(&[2, 0, 2], 1);
     let n = spec.n_shards();
     let dirs: Vec<_> = (0..3).map(|i| scratch(&format!("durable-join-below-{i}"))).collect();
     let clients: Clients = Arc::new(Mutex::new(vec![None; usize::from(n)]));
     let last: Vec<u16> = vec![1, 0, 2, 2];
     let first = durable_run("durable-join-below", &spec, &dirs, &PASSES, &clients, 0, 0, None);
-    let mut seen = Vec::new();
-    for (node, ran) in first {
-        let (outputs, changes) = ran.unwrap_or_else(|e| panic!("node {node}: {e}"));
-        let went: Vec<Vec<u16>> = changes
-            .iter()
-            .map(|c| (0..n).map(|s| c.layout.node_of(s)).collect())
-            .collect();
-        let expect = match node {
-            1 => vec![last.clone()],
-            _ => vec![vec![0, 0, 2, 2], last.clone()],
-        };
-        assert_eq!(went, expect, "node {node}");
-        seen.extend(outputs);
-    }
+    let seen = changed_as(first, &last, |node| match node {
+        1 => vec![last.clone()],
+        _ => vec![vec![0, 0, 2, 2], last.clone()],
+    });
     check(&seen, &clients, u64::from(n), PASSES.len());
     let before = balances(&seen);
-    for c in clients.lock().unwrap().iter_mut().flatten() {
-        c.quiet = false;
-    }
-    let second = durable_run(
+    let spec = joining_later(&[2, 0, 2], 1);
+    restarted_as(
         "durable-join-below",
-        &spec_of(),
+        &spec,
         &dirs,
         &PASSES,
         &clients,
-        usize::from(n),
-        0,
-        None,
+        &last,
+        &before,
+        "the restart",
     );
-    let after = ran_where_placed(second, &[], &last, "the restart");
-    assert_eq!(balances(&after), before, "every balance recovered as the run left it");
     for d in &dirs {
         let _ = std::fs::remove_dir_all(d);
     }
