@@ -1247,7 +1247,18 @@ pub fn status(a: StatusArgs) -> ExitCode {
             Err(e) => return Err(format!("MAP: {e}")),
         };
         if map.nodes.len() > 1 {
-            Ok(print_nodes(&map, &connect).await)
+            // (Unknown from a server older than MEMBERS: none left.)
+            let left = client
+                .connection()
+                .await
+                .map_err(|e| e.to_string())?
+                .members()
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default()
+                .left;
+            Ok(print_nodes(&map, &left, &connect).await)
         } else {
             Ok(ExitCode::SUCCESS)
         }
@@ -1274,8 +1285,9 @@ fn shard_list(shards: &[u16]) -> String {
 }
 
 /// One line per node of a cluster: its shards, epoch, rates, health.
-/// Fails (exit 1) if a node does not answer.
-async fn print_nodes(map: &styx_net::Map, connect: &Connect) -> ExitCode {
+/// Fails (exit 1) if a node does not answer, but a node that left the
+/// cluster (`left`, MEMBERS), which is said so.
+async fn print_nodes(map: &styx_net::Map, left: &[u16], connect: &Connect) -> ExitCode {
     println!("nodes       {} ({} shards)", map.nodes.len(), map.shards);
     println!(
         "  {:<4} {:<22} {:<8} {:>10} {:>12} {:>6} {:>9}  health",
@@ -1295,6 +1307,13 @@ async fn print_nodes(map: &styx_net::Map, connect: &Connect) -> ExitCode {
             Ok::<_, String>((s, rtt))
         };
         let mark = if i == usize::from(map.node) { "*" } else { " " };
+        if left.contains(&(i as u16)) {
+            println!(
+                "{mark} {i:<4} {:<22} {shards:<8} {:>10} {:>12} {:>6} {:>9}  left the cluster",
+                n.client, "-", "-", "-", "-"
+            );
+            continue;
+        }
         match answer.await {
             Ok((s, rtt)) => println!(
                 "{mark} {i:<4} {:<22} {shards:<8} {:>10} {:>12} {:>6} {:>9}  serving",

@@ -852,6 +852,13 @@ fn drained_daemons_leave_and_the_cluster_runs_without_them() {
     for n in &nodes[..2] {
         assert_eq!(members_at(&n.client), Some(vec![2]), "{} answers MEMBERS", n.client);
     }
+    // `styx status` says node 2 left; the cluster is healthy without it.
+    let (code, text) = styx(&["status", "--connect", &nodes[0].client, "--metrics", "127.0.0.1:1"]);
+    let line = text
+        .lines()
+        .find(|l| l.contains(&nodes[2].client) && !l.starts_with("server"))
+        .unwrap_or_else(|| panic!("node 2 missing:\n{text}"));
+    assert!(code == 0 && line.ends_with("left the cluster"), "{text}");
     let (code, text) = styx(&["node", "drain", "--connect", &nodes[0].client, "1"]);
     assert_eq!(code, 0, "styx node drain 1: {text}");
     await_layout(&nodes[..2], &[0, 0, 0, 0], "node 1 drained");
