@@ -295,6 +295,11 @@ impl Spec {
         self.absent.binary_search(&node).is_ok()
     }
 
+    /// The nodes listed as joining later that are members of `layout`.
+    pub fn joined_in<'a>(&'a self, layout: &'a Layout) -> impl Iterator<Item = u16> + 'a {
+        self.absent.iter().copied().filter(|n| layout.is_member(*n))
+    }
+
     /// A hash of the layout every node must agree on.
     pub fn fingerprint(&self) -> u64 {
         let mut h = 0xcbf2_9ce4_8422_2325u64;
@@ -1126,12 +1131,7 @@ impl Control {
 
     /// The nodes listed as joining later that are members of `layout`.
     pub fn joined_in(&self, layout: &Layout) -> Vec<u16> {
-        self.spec
-            .absent
-            .iter()
-            .copied()
-            .filter(|n| layout.is_member(*n))
-            .collect()
+        self.spec.joined_in(layout).collect()
     }
 
     /// Joins the cluster with what this node's disk holds and the layout
@@ -1226,13 +1226,7 @@ impl Control {
                 .keys()
                 .copied()
                 .filter(|p| *p != self.node && !layout.has_left(*p))
-                .chain(
-                    self.spec
-                        .absent
-                        .iter()
-                        .copied()
-                        .filter(|p| *p != self.node && layout.is_member(*p)),
-                )
+                .chain(self.spec.joined_in(layout).filter(|p| *p != self.node))
                 .collect()
         });
         // Nodes to greet once though not waited for: at a first join those
@@ -1362,7 +1356,7 @@ impl Control {
                     }
                     // A layout past the file's (a peer after the round
                     // change that made this node a member) says so too.
-                    joined.extend(self.spec.absent.iter().copied().filter(|n| h.layout.is_member(*n)));
+                    joined.extend(self.spec.joined_in(&h.layout));
                 }
                 let expected = match &previous {
                     Some(p) => p.contains(&h.node),
@@ -1417,8 +1411,7 @@ impl Control {
         // Every node must list the surveys in the same order.
         let mut hellos: Vec<&Hello> = peers.values().map(|(_, h)| h).chain(std::iter::once(&me)).collect();
         hellos.sort_by_key(|h| h.node);
-        let mut parts: Vec<(u16, u64, u64)> = hellos.iter().map(|h| (h.node, h.incarnation, h.round)).collect();
-        parts.sort_unstable();
+        let parts: Vec<(u16, u64, u64)> = hellos.iter().map(|h| (h.node, h.incarnation, h.round)).collect();
         // The layout after the round change that made this node a member,
         // as the others greeted it (it was told only the file's).
         let adopted = match self.spec.joins_later(self.node) && !self.after_handover {
@@ -2082,9 +2075,10 @@ fn placed_at(placed: &[(Epoch, Option<Layout>)], at: Epoch) -> Option<&Layout> {
 }
 
 /// Refuses a plan the nodes' disks (their hellos, every node once; a
-/// node joining later that holds nothing left out) do not agree on: a snapshot they place differently, a preload some
-/// hold and the plan would roll back, preloads that differ. Every node
-/// sees every hello, so every node refuses alike.
+/// node joining later that holds nothing left out) do not agree on: a
+/// snapshot they place differently, a preload some hold and the plan
+/// would roll back, preloads that differ. Every node sees every hello, so
+/// every node refuses alike.
 fn check_disks_agree<'a>(plan: &Plan, hellos: impl Iterator<Item = &'a Hello>) -> Result<(), String> {
     let mut all: Vec<&Hello> = hellos.collect();
     all.sort_by_key(|h| h.node);

@@ -644,39 +644,26 @@ pub enum NodeCommand {
     /// NODE leaves the cluster for good: it must run no shard (drain it
     /// first). Decided like a handover; the other nodes record it and no
     /// longer wait for NODE (at rounds or restarts), and its daemon stops.
-    Remove(RemoveArgs),
+    Remove(MemberArgs),
     /// NODE, listed in the cluster file with `joins_later = true`, joins
     /// the cluster: start its daemon first. Decided like a handover; at the
     /// round change it makes, the nodes record it, and from then on every
     /// join waits for it. It joins as a spare: `styx node fill NODE`.
-    Add(AddArgs),
+    Add(MemberArgs),
 }
 
+/// `styx node add|remove NODE`.
 #[derive(Args)]
-pub struct AddArgs {
+pub struct MemberArgs {
     #[command(flatten)]
     connect: Connect,
     /// The node (an index into the cluster file's nodes).
     node: u16,
-    /// Seconds to wait for the node to serve as a member (its client port
-    /// answers once it joined).
+    /// Seconds to wait for the node's client port: to answer once it
+    /// joined (add), to close once its daemon stopped (remove).
     #[arg(long, default_value_t = 60.0)]
     wait_s: f64,
-    /// Return once the join is decided.
-    #[arg(long)]
-    no_wait: bool,
-}
-
-#[derive(Args)]
-pub struct RemoveArgs {
-    #[command(flatten)]
-    connect: Connect,
-    /// The node (an index into the cluster file's nodes).
-    node: u16,
-    /// Seconds to wait for the node's daemon to stop.
-    #[arg(long, default_value_t = 60.0)]
-    wait_s: f64,
-    /// Return once the leave is decided.
+    /// Return once the join or leave is decided.
     #[arg(long)]
     no_wait: bool,
 }
@@ -771,7 +758,7 @@ fn answers(node: &styx_net::MapNode, peer: std::net::SocketAddr) -> bool {
 /// joining later (`__handover` of shard `JOIN`), then, unless `--no-wait`,
 /// waits until the node's client port answers (it joined the run as a
 /// spare). A node that is a member already is said to be one.
-fn add_node(a: AddArgs) -> ExitCode {
+fn add_node(a: MemberArgs) -> ExitCode {
     if !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
         eprintln!("error: --wait-s must be positive");
         return ExitCode::from(2);
@@ -834,7 +821,7 @@ fn add_node(a: AddArgs) -> ExitCode {
 /// `styx node remove NODE`: the leave of a node that runs no shard
 /// (`__handover` of shard `LEAVE`), then, unless `--no-wait`, waits until
 /// the node's client port stops answering (its daemon stopped).
-fn remove_node(a: RemoveArgs) -> ExitCode {
+fn remove_node(a: MemberArgs) -> ExitCode {
     if !(a.wait_s > 0.0 && a.wait_s.is_finite()) {
         eprintln!("error: --wait-s must be positive");
         return ExitCode::from(2);
